@@ -1,0 +1,289 @@
+"""JAX training steps, one per mode. Mirror image of torch_impl/steps.py: same names, same order.
+
+Every mode is split into a *gradient* (compute, never update) and an *apply* (the optax update); the runner times
+`step`, one jitted function doing both, with the parameters and optimizer state donated so XLA updates them in
+place as torch does (without donation the old and new parameters would coexist: +1x parameter memory).
+
+    inference  forward only
+    backprop   jax.value_and_grad (remat: nnx.remat per encoder layer, in the model)
+    jvp        forward gradient (Baydin et al. 2022): K tangents v ~ N(0, I), d_k = grad.v_k by jax.jvp each,
+               estimate g = 1/K sum_k d_k v_k
+    jacfwd     exact gradient by forward mode: vmapped jvp over chunks of the standard basis (lax.map batch_size)
+    mezo       SPSA (Malladi et al. 2023): perturbation +eps, -2eps, +eps, two forward passes,
+               g = (L+ - L-)/(2 eps) z with z regenerated from its key
+
+Random directions are regenerated from (seed, step, k, tensor index) keys rather than stored, exactly as in the
+torch mirror, so a K-tangent loop holds one tangent at a time and the estimate is built leaf by leaf.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.flatten_util import ravel_pytree
+
+from bench.spec import BertSpec, StepSpec, is_trainable
+
+INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# loss
+
+
+def make_loss_fn(graphdef, frozen, train: bool):
+    """loss_of(params, batch, key): mean cross-entropy of the classifier; frozen state closed over (constants
+    to every transformation, so they get no tangent and no gradient). `key` drives dropout when `train`."""
+
+    def loss_of(params, batch, key):
+        model = nnx.merge(graphdef, params, frozen)
+        logits = model(
+            *(batch[k] for k in INPUT_KEYS),
+            deterministic=not train,
+            rngs=nnx.Rngs(dropout=key) if train else None,
+        )  # (B, C)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
+
+    return loss_of
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# seeded random directions
+
+
+def direction_key(seed: int, step, k, index: int):
+    """Key of direction k of parameter tensor `index` at `step`: any tensor's direction can be regenerated alone."""
+    return jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), k), index)
+
+
+def direction(p, key):
+    return jax.random.normal(key, p.shape, p.dtype)
+
+
+def sample_tangent(params, seed: int, step, k):
+    leaves, treedef = jax.tree.flatten(params)
+    return jax.tree.unflatten(treedef, [direction(p, direction_key(seed, step, k, i)) for i, p in enumerate(leaves)])
+
+
+def seeded_gradient(params, coeffs, seed: int, step):
+    """g = sum_k coeffs[k] * z_k, each leaf regenerated from its keys (no stored tangents)."""
+    leaves, treedef = jax.tree.flatten(params)
+
+    def leaf(i, p):
+        body = lambda k, g: g + coeffs[k] * direction(p, direction_key(seed, step, k, i))
+        return jax.lax.fori_loop(0, coeffs.shape[0], body, jnp.zeros_like(p))
+
+    return jax.tree.unflatten(treedef, [leaf(i, p) for i, p in enumerate(leaves)])
+
+
+def tangent_gradient(tangents, coeffs):
+    """g = sum_k coeffs[k] * tangents[k] for tangents supplied by the caller (tests)."""
+    return jax.tree.map(lambda *ts: sum(c * t for c, t in zip(coeffs, ts)), *tangents)
+
+
+def dropout_key(seed: int, step):
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), -1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# gradients: compute, never update
+
+
+def backprop_gradient(loss_of, params, micro_batches, key):
+    """Reverse mode: jax.value_and_grad, accumulated over micro-batches."""
+    total, grads = 0.0, jax.tree.map(jnp.zeros_like, params)
+    for batch in micro_batches:
+        loss, g = jax.value_and_grad(loss_of)(params, batch, key)
+        total = total + loss / len(micro_batches)
+        grads = jax.tree.map(lambda a, b: a + b / len(micro_batches), grads, g)
+    return total, grads
+
+
+def directional_derivative(loss_of, params, batch, tangent, key):
+    """(loss, d) with d = grad(loss) . tangent, by one jax.jvp; only the loss leaves the function."""
+    return jax.jvp(lambda p: loss_of(p, batch, key), (params,), (tangent,))
+
+
+def forward_gradient(loss_of, params, micro_batches, key, *, num_tangents, seed, step, tangents=None):
+    """Forward gradient: K tangents in a fori_loop (sequential: memory does not grow with K); each tangent is
+    dropped after its pass and regenerated from its key when the update needs it."""
+
+    def dir_deriv(v):
+        loss, d = 0.0, 0.0
+        for batch in micro_batches:  # grad of the mean loss = mean of the micro-batch grads
+            l_b, d_b = directional_derivative(loss_of, params, batch, v, key)
+            loss, d = loss + l_b / len(micro_batches), d + d_b / len(micro_batches)
+        return loss, d
+
+    if tangents is not None:
+        K = len(tangents)
+        losses, ds = zip(*(dir_deriv(v) for v in tangents))
+        return losses[0], tangent_gradient(tangents, [d / K for d in ds])
+
+    def body(k, carry):
+        loss, ds = carry
+        l_k, d_k = dir_deriv(sample_tangent(params, seed, step, k))
+        return jnp.where(k == 0, l_k, loss), ds.at[k].set(d_k)
+
+    loss, ds = jax.lax.fori_loop(0, num_tangents, body, (jnp.float32(0), jnp.zeros(num_tangents, jnp.float32)))
+    return loss, seeded_gradient(params, ds / num_tangents, seed, step)
+
+
+def jacfwd_gradient(loss_of, params, micro_batches, key, *, chunk: int):
+    """Exact gradient by forward mode: d(loss)/d(theta_i) for every basis direction e_i of the flattened trainable
+    parameters, `chunk` directions per vmapped jvp (lax.map with batch_size). ceil(n / chunk) forward passes;
+    the (chunk, n) basis block is the method's memory cost. One dropout key for every direction."""
+    flat, unravel = ravel_pytree(params)
+    n = flat.shape[0]
+    total, grad_flat = 0.0, jnp.zeros_like(flat)
+    for batch in micro_batches:
+        f = lambda x: loss_of(unravel(x), batch, key)  # noqa: B023 (used immediately)
+        basis_derivative = lambda i: jax.jvp(f, (flat,), (jax.nn.one_hot(i, n, dtype=flat.dtype),))  # noqa: B023
+        losses, d = jax.lax.map(basis_derivative, jnp.arange(n), batch_size=min(chunk, n))
+        total, grad_flat = total + losses[0] / len(micro_batches), grad_flat + d / len(micro_batches)
+    return total, unravel(grad_flat)
+
+
+def perturb(params, scale, seed: int, step):
+    """theta + scale * z, z regenerated tensor by tensor from its key (no stored noise). Under jit with the
+    parameters donated, XLA writes the result over theta: the in-place perturbation of MeZO."""
+    leaves, treedef = jax.tree.flatten(params)
+    return jax.tree.unflatten(
+        treedef, [p + scale * direction(p, direction_key(seed, step, 0, i)) for i, p in enumerate(leaves)]
+    )
+
+
+def spsa_gradient(loss_of, params, micro_batches, key, *, eps: float, seed: int, step):
+    """MeZO: projected gradient (L(theta + eps z) - L(theta - eps z)) / (2 eps) along one seeded z, perturbations
+    +eps, -2eps, +eps (the restored parameters carry the same rounding as torch's in-place round trip). Returns
+    the restored parameters, the mean of L+ and L- as the step's loss, and the seeded estimate."""
+    proj, total = 0.0, 0.0
+    for batch in micro_batches:
+        params = perturb(params, +eps, seed, step)
+        loss_plus = loss_of(params, batch, key)
+        params = perturb(params, -2 * eps, seed, step)
+        loss_minus = loss_of(params, batch, key)
+        params = perturb(params, +eps, seed, step)
+        proj = proj + (loss_plus - loss_minus) / (2 * eps) / len(micro_batches)
+        total = total + (loss_plus + loss_minus) / 2 / len(micro_batches)
+    return params, total, seeded_gradient(params, jnp.reshape(proj, (1,)), seed, step)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# optimizer
+
+
+def make_optimizer(opt) -> optax.GradientTransformation:
+    """optax with the same hyperparameters torch.optim gets (torch_impl.steps.make_optimizer)."""
+    if opt.name == "sgd":
+        # torch.optim.SGD's weight decay is coupled (added to the gradient before momentum)
+        return optax.chain(
+            optax.add_decayed_weights(opt.weight_decay) if opt.weight_decay else optax.identity(),
+            optax.sgd(opt.lr, momentum=opt.momentum or None),
+        )
+    if opt.name == "adamw":
+        return optax.adamw(opt.lr, b1=opt.beta1, b2=opt.beta2, eps=opt.eps, weight_decay=opt.weight_decay)
+    raise ValueError(f"optimizer={opt.name!r}: accepted sgd, adamw")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# trainer
+
+
+class Trainer:
+    """One mode on one model: `step(update)` = gradient + apply; the runner only uses this class."""
+
+    def __init__(self, model, step_spec: StepSpec, device=None):
+        from bench.jax_impl.params import hf_name
+
+        self.spec, self.device = step_spec, device or jax.devices()[0]
+        s = step_spec
+        num_layers = len(model.bert.encoder.layer)
+        trainable = lambda path, x: isinstance(x, nnx.Param) and is_trainable(
+            hf_name(path), s.trainable, num_layers, s.last_k
+        )
+        # Frozen parameters live in `frozen`, closed over by the loss: no tangent, no gradient, no optimizer state.
+        self.graphdef, params, frozen = nnx.split(model, trainable, ...)
+        self.params, self.frozen = jax.device_put((params, frozen), self.device)
+        count = lambda t: sum(int(np.prod(x.shape)) for x in jax.tree.leaves(t))
+        self.n_trainable = count(self.params)
+        self.n_params = self.n_trainable + count(nnx.filter_state(self.frozen, nnx.Param))
+        # Dropout on for the training modes; inference and MeZO run deterministic (as torch_impl).
+        train = s.mode in ("backprop", "jvp", "jacfwd")
+        self.loss_of = make_loss_fn(self.graphdef, self.frozen, train)
+        self.optimizer = None if s.mode == "inference" else make_optimizer(s.optimizer)
+        self.opt_state = None if self.optimizer is None else jax.jit(self.optimizer.init)(self.params)
+        self.step_count = 0
+        self._step = jax.jit(self._step_fn, donate_argnums=(0, 1))
+        self._gradient = jax.jit(self._gradient_fn)
+        self._inference = jax.jit(self._inference_fn)
+
+    # -- data ------------------------------------------------------------------------------------------------
+    def to_device(self, micro_batches):
+        """numpy micro-batches -> device arrays (int32 ids)."""
+        return jax.device_put([{k: np.asarray(v, np.int32) for k, v in b.items()} for b in micro_batches],
+                              self.device)
+
+    def sync(self, value=None) -> None:
+        jax.block_until_ready(value if value is not None else self.params)
+
+    # -- the mode --------------------------------------------------------------------------------------------
+    def _gradient_fn(self, params, micro_batches, step, tangents=None):
+        s = self.spec
+        key = dropout_key(s.seed, step)
+        if s.mode == "backprop":
+            return params, *backprop_gradient(self.loss_of, params, micro_batches, key)
+        if s.mode == "jvp":
+            return params, *forward_gradient(self.loss_of, params, micro_batches, key, num_tangents=s.num_tangents,
+                                             seed=s.seed, step=step, tangents=tangents)
+        if s.mode == "jacfwd":
+            return params, *jacfwd_gradient(self.loss_of, params, micro_batches, key, chunk=s.jacfwd_chunk)
+        if s.mode == "mezo":
+            return spsa_gradient(self.loss_of, params, micro_batches, key, eps=s.mezo_eps, seed=s.seed, step=step)
+        raise ValueError(f"mode={s.mode!r} has no gradient")
+
+    def _step_fn(self, params, opt_state, micro_batches, step):
+        params, loss, grads = self._gradient_fn(params, micro_batches, step)
+        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    def _inference_fn(self, params, micro_batches):
+        key = dropout_key(self.spec.seed, 0)
+        return sum(self.loss_of(params, b, key) for b in micro_batches) / len(micro_batches)
+
+    def gradient(self, micro_batches, tangents=None):
+        """(loss before the update, gradient or estimate over the trainable parameters); for tests and gradient
+        quality, not on the timed path. MeZO's perturbation round trip is applied to the parameters here too."""
+        self.params, loss, grads = self._gradient(self.params, micro_batches, jnp.int32(self.step_count),
+                                                  tangents)
+        return loss, grads
+
+    def apply(self, grads) -> None:
+        updates, self.opt_state = self.optimizer.update(grads, self.opt_state, self.params)
+        self.params = optax.apply_updates(self.params, updates)
+        self.step_count += 1
+
+    def step(self, micro_batches):
+        if self.spec.mode == "inference":
+            return self._inference(self.params, micro_batches)
+        self.params, self.opt_state, loss = self._step(self.params, self.opt_state, micro_batches,
+                                                       jnp.int32(self.step_count))
+        self.step_count += 1
+        return loss
+
+    def weights(self) -> dict[str, np.ndarray]:
+        from bench.jax_impl.params import export_weights
+
+        return export_weights(nnx.merge(self.graphdef, self.params, self.frozen))
+
+
+def make_trainer(spec: BertSpec, weights, step_spec: StepSpec, device: str = "cpu") -> Trainer:
+    from bench.jax_impl.model import build_model
+
+    dev = jax.devices("gpu" if device == "cuda" else device)[0]
+    return Trainer(build_model(spec, weights, remat=step_spec.mode == "backprop" and step_spec.remat),
+                   step_spec, dev)
+

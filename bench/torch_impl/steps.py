@@ -1,0 +1,319 @@
+"""PyTorch training steps, one per mode. Mirror image of jax_impl/steps.py: same names, same order.
+
+Every mode is split into a *gradient* (compute, never update) and an *apply* (the optimizer update), so tests can
+compare gradients across modes and frameworks, and the runner times `step = gradient + apply`.
+
+    inference  forward only, no autograd state                                    (the memory baseline)
+    backprop   loss.backward() over the trainable parameters (remat: per-layer checkpointing)
+    jvp        forward gradient (Baydin et al. 2022): K tangents v ~ N(0, I), d_k = grad.v_k by one forward-mode
+               pass each, estimate g = 1/K sum_k d_k v_k
+    jacfwd     exact gradient by forward mode: vmapped jvp over chunks of the standard basis
+    mezo       SPSA (Malladi et al. 2023): in-place seeded perturbation +eps, -2eps, +eps, two forward passes,
+               g = (L+ - L-)/(2 eps) z with z regenerated from its seed
+
+Forward-mode and zeroth-order estimates are sums of seeded random directions, `g = sum_k c_k z_k`. They are never
+materialised whole: `SeededGradient` regenerates each tensor's directions when the optimizer reaches that tensor,
+so besides the optimizer state at most one parameter tensor of gradient exists at a time (MeZO's memory trick,
+applied to forward gradients too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.autograd.forward_ad as fwAD
+import torch.nn.functional as F
+from torch.func import functional_call, jvp, vmap
+
+from bench.spec import BertSpec, StepSpec, is_trainable
+
+INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# loss
+
+
+def loss_fn(model, batch, params=None):
+    """Mean cross-entropy of the classifier; `params` (name -> tensor) override the module's own parameters."""
+    inputs = {k: batch[k] for k in INPUT_KEYS}
+    if params is None:
+        logits = model(**inputs).logits
+    else:
+        logits = functional_call(model, params, args=(), kwargs=inputs).logits
+    return F.cross_entropy(logits, batch["labels"])  # (B, C) -> scalar
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# seeded random directions
+
+
+def direction_seed(seed: int, step: int, k: int, index: int) -> int:
+    """Seed of direction k of parameter tensor `index` at `step`: any tensor's direction can be regenerated alone."""
+    return int(np.random.SeedSequence([seed, step, k, index]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def direction(p: torch.Tensor, seed: int) -> torch.Tensor:
+    g = torch.Generator(device=p.device)
+    g.manual_seed(seed)
+    return torch.randn(p.shape, generator=g, device=p.device, dtype=p.dtype)
+
+
+def sample_tangent(params: dict[str, torch.Tensor], seed: int, step: int, k: int) -> dict[str, torch.Tensor]:
+    return {n: direction(p, direction_seed(seed, step, k, i)) for i, (n, p) in enumerate(params.items())}
+
+
+@dataclass
+class SeededGradient:
+    """g[name] = sum_k coeffs[k] * z_k[name], z_k regenerated from (seed, step, k, tensor index) on demand."""
+
+    params: dict[str, torch.Tensor]
+    coeffs: list[float]
+    seed: int
+    step: int
+
+    def __iter__(self):
+        for i, (name, p) in enumerate(self.params.items()):
+            g = torch.zeros_like(p)
+            for k, c in enumerate(self.coeffs):
+                g.add_(direction(p, direction_seed(self.seed, self.step, k, i)), alpha=c)
+            yield name, g
+
+    def materialize(self) -> dict[str, torch.Tensor]:
+        return dict(iter(self))
+
+
+@dataclass
+class TangentGradient:
+    """g = sum_k coeffs[k] * tangents[k] for tangents supplied by the caller (tests)."""
+
+    tangents: list[dict[str, torch.Tensor]]
+    coeffs: list[float]
+
+    def __iter__(self):
+        for name in self.tangents[0]:
+            yield name, sum(c * t[name] for c, t in zip(self.coeffs, self.tangents))
+
+    def materialize(self) -> dict[str, torch.Tensor]:
+        return dict(iter(self))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# gradients: compute, never update
+
+
+def backprop_gradient(model, params, micro_batches):
+    """Reverse mode: loss.backward() (not torch.func.grad, which keeps more memory alive)."""
+    total = 0.0
+    for batch in micro_batches:
+        loss = loss_fn(model, batch) / len(micro_batches)
+        loss.backward()
+        total = total + loss.detach()
+    return total, {n: p.grad for n, p in params.items()}
+
+
+def directional_derivative(model, params, batch, tangent, impl: str = "func"):
+    """(loss, d) with d = grad(loss) . tangent, by one forward-mode pass.
+
+    func   torch.func.jvp over a functional call; params must not require grad (else autograd records the
+           whole dual computation for a backward that never comes: seed 000's pathology, impl="naive").
+    dual   torch.autograd.forward_ad dual tensors (make_dual / unpack_dual): the seed's "approach 2".
+    naive  func, with params that require grad: reproduces the pathology on purpose.
+    Only the loss leaves the function (not the logits): nothing else is kept alive.
+    """
+    if impl in ("func", "naive"):
+        loss, d = jvp(lambda p: loss_fn(model, batch, p), (params,), (tangent,))
+        return loss.detach(), d.detach()
+    if impl == "dual":
+        with fwAD.dual_level():
+            duals = {n: fwAD.make_dual(p, tangent[n]) for n, p in params.items()}
+            primal, d = fwAD.unpack_dual(loss_fn(model, batch, duals))
+        return primal, d
+    raise ValueError(f"jvp_impl={impl!r}: accepted func, dual, naive")
+
+
+def forward_gradient(model, params, micro_batches, *, num_tangents, seed, step, impl="func", tangents=None):
+    """Forward gradient: K tangents looped (memory does not grow with K); each tangent is dropped after its pass
+    and regenerated from its seed when the update needs it."""
+    K = len(tangents) if tangents is not None else num_tangents
+    coeffs, total = [], 0.0
+    for k in range(K):
+        v = tangents[k] if tangents is not None else sample_tangent(params, seed, step, k)
+        d_k = 0.0
+        for batch in micro_batches:  # grad of the mean loss = mean of the micro-batch grads
+            loss, d = directional_derivative(model, params, batch, v, impl)
+            d_k = d_k + d / len(micro_batches)
+            if k == 0:
+                total = total + loss / len(micro_batches)
+        del v
+        coeffs.append(float(d_k) / K)
+    if tangents is not None:
+        return total, TangentGradient(tangents, coeffs)
+    return total, SeededGradient(params, coeffs, seed, step)
+
+
+def jacfwd_gradient(model, params, micro_batches, *, chunk: int, seed: int, step: int):
+    """Exact gradient by forward mode: d(loss)/d(theta_i) for every basis direction e_i of the flattened trainable
+    parameters, `chunk` directions per vmapped jvp. ceil(n / chunk) forward passes; the (chunk, n) basis block is
+    the method's memory cost. Every chunk replays the same dropout masks (forked RNG, same seed), so all
+    directions differentiate the same function, as jax.jvp does with one key."""
+    names = list(params)
+    sizes = [params[n].numel() for n in names]
+    n = sum(sizes)
+    ref = next(iter(params.values()))
+    grad_flat = torch.zeros(n, device=ref.device, dtype=ref.dtype)
+    total = 0.0
+    devices = [ref.device.index or 0] if ref.device.type == "cuda" else []
+    for batch in micro_batches:
+        f = lambda p, batch=batch: loss_fn(model, batch, p)
+        for start in range(0, n, chunk):
+            c = min(chunk, n - start)
+            basis = torch.zeros(c, n, device=ref.device, dtype=ref.dtype)  # (c, n)
+            basis[torch.arange(c), torch.arange(start, start + c)] = 1.0
+            tangent = {
+                name: part.view(c, *params[name].shape)
+                for name, part in zip(names, torch.split(basis, sizes, dim=1))
+            }
+            with torch.random.fork_rng(devices=devices):
+                torch.manual_seed(direction_seed(seed, step, 0, 0))
+                loss, d = vmap(lambda t, f=f: jvp(f, (params,), (t,)), randomness="same")(tangent)
+            grad_flat[start : start + c] += d.detach() / len(micro_batches)
+            del basis, tangent
+        total = total + loss[0].detach() / len(micro_batches)
+    grads = dict(zip(names, (g.view_as(params[nm]) for nm, g in zip(names, torch.split(grad_flat, sizes)))))
+    return total, grads
+
+
+@torch.no_grad()
+def perturb(params, scale: float, seed: int, step: int) -> None:
+    """theta += scale * z in place, z regenerated tensor by tensor from its seed (no stored noise)."""
+    for i, p in enumerate(params.values()):
+        p.add_(direction(p, direction_seed(seed, step, 0, i)), alpha=scale)
+
+
+@torch.no_grad()
+def spsa_gradient(model, params, micro_batches, *, eps: float, seed: int, step: int):
+    """MeZO: projected gradient (L(theta + eps z) - L(theta - eps z)) / (2 eps) along one seeded z, two forward
+    passes with in-place perturbations +eps, -2eps, +eps. Returns the mean of L+ and L- as the step's loss."""
+    proj, total = 0.0, 0.0
+    for batch in micro_batches:
+        perturb(params, +eps, seed, step)
+        loss_plus = loss_fn(model, batch)
+        perturb(params, -2 * eps, seed, step)
+        loss_minus = loss_fn(model, batch)
+        perturb(params, +eps, seed, step)
+        proj = proj + (loss_plus - loss_minus) / (2 * eps) / len(micro_batches)
+        total = total + (loss_plus + loss_minus) / 2 / len(micro_batches)
+    return total, SeededGradient(params, [float(proj)], seed, step)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# optimizer
+
+
+def make_optimizer(params: dict[str, torch.Tensor], opt) -> torch.optim.Optimizer:
+    """torch.optim with the same hyperparameters optax gets (jax_impl.steps.make_optimizer)."""
+    ps = list(params.values())
+    if opt.name == "sgd":
+        return torch.optim.SGD(ps, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
+    if opt.name == "adamw":
+        return torch.optim.AdamW(
+            ps, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay
+        )
+    raise ValueError(f"optimizer={opt.name!r}: accepted sgd, adamw")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# trainer
+
+
+class Trainer:
+    """One mode on one model: `step(update)` = gradient + apply; the runner only uses this class."""
+
+    def __init__(self, model, step_spec: StepSpec, device: str | torch.device = "cpu"):
+        self.model, self.spec, self.device = model, step_spec, torch.device(device)
+        s = step_spec
+        num_layers = model.config.num_hidden_layers
+        named = dict(model.named_parameters())
+        trainable = {n: p for n, p in named.items() if is_trainable(n, s.trainable, num_layers, s.last_k)}
+        # Only the naive jvp and backprop need autograd to track anything. Everything else runs with every
+        # parameter detached, so no graph is ever recorded (frozen parameters never get a gradient either way).
+        track = s.mode == "backprop" or (s.mode == "jvp" and s.jvp_impl == "naive")
+        for n, p in named.items():
+            p.requires_grad_(track and n in trainable)
+        self.params = trainable
+        self.n_params = sum(p.numel() for p in named.values())
+        self.n_trainable = sum(p.numel() for p in trainable.values())
+        # Dropout is on for the training modes; inference and MeZO run the model in eval mode (MeZO's reference
+        # implementation does, so that the two perturbed passes see the same function).
+        model.train(s.mode in ("backprop", "jvp", "jacfwd"))
+        if s.mode == "backprop" and s.remat:
+            # per-encoder-layer activation checkpointing; non-reentrant is the recommended implementation
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.optimizer = None if s.mode == "inference" else make_optimizer(trainable, s.optimizer)
+        self.step_count = 0
+
+    # -- data ------------------------------------------------------------------------------------------------
+    def to_device(self, micro_batches):
+        """numpy micro-batches -> device tensors (ids as int64, as HF expects)."""
+        return [{k: torch.from_numpy(v).long().to(self.device) for k, v in b.items()} for b in micro_batches]
+
+    def sync(self, value=None) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # -- the mode --------------------------------------------------------------------------------------------
+    def gradient(self, micro_batches, tangents=None):
+        """(loss before the update, gradient or estimate over the trainable parameters)."""
+        s, step = self.spec, self.step_count
+        if s.mode == "backprop":
+            return backprop_gradient(self.model, self.params, micro_batches)
+        if s.mode == "jvp":
+            return forward_gradient(
+                self.model, self.params, micro_batches, num_tangents=s.num_tangents, seed=s.seed, step=step,
+                impl=s.jvp_impl, tangents=tangents,
+            )
+        if s.mode == "jacfwd":
+            return jacfwd_gradient(self.model, self.params, micro_batches, chunk=s.jacfwd_chunk, seed=s.seed,
+                                   step=step)
+        if s.mode == "mezo":
+            return spsa_gradient(self.model, self.params, micro_batches, eps=s.mezo_eps, seed=s.seed, step=step)
+        raise ValueError(f"mode={s.mode!r} has no gradient")
+
+    def apply(self, grads) -> None:
+        """Optimizer update. Lazy estimates are applied tensor by tensor: torch.optim skips parameters whose
+        .grad is None, so one step per tensor updates that tensor alone and frees its gradient at once."""
+        if isinstance(grads, (SeededGradient, TangentGradient)):
+            for name, g in grads:
+                p = self.params[name]
+                p.grad = g
+                self.optimizer.step()
+                p.grad = None
+        else:
+            for name, g in grads.items():
+                self.params[name].grad = g
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.step_count += 1
+
+    def step(self, micro_batches):
+        if self.spec.mode == "inference":
+            with torch.inference_mode():
+                return sum(loss_fn(self.model, b) for b in micro_batches) / len(micro_batches)
+        loss, grads = self.gradient(micro_batches)
+        self.apply(grads)
+        return loss
+
+    def weights(self) -> dict[str, np.ndarray]:
+        from bench.torch_impl.model import export_weights
+
+        return export_weights(self.model)
+
+
+def make_trainer(spec: BertSpec, weights, step_spec: StepSpec, device: str = "cpu",
+                 attn_implementation: str = "eager") -> Trainer:
+    from bench.torch_impl.model import build_model
+
+    return Trainer(build_model(spec, weights, device, attn_implementation), step_spec, device)
