@@ -1,0 +1,31 @@
+"""Shared test setup. The `cuda` and `slow` markers are registered in pyproject.toml."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+
+import pytest
+
+
+@functools.cache
+def _nvidia_gpu_present() -> bool:
+    # nvidia-smi rather than torch.cuda.is_available(): collecting tests must not import torch (nor jax) just
+    # to decide what to skip. A test that also needs a CUDA build of torch or jaxlib checks for it itself.
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return False
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def pytest_collection_modifyitems(config, items):
+    cuda_items = [item for item in items if "cuda" in item.keywords]
+    if cuda_items and not _nvidia_gpu_present():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (nvidia-smi -L lists none)")
+        for item in cuda_items:
+            item.add_marker(skip)

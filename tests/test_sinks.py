@@ -1,0 +1,275 @@
+"""CSV and W&B sinks: concurrent appends, schema checks, and what an offline W&B run really contains."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from pathlib import Path
+
+import pytest
+
+from bench import sinks
+from bench.sinks import (
+    CSV_COLUMNS,
+    REDACTED,
+    REQUIRED_COLUMNS,
+    CsvSink,
+    SchemaError,
+    WandbSink,
+    flatten,
+    read_rows,
+    read_wandb_offline,
+    resolve_wandb_mode,
+    scrub_secrets,
+)
+
+FAKE_KEY = "0123456789abcdef0123456789abcdef01234567"  # 40 hex chars: the shape of a W&B API key
+
+# ------------------------------------------------------------------------------------------------------ CSV
+
+
+def test_schema_starts_with_the_required_columns_in_order():
+    assert CSV_COLUMNS[: len(REQUIRED_COLUMNS)] == REQUIRED_COLUMNS
+    assert REQUIRED_COLUMNS[0] == "run_id" and REQUIRED_COLUMNS[-1] == "git_sha"
+    assert len(set(CSV_COLUMNS)) == len(CSV_COLUMNS)
+
+
+def test_header_once_missing_cells_empty_floats_exact(tmp_path):
+    path = tmp_path / "sub" / "runs.csv"
+    sink = CsvSink(path)
+    sink.write({"run_id": "a", "framework": "jax", "step_time_median_s": 0.1 + 0.2, "steps": 5})
+    sink.write({"run_id": "b", "error": 'boom, "quoted"\nsecond line', "status": "error"})
+    text = path.read_text()
+    assert text.count("run_id,started_at") == 1
+    assert text.splitlines()[0] == ",".join(CSV_COLUMNS)
+    rows = read_rows(path)
+    assert [r["run_id"] for r in rows] == ["a", "b"]
+    assert float(rows[0]["step_time_median_s"]) == 0.1 + 0.2  # repr round-trips the float exactly
+    assert rows[0]["steps"] == "5" and rows[0]["peak_mem_mb"] == ""
+    assert rows[1]["error"] == 'boom, "quoted"\nsecond line'
+    assert set(rows[0]) == set(CSV_COLUMNS)
+
+
+def test_unknown_column_is_rejected_and_file_untouched(tmp_path):
+    path = tmp_path / "runs.csv"
+    sink = CsvSink(path)
+    sink.write({"run_id": "a"})
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="peak_memory_mb"):
+        sink.write({"run_id": "b", "peak_memory_mb": 1.0})
+    assert path.read_bytes() == before
+
+
+def test_read_rows_of_missing_file_is_empty(tmp_path):
+    assert read_rows(tmp_path / "nope.csv") == []
+
+
+def test_older_schema_file_is_appended_under_its_header_or_refused(tmp_path):
+    path = tmp_path / "old.csv"
+    old_header = ["run_id", "framework", "peak_mem_mb", "retired_column"]
+    path.write_text(",".join(old_header) + "\nr0,torch,1.5,x\n")
+    sink = CsvSink(path)
+    sink.write({"run_id": "r1", "framework": "jax", "git_sha": None})  # every set value has a column
+    assert path.read_text().splitlines() == [",".join(old_header), "r0,torch,1.5,x", "r1,jax,,"]
+    with pytest.raises(SchemaError, match=rf"{path.name}.*lacks excess_mem_mb"):
+        sink.write({"run_id": "r2", "excess_mem_mb": 3.0})
+    assert len(read_rows(path)) == 2
+
+
+def test_a_cut_off_last_line_does_not_swallow_the_next_row(tmp_path):
+    path = tmp_path / "runs.csv"
+    CsvSink(path).write({"run_id": "a"})
+    with open(path, "a") as f:
+        f.write("half-written,row")  # no newline: what a copy taken mid-write could leave
+    CsvSink(path).write({"run_id": "b"})
+    assert path.read_text().splitlines()[-1].startswith("b,")
+
+
+def _writer(path: str, worker: int, n: int) -> None:
+    sink = CsvSink(path)
+    for i in range(n):
+        # ~4 KiB rows with commas, quotes and newlines: big enough that a torn or interleaved write would show
+        sink.write(
+            {
+                "run_id": f"w{worker}-{i}",
+                "framework": "torch" if worker % 2 else "jax",
+                "steps": i,
+                "error": f'worker {worker}, row {i}: "x"\n' + "y" * 4000,
+                "peak_mem_mb": worker * 1000 + i + 0.5,
+            }
+        )
+
+
+def test_concurrent_writers_lose_nothing_and_tear_nothing(tmp_path):
+    path = tmp_path / "runs.csv"
+    workers, per_worker = 4, 25
+    ctx = mp.get_context("spawn")  # as the runner starts trials
+    procs = [ctx.Process(target=_writer, args=(str(path), w, per_worker)) for w in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+    assert all(p.exitcode == 0 for p in procs)
+    text = path.read_text()
+    assert text.count("run_id,started_at") == 1
+    rows = read_rows(path)
+    assert len(rows) == workers * per_worker
+    assert sorted(r["run_id"] for r in rows) == sorted(
+        f"w{w}-{i}" for w in range(workers) for i in range(per_worker)
+    )
+    for r in rows:
+        w, i = (int(x) for x in r["run_id"][1:].split("-"))
+        assert r["error"] == f'worker {w}, row {i}: "x"\n' + "y" * 4000
+        assert float(r["peak_mem_mb"]) == w * 1000 + i + 0.5
+        assert None not in r and len(r) == len(CSV_COLUMNS)  # no row with extra (interleaved) cells
+
+
+# ------------------------------------------------------------------------------------------------ W&B helpers
+
+
+def test_flatten_joins_nested_keys_with_dots():
+    cfg = {
+        "model": {"num_layers": 2, "dims": {"hidden": 64}},
+        "mode": "jvp",
+        "tags": ("a", Path("/x")),
+        "p": Path("/y"),
+    }
+    assert flatten(cfg) == {
+        "model.num_layers": 2,
+        "model.dims.hidden": 64,
+        "mode": "jvp",
+        "tags": ["a", "/x"],
+        "p": "/y",
+    }
+
+
+def test_scrub_secrets(monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "s3cr3t-value-from-env")
+    out = scrub_secrets(
+        {
+            "wandb.api_key": "anything",
+            "hf_token": "hf_abc",
+            "db.password": "pw",
+            "note": FAKE_KEY,  # shaped like a W&B key, under an innocent name
+            "server": "local-" + FAKE_KEY,
+            "cmd": "run --key=s3cr3t-value-from-env",
+            "git_sha": FAKE_KEY,  # a SHA-1 is also 40 hex: kept under a hash-like name
+            "weights_digest": "ab12",
+            "tokens_per_s": 1234.5,
+            "tokenizer": "bert-base-uncased",
+            "num_tangents": 4,
+        }
+    )
+    redacted = {k for k, v in out.items() if v == REDACTED}
+    assert redacted == {"wandb.api_key", "hf_token", "db.password", "note", "server", "cmd"}
+    assert (
+        out["git_sha"] == FAKE_KEY
+        and out["tokens_per_s"] == 1234.5
+        and out["tokenizer"] == "bert-base-uncased"
+    )
+
+
+@pytest.mark.parametrize(
+    "mode, env, expected",
+    [
+        ("offline", {}, "offline"),
+        ("offline", {"WANDB_MODE": "offline"}, "offline"),
+        ("offline", {"WANDB_MODE": "online"}, "online"),  # the user asked for online explicitly
+        ("online", {}, "online"),
+        ("online", {"WANDB_MODE": "disabled"}, "disabled"),  # the user's off switch wins
+        ("disabled", {"WANDB_MODE": "online"}, "disabled"),
+        ("offline", {"WANDB_MODE": "dryrun"}, "offline"),
+    ],
+)
+def test_resolve_wandb_mode(mode, env, expected):
+    assert resolve_wandb_mode(mode, env) == expected
+
+
+def test_resolve_wandb_mode_rejects_unknown():
+    with pytest.raises(ValueError, match="offline, online, disabled"):
+        resolve_wandb_mode("cloud", {})
+
+
+# --------------------------------------------------------------------------------------------------- W&B runs
+
+
+@pytest.fixture
+def wandb_env(monkeypatch, tmp_path):
+    """No network, no user settings: offline, quiet, a fake key in the environment (never to be written)."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))  # keep ~/.config/wandb out of it
+    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
+    return tmp_path
+
+
+def test_offline_run_holds_config_summary_and_history_and_no_key(wandb_env):
+    pytest.importorskip("wandb")
+    results = wandb_env / "results"
+    config = {
+        "framework": "jax",
+        "mode": {"name": "jvp", "num_tangents": 4},
+        "model": {"num_layers": 2, "hidden_size": 64},
+        "wandb": {"project": "bench", "api_key": FAKE_KEY},
+        "hf_token": "hf_not_really",
+    }
+    row = {"run_id": "r-1", "sweep_id": "s-1", "mode": "jvp", "status": "ok", "peak_mem_mb": 123.25,
+           "step_time_median_s": 0.0125, "git_sha": "f" * 40, "error": None}  # fmt: skip
+    history = {"loss": [1.5, 1.25, 1.0], "step_time_s": [0.5, 0.0125, 0.0130]}
+
+    run_dir = WandbSink("bench-test", None, None, config, dir=results, tags=["t1"]).write(row, history)
+
+    assert run_dir is not None and run_dir.is_dir()
+    assert run_dir.parent == results / "wandb" and run_dir.name.startswith("offline-run-")
+    got = read_wandb_offline(run_dir)
+    assert got["complete"]  # write() returns only once the run is on disk
+    assert got["run"] == {
+        "project": "bench-test",
+        "name": "r-1",
+        "group": "s-1",
+        "job_type": "jvp",
+        "tags": ["t1"],
+    }
+    cfg = got["config"]
+    assert cfg["mode.num_tangents"] == 4 and cfg["model.num_layers"] == 2 and cfg["framework"] == "jax"
+    assert cfg["wandb.api_key"] == REDACTED and cfg["hf_token"] == REDACTED
+    summary = got["summary"]
+    for k in ("run_id", "status", "peak_mem_mb", "step_time_median_s", "git_sha"):
+        assert summary[k] == row[k]
+    assert "error" not in summary  # None values are not logged
+    steps = [h for h in got["history"] if "loss" in h]
+    assert [h["_step"] for h in steps] == [0, 1, 2]
+    assert [h["loss"] for h in steps] == history["loss"]
+    assert [h["step_time_s"] for h in steps] == history["step_time_s"]
+
+    for f in (wandb_env / "results").rglob("*"):  # every file W&B wrote: datastore, logs, requirements...
+        if f.is_file():
+            assert FAKE_KEY.encode() not in f.read_bytes(), f
+
+
+def test_wandb_init_failure_warns_once_and_returns_none(wandb_env, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+
+    def broken_init(**kwargs):
+        raise wandb.errors.CommError("could not reach api.wandb.ai\nlong traceback text")
+
+    monkeypatch.setattr(wandb, "init", broken_init)
+    csv_path = wandb_env / "runs.csv"
+    row = {"run_id": "r-2", "status": "ok"}
+    CsvSink(csv_path).write(row)
+    with pytest.warns(RuntimeWarning, match=r"W&B init failed for run 'r-2'.*could not reach api.wandb.ai$"):
+        assert WandbSink("p", "g", "r-2", {}, dir=wandb_env).write(row) is None
+    assert [r["run_id"] for r in read_rows(csv_path)] == ["r-2"]
+
+
+def test_disabled_mode_writes_nothing(wandb_env, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert WandbSink("p", "g", "n", {}, dir=wandb_env / "wb").write({"run_id": "x"}) is None
+    assert not (wandb_env / "wb").exists()
+
+
+def test_wandb_datastore_reader_rejects_other_files(tmp_path):
+    (tmp_path / "run-x.wandb").write_bytes(b"not a datastore")
+    with pytest.raises(ValueError, match="not a W&B datastore"):
+        read_wandb_offline(tmp_path)
+    assert sinks._LOG_BLOCK == 32768
