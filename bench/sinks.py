@@ -38,6 +38,8 @@ EXTRA_COLUMNS = (
     "baseline_mem_mb", "gpu_peak_reserved_mb", "nvml_peak_mb", "host_peak_rss_mb",
     "weights_digest", "num_layers", "hidden_size", "grad_cosine", "eval_accuracy",
     "wall_time_s", "hostname", "python_version",
+    "grad_accum", "last_k", "jacfwd_chunk", "data_fingerprint", "jaxlib_version", "flax_version",
+    "transformers_version",
 )  # fmt: skip
 CSV_COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 

@@ -1,0 +1,369 @@
+"""The runner: every trial in its own freshly spawned process.
+
+Parent (`run_job`, one Hydra job): resume check, spawn `python -m bench.runner payload result`, watch it (timeout,
+host-memory limit), classify the outcome, append the CSV row, log the W&B run, print progress. The parent never
+imports torch or jax.
+
+Child (`measure`): import one framework, build the weights, the batches and the trainer, record the resident
+baseline, warm up (the first step compiles), then time `steps` synced steps while the memory trackers watch.
+
+Statuses: ok | oom (CUDA OOM, XLA RESOURCE_EXHAUSTED, MemoryError, host limit) | crashed (the child died: signal,
+abort, "Fatal Python error") | timeout | error (an exception: the message is in the row) | skipped (resume).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import json
+import math
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from bench.config import bert_spec, config_hash, step_spec, to_container, validate
+
+REPO = Path(__file__).resolve().parent.parent
+LOG_TAIL_LINES = 12  # stderr lines kept in the row of a crashed trial
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# parent: one Hydra job
+
+
+def run_job(cfg) -> dict:
+    from bench.sinks import CsvSink, read_rows
+
+    validate(cfg)
+    c = to_container(cfg)
+    results_dir = Path(c["results_dir"])
+    csv_path = results_dir / "runs.csv"
+    index, total, sweep_id = _progress_info(c)
+    label = trial_label(c)
+    h = config_hash(cfg)
+    if c["resume"]:
+        done = [r for r in read_rows(csv_path) if r.get("config_hash") == h and r.get("status") == "ok"]
+        if done:
+            print(f"[{index}/{total}] {label}: skipped (recorded ok as {done[-1]['run_id']})", flush=True)
+            return {**done[-1], "status": "skipped"}
+    run_id = f"{datetime.now():%Y%m%d-%H%M%S}-{c['framework']}-{c['mode']}-{uuid.uuid4().hex[:6]}"
+    print(f"[{index}/{total}] {label}: running ({run_id})", flush=True)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    outcome = spawn_trial(c, run_id, results_dir)
+    row = make_row(c, outcome, run_id=run_id, started_at=started, sweep_id=sweep_id, config_hash=h,
+                   wall_time_s=time.perf_counter() - t0)
+    CsvSink(csv_path).write(row)
+    if c["logger"]["name"] == "wandb":
+        log_wandb(c, row, outcome.get("history", {}), results_dir)
+    print(f"[{index}/{total}] {label}: {describe(row)}", flush=True)
+    return row
+
+
+def trial_label(c: dict) -> str:
+    extra = ["remat" if c["remat"] else "", f"K={c['num_tangents']}" if c["mode"] == "jvp" else "",
+             c["jvp_impl"] if c["mode"] == "jvp" and c["framework"] == "torch" else "",
+             f"trainable={c['trainable']}" if c["trainable"] != "all" else ""]
+    return " ".join([c["framework"], c["mode"], *[e for e in extra if e], c["model"]["name"],
+                     f"B{c['batch_size']} T{c['seq_len']}"])
+
+
+def describe(row: dict) -> str:
+    if row["status"] != "ok":
+        return f"{row['status'].upper()} {row.get('error') or ''}".strip()
+    return (f"ok  excess {row['excess_mem_mb']:.0f} MiB  peak {row['peak_mem_mb']:.0f} MiB  "
+            f"step {row['step_time_median_s'] * 1e3:.1f} ms  compile {row['compile_time_s']:.1f} s  "
+            f"loss {row['loss_first']:.4f} -> {row['loss_last']:.4f}")
+
+
+def _progress_info(c: dict) -> tuple[int, int | str, str]:
+    """(trial number, total, sweep id) from Hydra's runtime config; (1, 1, run dir name) outside a sweep."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        from bench.sweep import sweep_info
+
+        hc = HydraConfig.get()
+        if hc.mode == RunMode.MULTIRUN:
+            info = sweep_info(hc.sweep.dir)
+            return hc.job.num + 1, info.get("total") or "?", c["sweep_id"] or info["sweep_id"]
+        return 1, 1, c["sweep_id"] or Path(hc.run.dir).name
+    except (ImportError, ValueError):  # called outside a Hydra app (tests, tools)
+        return 1, 1, c["sweep_id"] or "single"
+
+
+def spawn_trial(c: dict, run_id: str, results_dir: Path) -> dict:
+    """Run one trial in a fresh process; never raises for anything the trial does. Returns the child's result,
+    or a status of the parent's making (crashed / timeout / oom from the host-memory watchdog)."""
+    from bench.trackers import HostMemWatchdog
+
+    logs = results_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{run_id}.log"
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        payload, result = Path(tmp) / "payload.json", Path(tmp) / "result.json"
+        payload.write_text(json.dumps(c))
+        env = {**os.environ, **trial_env(c)}
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "bench.runner", str(payload), str(result)],
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True,
+            )
+            limit = c["max_host_mem_mb"]
+            with HostMemWatchdog(proc.pid, limit, on_exceed=lambda mb: _kill(proc)) as watchdog:
+                try:
+                    proc.wait(timeout=c["timeout_s"])
+                    timed_out = False
+                except subprocess.TimeoutExpired:
+                    _kill(proc)
+                    proc.wait()
+                    timed_out = True
+        out = json.loads(result.read_text()) if result.exists() else {}
+    out.setdefault("host_peak_rss_mb", round(watchdog.max_seen_mb, 1))
+    if watchdog.exceeded.is_set():
+        return {**out, "status": "oom", "peak_mem_mb": watchdog.exceeded_mb, "mem_method": "host_rss_watchdog",
+                "error": f"host memory limit max_host_mem_mb={limit} exceeded: rss {watchdog.exceeded_mb:.0f} MiB"}
+    if timed_out:
+        return {**out, "status": "timeout", "error": f"no result within timeout_s={c['timeout_s']}"}
+    if "status" in out:
+        return out
+    rc = proc.returncode
+    how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
+    return {**out, "status": "crashed", "error": f"trial process died ({how}): {log_tail(log_path)}"}
+
+
+def trial_env(c: dict) -> dict[str, str]:
+    env = {
+        "PYTHONUNBUFFERED": "1",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",  # JAX would grab 75% of GPU memory up front: no peak to see
+        "TF_CPP_MIN_LOG_LEVEL": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",  # never touch the network from a trial
+        "HF_DATASETS_OFFLINE": "1",
+    }
+    if c["device"] == "cpu":
+        env.update(CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
+    return env
+
+
+def _kill(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole session: the child and anything it started
+    except ProcessLookupError:
+        pass
+
+
+def log_tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
+    lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    return " | ".join(lines[-n:]) or "(no output)"
+
+
+def versions() -> dict[str, str]:
+    """Installed versions, read from package metadata: importing the frameworks here would defeat isolation."""
+    out = {}
+    for name in ("jax", "jaxlib", "flax", "torch", "transformers"):
+        try:
+            out[f"{name}_version"] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[f"{name}_version"] = ""
+    return out
+
+
+def git_sha() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return f"{sha}-dirty" if sha and dirty else sha
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def make_row(c: dict, outcome: dict, **ids) -> dict:
+    from bench.sinks import CSV_COLUMNS
+
+    m = c["model"]
+    row = {
+        **ids,
+        "framework": c["framework"], "mode": c["mode"], "model": m["name"], "data": c["data"]["name"],
+        "trainable": c["trainable"], "optimizer": c["optimizer"]["name"], "batch_size": c["batch_size"],
+        "seq_len": c["seq_len"], "steps": c["steps"], "seed": c["seed"], "remat": c["remat"],
+        "num_tangents": c["num_tangents"], "dtype": c["dtype"], "jvp_impl": c["jvp_impl"],
+        "warmup_steps": c["warmup_steps"], "num_layers": m["num_layers"], "hidden_size": m["hidden_size"],
+        "grad_accum": c["grad_accum"], "last_k": c["last_k"], "jacfwd_chunk": c["jacfwd_chunk"],
+        "hostname": platform.node(), "python_version": platform.python_version(), "git_sha": git_sha(),
+        **{k: v for k, v in versions().items() if k in CSV_COLUMNS},
+        **{k: v for k, v in outcome.items() if k in CSV_COLUMNS},
+    }
+    row.setdefault("device", c["device"])
+    return row
+
+
+def log_wandb(c: dict, row: dict, history: dict, results_dir: Path) -> None:
+    from bench.sinks import WandbSink
+
+    lg = c["logger"]
+    WandbSink(project=lg["project"], group=row["sweep_id"], name=row["run_id"], config=c, mode=lg["mode"],
+              dir=results_dir, entity=lg["entity"], tags=[c["framework"], c["mode"], *lg["tags"]],
+              job_type=c["mode"]).write(row, history)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# child: the trial itself
+
+
+def measure(c: dict) -> dict:
+    """Build, warm up, time and measure one trial. Runs in the child process only."""
+    from bench import data
+    from bench.trackers import HostRssTracker, StepTimer, timed
+    from bench.weights import build_weights, weights_digest
+
+    fw, m = c["framework"], c["model"]
+    impl = _framework(fw)
+    device = impl.resolve_device(c["device"])
+    spec = bert_spec(m)
+    sspec = step_spec(c)
+    weights = build_weights(spec, c["seed"], m["checkpoint"])
+    digest = weights_digest(weights)
+
+    # Batches: warmup + timed updates of grad_accum micro-batches each, cycling epochs as needed.
+    dspec = data.data_spec(c["data"])
+    n_micro = (c["warmup_steps"] + c["steps"]) * c["grad_accum"]
+    per_epoch = max(1, (dspec.num_train or n_micro * c["batch_size"]) // c["batch_size"])
+    micro = data.make_batches(dspec, c["batch_size"], c["seq_len"], c["seed"], "train",
+                              epochs=math.ceil(n_micro / per_epoch))[:n_micro]
+    if len(micro) < n_micro:
+        raise ValueError(f"data gave {len(micro)} batches, {n_micro} needed")
+    data_fingerprint = data.fingerprint(micro)[:16]  # the same bytes reach both frameworks
+
+    trainer = impl.make_trainer(spec, weights, sspec, device, c)
+    del weights
+    gc.collect()
+    ga = c["grad_accum"]
+    updates = [trainer.to_device(micro[i * ga:(i + 1) * ga]) for i in range(c["warmup_steps"] + c["steps"])]
+    del micro
+    trainer.sync()
+
+    trackers = impl.memory_trackers(device)  # primary first; on CUDA: allocator, NVML
+    host = trackers[0] if isinstance(trackers[0], HostRssTracker) else HostRssTracker()
+    if host is not trackers[0]:
+        trackers.append(host)
+    for t in trackers:
+        t.baseline()  # weights, optimizer state (empty until the first step) and every batch are resident
+
+    warm = []
+    for i in range(c["warmup_steps"]):
+        _, dt = timed(trainer.step, updates[i], sync=trainer.sync)
+        warm.append(dt)
+    _maybe_inject_fault("after_warmup")
+
+    timer = StepTimer(sync=trainer.sync)
+    losses = []
+    with ExitStack() as stack:
+        for t in trackers:
+            stack.enter_context(t.track())
+        for i in range(c["steps"]):
+            losses.append(timer(trainer.step, updates[c["warmup_steps"] + i]))
+    losses = [float(x) for x in losses]  # after the window: the host transfer is not timed
+    stats = timer.stats()
+    primary = trackers[0].result()
+    samples = c["batch_size"] * ga
+    result = {
+        "status": "ok", "device": device_kind(device),
+        "device_name": impl.device_name(device) if device_kind(device) == "cuda" else cpu_name(),
+        "n_params": trainer.n_params, "n_trainable": trainer.n_trainable, "weights_digest": digest,
+        "data_fingerprint": data_fingerprint,
+        "compile_time_s": warm[0], "warmup_time_s": sum(warm), **stats.to_row(),
+        "samples_per_s": samples / stats.median_s, "tokens_per_s": samples * c["seq_len"] / stats.median_s,
+        **primary.to_row(), "loss_first": losses[0], "loss_last": losses[-1],
+        "history": {"loss": losses, "step_time_s": timer.times_s},
+    }
+    for t in trackers[1:]:
+        r = t.result()
+        if isinstance(t, HostRssTracker):
+            result["host_peak_rss_mb"] = r.peak_mb
+        elif t.method.startswith("nvml"):
+            result["nvml_peak_mb"] = r.peak_mb
+    if primary.reserved_peak_mb is not None:
+        result["gpu_peak_reserved_mb"] = primary.reserved_peak_mb
+    return result
+
+
+def device_kind(device) -> str:
+    return "cuda" if "cuda" in str(device).lower() or "gpu" in str(device).lower() else "cpu"
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or "cpu"
+    return f"{model} x{os.cpu_count()}"
+
+
+def _framework(name: str):
+    if name == "torch":
+        from bench.torch_impl import backend
+    else:
+        from bench.jax_impl import backend
+    return backend
+
+
+def _maybe_inject_fault(where: str) -> None:
+    """BENCH_INJECT_FAULT=<where>:<segv|abort|exit|oom> makes the trial fail for real at `where`; the tests use
+    it to check that every failure is recorded with the right status and the sweep goes on."""
+    spec = os.environ.get("BENCH_INJECT_FAULT", "")
+    if not spec.startswith(where + ":"):
+        return
+    kind = spec.split(":", 1)[1]
+    if kind == "segv":
+        import ctypes
+
+        ctypes.string_at(0)  # a real segmentation fault
+    elif kind == "abort":
+        os.abort()
+    elif kind == "exit":
+        os._exit(3)
+    elif kind == "oom":
+        raise MemoryError("injected")
+
+
+def classify(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, MemoryError) or "OutOfMemoryError" in type(e).__name__:
+        return "oom"
+    if "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower():
+        return "oom"
+    return "error"
+
+
+def child_main(payload: str, result: str) -> None:
+    faulthandler.enable()  # a segfault leaves a Python traceback in the log
+    c = json.loads(Path(payload).read_text())
+    try:
+        out = measure(c)
+    except BaseException as e:  # noqa: BLE001 (every failure becomes a row)
+        import traceback
+
+        traceback.print_exc()
+        msg = " ".join(str(e).split())[:500]
+        out = {"status": classify(e), "error": f"{type(e).__name__}: {msg}"}
+    tmp = Path(result).with_suffix(".tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.replace(result)  # atomic: the parent sees a whole result or none
+
+
+if __name__ == "__main__":
+    child_main(sys.argv[1], sys.argv[2])

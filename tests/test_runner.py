@@ -1,0 +1,140 @@
+"""The runner as a user drives it: `python -m bench ...` in a subprocess, results read back from the CSV."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.sinks import read_rows
+
+REPO = Path(__file__).resolve().parent.parent
+# Small and fast: the tiny preset, short sequences, a few steps. Every trial still spawns its own process.
+FAST = ["model=tiny", "batch_size=4", "seq_len=32", "steps=3", "warmup_steps=1", "data.num_train=64",
+        "data.num_eval=16"]
+
+
+def bench(*args: str, results: Path, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "bench", *args, f"results_dir={results}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def rows(results: Path) -> list[dict]:
+    return read_rows(results / "runs.csv")
+
+
+@pytest.mark.slow
+def test_multirun_records_every_trial_ok_with_plausible_numbers(tmp_path):
+    out = bench("-m", "framework=torch,jax", "mode=inference,backprop", *FAST, "logger=none", results=tmp_path)
+    rs = rows(tmp_path)
+    assert len(rs) == 4, out.stdout
+    assert {(r["framework"], r["mode"]) for r in rs} == {(f, m) for f in ("torch", "jax")
+                                                        for m in ("inference", "backprop")}
+    for r in rs:
+        assert r["status"] == "ok", r["error"]
+        assert r["device"] == "cpu" and r["mem_method"] == "rss_hwm"
+        assert 0 < float(r["step_time_p10_s"]) <= float(r["step_time_median_s"]) <= float(r["step_time_p90_s"])
+        assert float(r["compile_time_s"]) > 0 and float(r["samples_per_s"]) > 0
+        assert 100 < float(r["peak_mem_mb"]) < 8000  # an interpreter with a framework and a 1 M-param model
+        assert float(r["peak_mem_mb"]) >= float(r["baseline_mem_mb"])
+        assert 1.0 < float(r["loss_first"]) < 2.0  # ~ln(4) for 4 classes at init
+        assert int(r["n_params"]) == 1011492 and r["git_sha"] and r["config_hash"]
+    # both frameworks started from the same weights and saw the same batches
+    assert len({r["weights_digest"] for r in rs}) == 1
+    assert len({r["data_fingerprint"] for r in rs}) == 1
+    assert len({r["sweep_id"] for r in rs}) == 1
+    # the sweep prints progress and a summary table at the end
+    assert "[4/4]" in out.stdout and "excess MiB" in out.stdout
+
+
+@pytest.mark.slow
+def test_wandb_offline_run_holds_the_logged_metrics(tmp_path):
+    from bench.sinks import read_wandb_offline
+
+    bench("framework=torch", "mode=backprop", *FAST, "logger=wandb", results=tmp_path)
+    (row,) = rows(tmp_path)
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    logged = read_wandb_offline(runs[0])
+    assert logged["complete"]
+    assert logged["summary"]["run_id"] == row["run_id"]
+    assert float(logged["summary"]["step_time_median_s"]) == pytest.approx(float(row["step_time_median_s"]))
+    assert logged["config"]["mode"] == "backprop" and logged["config"]["model.num_layers"] == 2
+    assert len(logged["history"]) == 3 and all("loss" in h and "step_time_s" in h for h in logged["history"])
+
+
+@pytest.mark.slow
+def test_host_memory_limit_is_oom_and_the_sweep_goes_on(tmp_path):
+    # 50 MiB is below what a Python process with torch imported needs: the watchdog kills the first trial.
+    out = bench("-m", "framework=torch", "mode=inference", "max_host_mem_mb=50,null", *FAST, "logger=none",
+                results=tmp_path)
+    first, second = rows(tmp_path)
+    assert first["status"] == "oom" and "max_host_mem_mb=50" in first["error"]
+    assert float(first["peak_mem_mb"]) > 50
+    assert second["status"] == "ok"
+    assert "OOM" in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault,signal_name", [("segv", "SIGSEGV"), ("abort", "SIGABRT")])
+def test_a_dying_trial_is_recorded_as_crashed(tmp_path, fault, signal_name):
+    bench("framework=torch", "mode=backprop", *FAST, "logger=none", results=tmp_path,
+          env={"BENCH_INJECT_FAULT": f"after_warmup:{fault}"})
+    (row,) = rows(tmp_path)
+    assert row["status"] == "crashed"
+    assert signal_name in row["error"]
+    if fault == "segv":
+        assert "Fatal Python error" in row["error"] or "Segmentation fault" in row["error"]
+
+
+@pytest.mark.slow
+def test_timeout_is_recorded(tmp_path):
+    bench("framework=torch", "mode=backprop", *FAST, "logger=none", "timeout_s=1", results=tmp_path)
+    (row,) = rows(tmp_path)
+    assert row["status"] == "timeout" and "timeout_s=1" in row["error"]
+
+
+@pytest.mark.slow
+def test_resume_skips_trials_recorded_ok(tmp_path):
+    bench("-m", "framework=torch", "mode=inference,backprop", *FAST, "logger=none", results=tmp_path)
+    assert [r["status"] for r in rows(tmp_path)] == ["ok", "ok"]
+    out = bench("-m", "framework=torch", "mode=inference,backprop,mezo", *FAST, "logger=none", "resume=true",
+                results=tmp_path)
+    rs = rows(tmp_path)
+    assert [r["mode"] for r in rs] == ["inference", "backprop", "mezo"]  # only the new trial ran
+    assert out.stdout.count("skipped") == 2
+    assert "mezo" in out.stdout.split("excess MiB")[-1]  # the summary covers the whole sweep, resumed trials too
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["model=nope"], "model=nope: unknown option; accepted: bert_base, bert_large, minilm_l6, tiny"),
+    (["mode=backward"], "mode=backward: accepted inference | backprop | jvp | jacfwd | mezo"),
+    (["batch_size=abc"], "batch_size=abc"),
+    (["model=tiny", "seq_len=1024"], "seq_len=1024: above model.max_position_embeddings=512"),
+    (["model.num_labels=1"], "model.num_labels=1: must be an integer >= 2"),
+    (["model.checkpoint=/no/such/dir"], "model.checkpoint='/no/such/dir': no such file or directory"),
+    (["-m", "framework=torch,jax", "jvp_impl=naive"], "jvp_impl=naive: torch only"),
+    (["mode=jacfwd", "model=bert_base"], "need 427,678 vmapped forward passes"),
+    (["data=ag_news", "data.path=/no/such.csv"], "data.path=/no/such.csv: no such file"),
+])
+def test_bad_config_is_one_line_and_nothing_runs(tmp_path, args, expected):
+    proc = bench(*args, results=tmp_path, check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bench: error: ") and expected in lines[0], proc.stderr
+    assert not (tmp_path / "runs.csv").exists() and not (tmp_path / "hydra").exists()
+
+
+def test_bad_config_leaves_recorded_rows_alone(tmp_path):
+    csv = tmp_path / "runs.csv"
+    csv.write_text("run_id,status\nabc,ok\n")
+    before = csv.read_bytes()
+    assert bench("mode=nope", results=tmp_path, check=False).returncode == 2
+    assert csv.read_bytes() == before
