@@ -1,0 +1,250 @@
+"""JAX BERT: a Flax NNX BertForSequenceClassification, loaded from the shared numpy weights.
+
+The mirror image of torch_impl/model.py. transformers 5.x ships no Flax models, so this is HF's
+modeling_bert.py rewritten in NNX, op for op: same module tree (attribute names are HF's module names, so a
+parameter's NNX path reads like its HF name, see params.py), same post-LN layer, exact erf GELU, HF eager
+attention's additive padding mask, and the same order of additions wherever float32 rounding could tell the
+two apart. tests/test_parity.py holds every hidden state, the logits, the loss and every gradient against HF.
+
+Dropout draws from the `rngs` passed to __call__ (nnx.Rngs(dropout=key)); the model itself holds only Params,
+so its state splits cleanly into trainable and frozen parameters.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from bench.spec import BertSpec
+
+# HF eager attention adds finfo(dtype).min at padded keys (masking_utils.eager_mask); the same constant here
+# keeps padded batches equal to HF at every position, padded rows included.
+MASK_VALUE = float(np.finfo(np.float32).min)
+
+
+class BertOutput(NamedTuple):
+    """What __call__ returns with output_hidden_states=True (a NamedTuple, so it is a pytree under jit)."""
+
+    logits: jax.Array  # (B, num_labels)
+    pooled: jax.Array  # (B, H) pooler output, before the classifier dropout
+    hidden_states: tuple[jax.Array, ...]  # (embeddings output, layer 1, ..., layer L), each (B, T, H)
+
+
+def _linear(n_in: int, n_out: int, spec: BertSpec, rngs: nnx.Rngs) -> nnx.Linear:
+    # HF's _init_weights: N(0, initializer_range) weights, zero biases. build_model overwrites them with the
+    # shared weights anyway; this only makes a model built directly start from the same distribution.
+    return nnx.Linear(n_in, n_out, kernel_init=nnx.initializers.normal(spec.initializer_range), rngs=rngs)
+
+
+def _layer_norm(spec: BertSpec, rngs: nnx.Rngs) -> nnx.LayerNorm:
+    # use_fast_variance=False: E[x^2] - E[x]^2 loses digits against torch's two-pass variance when |mean| >>
+    # std.
+    return nnx.LayerNorm(spec.hidden_size, epsilon=spec.layer_norm_eps, use_fast_variance=False, rngs=rngs)
+
+
+def _embed(n: int, spec: BertSpec, rngs: nnx.Rngs) -> nnx.Embed:
+    init = nnx.initializers.normal(spec.initializer_range)
+    return nnx.Embed(n, spec.hidden_size, embedding_init=init, rngs=rngs)
+
+
+class BertEmbeddings(nnx.Module):
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
+        self.word_embeddings = _embed(spec.vocab_size, spec, rngs)
+        self.position_embeddings = _embed(spec.max_position_embeddings, spec, rngs)
+        self.token_type_embeddings = _embed(spec.type_vocab_size, spec, rngs)
+        self.LayerNorm = _layer_norm(spec, rngs)
+        self.dropout = nnx.Dropout(spec.dropout)
+
+    def __call__(self, input_ids, token_type_ids, *, deterministic, rngs):
+        T = input_ids.shape[1]
+        position_ids = jnp.arange(T, dtype=jnp.int32)[None, :]  # (1, T), HF's position_ids buffer sliced to T
+        # HF's order of additions: (word + token_type) + position.
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)  # (B, T, H)
+        x = x + self.position_embeddings(position_ids)  # (B, T, H)
+        x = self.LayerNorm(x)
+        return self.dropout(x, deterministic=deterministic, rngs=rngs)
+
+
+class BertSelfAttention(nnx.Module):
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
+        H = spec.hidden_size
+        self.num_heads = spec.num_heads
+        self.head_dim = spec.head_dim
+        self.query = _linear(H, H, spec, rngs)
+        self.key = _linear(H, H, spec, rngs)
+        self.value = _linear(H, H, spec, rngs)
+        self.dropout = nnx.Dropout(spec.dropout)
+
+    def __call__(self, x, mask_bias, *, deterministic, rngs):
+        B, T, H = x.shape
+        nh, hd = self.num_heads, self.head_dim
+
+        def heads(t):  # (B, T, H) -> (B, nh, T, hd)
+            return t.reshape(B, T, nh, hd).transpose(0, 2, 1, 3)
+
+        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+        # HF eager attention: scale after the matmul, add the mask, softmax in float32, dropout on the
+        # probabilities.
+        scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * (hd**-0.5)  # (B, nh, T, T)
+        scores = scores + mask_bias  # (B, 1, 1, T) broadcast over heads and queries
+        probs = jax.nn.softmax(scores, axis=-1)
+        probs = self.dropout(probs, deterministic=deterministic, rngs=rngs)
+        out = jnp.einsum("bhqk,bhkd->bhqd", probs, v)  # (B, nh, T, hd)
+        return out.transpose(0, 2, 1, 3).reshape(B, T, H)  # (B, T, H)
+
+
+class BertSelfOutput(nnx.Module):
+    """Attention output projection + dropout + residual + LayerNorm (post-LN)."""
+
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
+        self.dense = _linear(spec.hidden_size, spec.hidden_size, spec, rngs)
+        self.LayerNorm = _layer_norm(spec, rngs)
+        self.dropout = nnx.Dropout(spec.dropout)
+
+    def __call__(self, x, residual, *, deterministic, rngs):
+        x = self.dropout(self.dense(x), deterministic=deterministic, rngs=rngs)
+        return self.LayerNorm(x + residual)  # (B, T, H)
+
+
+class BertAttention(nnx.Module):
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
+        self.self = BertSelfAttention(spec, rngs=rngs)  # HF's name, so the path reads attention.self.query
+        self.output = BertSelfOutput(spec, rngs=rngs)
+
+    def __call__(self, x, mask_bias, *, deterministic, rngs):
+        a = self.self(x, mask_bias, deterministic=deterministic, rngs=rngs)
+        return self.output(a, x, deterministic=deterministic, rngs=rngs)
+
+
+class BertIntermediate(nnx.Module):
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
+        self.dense = _linear(spec.hidden_size, spec.intermediate_size, spec, rngs)
+
+    def __call__(self, x):
+        return jax.nn.gelu(self.dense(x), approximate=False)  # (B, T, I); BERT's exact erf GELU (HF "gelu")
+
+
+class BertFeedForwardOutput(nnx.Module):
+    """HF's BertOutput module (renamed here: BertOutput is this file's return type). FFN down-projection +
+    dropout + residual + LayerNorm."""
+
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
+        self.dense = _linear(spec.intermediate_size, spec.hidden_size, spec, rngs)
+        self.LayerNorm = _layer_norm(spec, rngs)
+        self.dropout = nnx.Dropout(spec.dropout)
+
+    def __call__(self, x, residual, *, deterministic, rngs):
+        x = self.dropout(self.dense(x), deterministic=deterministic, rngs=rngs)
+        return self.LayerNorm(x + residual)  # (B, T, H)
+
+
+class BertLayer(nnx.Module):
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
+        self.attention = BertAttention(spec, rngs=rngs)
+        self.intermediate = BertIntermediate(spec, rngs=rngs)
+        self.output = BertFeedForwardOutput(spec, rngs=rngs)
+
+    def __call__(self, x, mask_bias, *, deterministic, rngs):
+        a = self.attention(x, mask_bias, deterministic=deterministic, rngs=rngs)  # (B, T, H)
+        return self.output(self.intermediate(a), a, deterministic=deterministic, rngs=rngs)  # (B, T, H)
+
+
+def _layer_forward(layer, x, mask_bias, rngs, deterministic):
+    return layer(x, mask_bias, deterministic=deterministic, rngs=rngs)
+
+
+# Activation checkpointing per encoder layer: only each layer's input is kept for the backward pass, the rest
+# is recomputed. `deterministic` (argument 4) is a Python bool that picks the graph, hence static. Dropout
+# keys come from `rngs` inside the checkpointed function, so the recomputation draws the very same masks.
+_remat_layer_forward = nnx.remat(_layer_forward, static_argnums=(4,))
+
+
+class BertEncoder(nnx.Module):
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False):
+        self.layer = nnx.List([BertLayer(spec, rngs=rngs) for _ in range(spec.num_layers)])
+        self.remat = remat
+
+    def __call__(self, x, mask_bias, *, deterministic, rngs):
+        forward = _remat_layer_forward if self.remat else _layer_forward
+        hidden_states = [x]
+        for layer in self.layer:
+            x = forward(layer, x, mask_bias, rngs, deterministic)  # (B, T, H)
+            hidden_states.append(x)
+        return tuple(hidden_states)
+
+
+class BertPooler(nnx.Module):
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
+        self.dense = _linear(spec.hidden_size, spec.hidden_size, spec, rngs)
+
+    def __call__(self, x):
+        return jnp.tanh(self.dense(x[:, 0]))  # (B, H), from the [CLS] position
+
+
+class BertModel(nnx.Module):
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False):
+        self.embeddings = BertEmbeddings(spec, rngs=rngs)
+        self.encoder = BertEncoder(spec, rngs=rngs, remat=remat)
+        self.pooler = BertPooler(spec, rngs=rngs)
+
+
+class BertForSequenceClassification(nnx.Module):
+    """HF BertForSequenceClassification in NNX. Inputs are int32 (B, T); returns float32 logits
+    (B, num_labels), or a BertOutput with the pooled output and HF's hidden_states tuple when
+    output_hidden_states=True."""
+
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False):
+        self.spec = spec  # frozen dataclass: static metadata of the graph, not state
+        self.bert = BertModel(spec, rngs=rngs, remat=remat)
+        self.dropout = nnx.Dropout(spec.dropout)
+        self.classifier = _linear(spec.hidden_size, spec.num_labels, spec, rngs)
+
+    def __call__(
+        self,
+        input_ids,
+        token_type_ids,
+        attention_mask,
+        *,
+        deterministic: bool = True,
+        rngs: nnx.Rngs | None = None,
+        output_hidden_states: bool = False,
+    ):
+        if not deterministic and self.spec.dropout > 0 and rngs is None:
+            raise ValueError(
+                f"deterministic=False with dropout={self.spec.dropout} needs rngs=nnx.Rngs(dropout=key) "
+                "(the model holds no random state of its own)"
+            )
+        # Additive padding mask, exactly HF's eager mask: 0 where attended, float32 min at padded keys.
+        keep = attention_mask[:, None, None, :] != 0  # (B, 1, 1, T)
+        mask_bias = jnp.where(keep, 0.0, MASK_VALUE).astype(jnp.float32)  # (B, 1, 1, T)
+        kw = dict(deterministic=deterministic, rngs=rngs)
+        x = self.bert.embeddings(input_ids, token_type_ids, **kw)  # (B, T, H)
+        hidden_states = self.bert.encoder(x, mask_bias, **kw)  # L + 1 times (B, T, H)
+        pooled = self.bert.pooler(hidden_states[-1])  # (B, H)
+        logits = self.classifier(self.dropout(pooled, **kw))  # (B, num_labels)
+        if output_hidden_states:
+            return BertOutput(logits, pooled, hidden_states)
+        return logits
+
+
+def cross_entropy_loss(logits, labels):
+    """Mean cross-entropy over the batch: what HF computes with labels= (CrossEntropyLoss, single-label)."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # (B, num_labels)
+    return -jnp.mean(jnp.take_along_axis(logp, labels[:, None].astype(jnp.int32), axis=-1))
+
+
+def build_model(
+    spec: BertSpec, weights: dict[str, np.ndarray], *, remat: bool = False
+) -> BertForSequenceClassification:
+    """BertForSequenceClassification with exactly `weights` (HF names, torch layout); see params.py."""
+    from bench.jax_impl.params import load_weights
+
+    # Build abstractly (shapes only, like torch's meta device): a random init would be thrown away
+    # immediately.
+    model = nnx.eval_shape(lambda: BertForSequenceClassification(spec, rngs=nnx.Rngs(0), remat=remat))
+    load_weights(model, weights)
+    return model

@@ -1,0 +1,140 @@
+"""HF weights <-> NNX parameters: one table, read in both directions.
+
+The shared weights are a flat {hf_name: float32 numpy} dict in torch layout (bench/weights.py). The NNX model
+mirrors HF's module names (model.py), so a parameter's NNX path is its HF name with the leaf renamed after the
+flax module that owns it, and Linear weights transposed:
+
+    torch nn.Linear.weight (out, in)   <->  nnx.Linear.kernel (in, out)    transpose
+    torch nn.Embedding.weight (n, H)   <->  nnx.Embed.embedding (n, H)     identity
+    torch nn.LayerNorm.weight / .bias  <->  nnx.LayerNorm.scale / .bias    identity
+
+Both transforms are their own inverse, so export applies the same one. No torch here: a JAX trial never
+imports it (bench.torch_impl.model.weights_from_state_dict turns an in-memory torch state_dict into the same
+dict).
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from bench.spec import param_shapes
+from bench.weights import WeightsError, check_weights
+
+
+def _identity(w: np.ndarray) -> np.ndarray:
+    return w
+
+
+def _transpose(w: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(w.T)
+
+
+# (HF name, NNX path, transform); {L} is an encoder layer index on both sides. Buffers HF keeps in checkpoints
+# (embeddings.position_ids, token_type_ids) are no parameters: bench.weights drops them before they get here.
+_L = "bert.encoder.layer.{L}."
+_E = "bert.embeddings."
+TABLE: tuple[tuple[str, str, object], ...] = (
+    (_E + "word_embeddings.weight", _E + "word_embeddings.embedding", _identity),
+    (_E + "position_embeddings.weight", _E + "position_embeddings.embedding", _identity),
+    (_E + "token_type_embeddings.weight", _E + "token_type_embeddings.embedding", _identity),
+    (_E + "LayerNorm.weight", _E + "LayerNorm.scale", _identity),
+    (_E + "LayerNorm.bias", _E + "LayerNorm.bias", _identity),
+    (_L + "attention.self.query.weight", _L + "attention.self.query.kernel", _transpose),
+    (_L + "attention.self.query.bias", _L + "attention.self.query.bias", _identity),
+    (_L + "attention.self.key.weight", _L + "attention.self.key.kernel", _transpose),
+    (_L + "attention.self.key.bias", _L + "attention.self.key.bias", _identity),
+    (_L + "attention.self.value.weight", _L + "attention.self.value.kernel", _transpose),
+    (_L + "attention.self.value.bias", _L + "attention.self.value.bias", _identity),
+    (_L + "attention.output.dense.weight", _L + "attention.output.dense.kernel", _transpose),
+    (_L + "attention.output.dense.bias", _L + "attention.output.dense.bias", _identity),
+    (_L + "attention.output.LayerNorm.weight", _L + "attention.output.LayerNorm.scale", _identity),
+    (_L + "attention.output.LayerNorm.bias", _L + "attention.output.LayerNorm.bias", _identity),
+    (_L + "intermediate.dense.weight", _L + "intermediate.dense.kernel", _transpose),
+    (_L + "intermediate.dense.bias", _L + "intermediate.dense.bias", _identity),
+    (_L + "output.dense.weight", _L + "output.dense.kernel", _transpose),
+    (_L + "output.dense.bias", _L + "output.dense.bias", _identity),
+    (_L + "output.LayerNorm.weight", _L + "output.LayerNorm.scale", _identity),
+    (_L + "output.LayerNorm.bias", _L + "output.LayerNorm.bias", _identity),
+    ("bert.pooler.dense.weight", "bert.pooler.dense.kernel", _transpose),
+    ("bert.pooler.dense.bias", "bert.pooler.dense.bias", _identity),
+    ("classifier.weight", "classifier.kernel", _transpose),
+    ("classifier.bias", "classifier.bias", _identity),
+)
+
+
+def _compile(template: str) -> re.Pattern:
+    return re.compile(re.escape(template).replace(re.escape("{L}"), r"(?P<L>\d+)") + r"\Z")
+
+
+_FROM_NNX = [(_compile(nnx_path), hf, t) for hf, nnx_path, t in TABLE]
+
+
+def _key(k) -> str:
+    # Accept NNX paths (str / int keys) and jax.tree_util key paths (DictKey, GetAttrKey, SequenceKey) alike,
+    # so hf_name works on paths from nnx.split filters, State.flat_state() and
+    # jax.tree_util.tree_map_with_path.
+    for attr in ("key", "name", "idx"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def _lookup(path: tuple) -> tuple[str, object]:
+    keys = [_key(k) for k in path]
+    if keys and keys[-1] in ("value", "raw_value"):  # tree_util paths end inside the Variable
+        keys = keys[:-1]
+    dotted = ".".join(keys)
+    for pattern, hf, transform in _FROM_NNX:
+        m = pattern.match(dotted)
+        if m:
+            return (hf.format(L=m.group("L")) if "{L}" in hf else hf), transform
+    raise KeyError(f"NNX path {dotted!r} is no BERT parameter (see bench.jax_impl.params.TABLE)")
+
+
+def hf_name(path: tuple) -> str:
+    """The HF parameter name of an NNX state path, e.g. ('bert', 'encoder', 'layer', 0, 'attention', 'self',
+    'query', 'kernel') -> 'bert.encoder.layer.0.attention.self.query.weight'."""
+    return _lookup(path)[0]
+
+
+def _params(model) -> dict[str, tuple[nnx.Variable, object]]:
+    """{hf_name: (Param, transform)} of every parameter of the model."""
+    return {
+        name: (var, transform)
+        for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param))
+        for name, transform in [_lookup(path)]
+    }
+
+
+def load_weights(model, weights: dict[str, np.ndarray]) -> None:
+    """Copy the numpy weights into the model (strict: every missing, unexpected and mis-shaped key is reported
+    together in one WeightsError). Works on an abstract model from nnx.eval_shape too (build_model)."""
+    spec = model.spec
+    check_weights(weights, spec)
+    params = _params(model)
+    # The model's own parameters must be exactly the spec's; anything else is a bug in model.py, not the
+    # weights.
+    if set(params) != set(param_shapes(spec)):
+        raise WeightsError(
+            f"model.py and spec.param_shapes disagree: {sorted(set(params) ^ set(param_shapes(spec)))}"
+        )
+    for name, (var, transform) in params.items():
+        w = transform(np.asarray(weights[name]))
+        if w.shape != tuple(var.shape):  # unreachable while the table and model.py agree; cheap to be sure
+            raise WeightsError(f"{name}: {w.shape} after transform != NNX {tuple(var.shape)}")
+        var.set_value(jnp.asarray(w, dtype=var.dtype))
+
+
+def export_weights(model) -> dict[str, np.ndarray]:
+    """The model's parameters as the shared {hf_name: numpy} dict in torch layout and HF order (the inverse of
+    load_weights; mirror of bench.torch_impl.model.export_weights)."""
+    params = _params(model)
+    out = {}
+    for name in param_shapes(model.spec):
+        var, transform = params[name]
+        out[name] = transform(np.array(var.get_value()))  # np.array copies: never aliases the model's arrays
+    return out
