@@ -56,7 +56,7 @@ def make_loss_fn(graphdef, frozen, train: bool):
 
 def direction_key(seed: int, step, k, index: int):
     """Key of direction k of parameter tensor `index` at `step`: any tensor's direction can be regenerated alone."""
-    return jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), k), index)
+    return jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(jax.random.key(seed, impl="rbg"), step), k), index)
 
 
 def direction(p, key):
@@ -85,7 +85,7 @@ def tangent_gradient(tangents, coeffs):
 
 
 def dropout_key(seed: int, step):
-    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), -1)
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), 2**32 - 1)
 
 
 # ---------------------------------------------------------------------------------------------------------------
