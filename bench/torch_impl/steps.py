@@ -76,8 +76,9 @@ class SeededGradient:
 
     def __iter__(self):
         for i, (name, p) in enumerate(self.params.items()):
-            g = torch.zeros_like(p)
-            for k, c in enumerate(self.coeffs):
+            # the first direction becomes g in place: for K=1 (MeZO) one tensor-sized buffer, not two
+            g = direction(p, direction_seed(self.seed, self.step, 0, i)).mul_(self.coeffs[0])
+            for k, c in enumerate(self.coeffs[1:], start=1):
                 g.add_(direction(p, direction_seed(self.seed, self.step, k, i)), alpha=c)
             yield name, g
 
@@ -263,6 +264,9 @@ class Trainer:
     def sync(self, value=None) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def compile(self, micro_batches) -> None:
+        """Nothing to compile: the eager model runs as is (jax_impl compiles its step here, ahead of time)."""
 
     # -- the mode --------------------------------------------------------------------------------------------
     def gradient(self, micro_batches, tangents=None):
