@@ -231,6 +231,20 @@ class BertForSequenceClassification(nnx.Module):
         return logits
 
 
+    # The same forward in two halves, for jacfwd on trainable=head: the frozen trunk runs once per batch and only
+    # the head is pushed forward along every basis direction (steps.jacfwd_gradient).
+    def features(self, input_ids, token_type_ids, attention_mask, *, deterministic=True, rngs=None):
+        """The trunk: embeddings + encoder -> last hidden state (B, T, H)."""
+        keep = attention_mask[:, None, None, :] != 0  # (B, 1, 1, T)
+        mask_bias = jnp.where(keep, 0.0, MASK_VALUE).astype(jnp.float32)
+        kw = dict(deterministic=deterministic, rngs=rngs)
+        return self.bert.encoder(self.bert.embeddings(input_ids, token_type_ids, **kw), mask_bias, **kw)[-1]
+
+    def head(self, hidden, *, deterministic=True, rngs=None):
+        """The head: pooler + dropout + classifier, (B, T, H) -> logits (B, num_labels)."""
+        return self.classifier(self.dropout(self.bert.pooler(hidden), deterministic=deterministic, rngs=rngs))
+
+
 def cross_entropy_loss(logits, labels):
     """Mean cross-entropy over the batch: what HF computes with labels= (CrossEntropyLoss, single-label)."""
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # (B, num_labels)

@@ -50,6 +50,24 @@ def make_loss_fn(graphdef, frozen, train: bool):
     return loss_of
 
 
+def make_trunk_head_fns(graphdef, frozen, train: bool):
+    """(features_of, head_loss_of): the loss in two halves, for trainable=head where the trunk (embeddings +
+    encoder) is frozen: features_of(params, batch, key) -> (B, T, H); head_loss_of(params, hidden, batch, key)."""
+
+    def features_of(params, batch, key):
+        model = nnx.merge(graphdef, params, frozen)
+        return model.features(*(batch[k] for k in INPUT_KEYS), deterministic=not train,
+                              rngs=nnx.Rngs(dropout=key) if train else None)
+
+    def head_loss_of(params, hidden, batch, key):
+        model = nnx.merge(graphdef, params, frozen)
+        logits = model.head(hidden, deterministic=not train,
+                            rngs=nnx.Rngs(dropout=jax.random.fold_in(key, 1)) if train else None)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
+
+    return features_of, head_loss_of
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # seeded random directions
 
@@ -144,15 +162,24 @@ def forward_gradient(loss_of, params, micro_batches, key, *, num_tangents, seed,
     return loss, seeded_gradient(params, ds / num_tangents, seed, step)
 
 
-def jacfwd_gradient(loss_of, params, micro_batches, key, *, chunk: int):
+def jacfwd_gradient(loss_of, params, micro_batches, key, *, chunk: int, trunk=None):
     """Exact gradient by forward mode: d(loss)/d(theta_i) for every basis direction e_i of the flattened trainable
     parameters, `chunk` directions per vmapped jvp (lax.map with batch_size). ceil(n / chunk) forward passes;
-    the (chunk, n) basis block is the method's memory cost. One dropout key for every direction."""
+    the (chunk, n) basis block is the method's memory cost. One dropout key for every direction.
+
+    `trunk` = (features_of, head_loss_of) when nothing before the head is trainable (trainable=head): the trunk
+    has no tangent, so it runs once per batch outside the basis loop and only the head is pushed forward (XLA
+    does not hoist the loop-invariant trunk out of the loop by itself; torch_impl does the same split)."""
     flat, unravel = ravel_pytree(params)
     n = flat.shape[0]
     total, grad_flat = 0.0, jnp.zeros_like(flat)
     for batch in micro_batches:
-        f = lambda x: loss_of(unravel(x), batch, key)  # noqa: B023 (used immediately)
+        if trunk is None:
+            f = lambda x: loss_of(unravel(x), batch, key)  # noqa: B023 (used immediately)
+        else:
+            features_of, head_loss_of = trunk
+            hidden = features_of(params, batch, key)  # (B, T, H), once
+            f = lambda x: head_loss_of(unravel(x), hidden, batch, key)  # noqa: B023
         basis_derivative = lambda i: jax.jvp(f, (flat,), (jax.nn.one_hot(i, n, dtype=flat.dtype),))  # noqa: B023
         losses, d = jax.lax.map(basis_derivative, jnp.arange(n), batch_size=min(chunk, n))
         total, grad_flat = total + losses[0] / len(micro_batches), grad_flat + d / len(micro_batches)
@@ -233,6 +260,7 @@ class Trainer:
         # Dropout on for the training modes; inference and MeZO run deterministic (as torch_impl).
         train = s.mode in ("backprop", "jvp", "jacfwd")
         self.loss_of = make_loss_fn(self.graphdef, self.frozen, train)
+        self.trunk = make_trunk_head_fns(self.graphdef, self.frozen, train) if s.trainable == "head" else None
         self.optimizer = None if s.mode == "inference" else make_optimizer(s.optimizer)
         # Created by the first update, as torch.optim creates its state lazily: in both frameworks the optimizer
         # state is part of a trial's excess memory, not of its baseline.
@@ -284,7 +312,8 @@ class Trainer:
             return params, *forward_gradient(self.loss_of, params, micro_batches, key, num_tangents=s.num_tangents,
                                              seed=s.seed, step=step, tangents=tangents)
         if s.mode == "jacfwd":
-            return params, *jacfwd_gradient(self.loss_of, params, micro_batches, key, chunk=s.jacfwd_chunk)
+            return params, *jacfwd_gradient(self.loss_of, params, micro_batches, key, chunk=s.jacfwd_chunk,
+                                             trunk=self.trunk)
         if s.mode == "mezo":
             return spsa_gradient(self.loss_of, params, micro_batches, key, eps=s.mezo_eps, seed=s.seed, step=step)
         raise ValueError(f"mode={s.mode!r} has no gradient")

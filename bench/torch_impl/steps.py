@@ -46,6 +46,20 @@ def loss_fn(model, batch, params=None):
     return F.cross_entropy(logits, batch["labels"])  # (B, C) -> scalar
 
 
+def features(model, batch):
+    """The trunk (embeddings + encoder) -> last hidden state (B, T, H): for trainable=head, where it is frozen."""
+    return model.bert(**{k: batch[k] for k in INPUT_KEYS}).last_hidden_state
+
+
+def head_loss(model, hidden, batch, params):
+    """The loss from the trunk's output through pooler, dropout and classifier; `params` (HF names) are the
+    head's parameters, passed functionally as loss_fn does."""
+    sub = lambda prefix: {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
+    pooled = functional_call(model.bert.pooler, sub("bert.pooler."), (hidden,))  # (B, H)
+    logits = functional_call(model.classifier, sub("classifier."), (model.dropout(pooled),))  # (B, C)
+    return F.cross_entropy(logits, batch["labels"])
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # seeded random directions
 
@@ -155,11 +169,14 @@ def forward_gradient(model, params, micro_batches, *, num_tangents, seed, step, 
     return total, SeededGradient(params, coeffs, seed, step)
 
 
-def jacfwd_gradient(model, params, micro_batches, *, chunk: int, seed: int, step: int):
+def jacfwd_gradient(model, params, micro_batches, *, chunk: int, seed: int, step: int, trunk: bool = False):
     """Exact gradient by forward mode: d(loss)/d(theta_i) for every basis direction e_i of the flattened trainable
     parameters, `chunk` directions per vmapped jvp. ceil(n / chunk) forward passes; the (chunk, n) basis block is
     the method's memory cost. Every chunk replays the same dropout masks (forked RNG, same seed), so all
-    directions differentiate the same function, as jax.jvp does with one key."""
+    directions differentiate the same function, as jax.jvp does with one key.
+
+    `trunk` when nothing before the head is trainable (trainable=head): the trunk has no tangent, so it runs once
+    per batch outside the basis loop and only the head is pushed forward (jax_impl does the same split)."""
     names = list(params)
     sizes = [params[n].numel() for n in names]
     n = sum(sizes)
@@ -168,7 +185,13 @@ def jacfwd_gradient(model, params, micro_batches, *, chunk: int, seed: int, step
     total = 0.0
     devices = [ref.device.index or 0] if ref.device.type == "cuda" else []
     for batch in micro_batches:
-        f = lambda p, batch=batch: loss_fn(model, batch, p)
+        if trunk:
+            with torch.random.fork_rng(devices=devices):
+                torch.manual_seed(direction_seed(seed, step, 0, 1))
+                hidden = features(model, batch)  # (B, T, H), once
+            f = lambda p, batch=batch, hidden=hidden: head_loss(model, hidden, batch, p)
+        else:
+            f = lambda p, batch=batch: loss_fn(model, batch, p)
         for start in range(0, n, chunk):
             c = min(chunk, n - start)
             basis = torch.zeros(c, n, device=ref.device, dtype=ref.dtype)  # (c, n)
@@ -281,7 +304,7 @@ class Trainer:
             )
         if s.mode == "jacfwd":
             return jacfwd_gradient(self.model, self.params, micro_batches, chunk=s.jacfwd_chunk, seed=s.seed,
-                                   step=step)
+                                   step=step, trunk=s.trainable == "head")
         if s.mode == "mezo":
             return spsa_gradient(self.model, self.params, micro_batches, eps=s.mezo_eps, seed=s.seed, step=step)
         raise ValueError(f"mode={s.mode!r} has no gradient")
