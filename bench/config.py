@@ -92,7 +92,9 @@ class BenchConfig:
     last_k: int = _f(1, "trainable=last_k: number of final encoder layers trained")
     batch_size: int = _f(8, "examples per micro-batch")
     seq_len: int = _f(128, "tokens per example (padded/truncated)")
-    steps: int = _f(20, "timed steps (optimizer updates)")
+    steps: int = _f(20, "timed steps (optimizer updates); ignored when epochs is set")
+    epochs: Any = _f(None, "null: `steps` timed steps; N: N passes over data.num_train (num_train // batch_size "
+                           "// grad_accum updates each)")
     warmup_steps: int = _f(3, "untimed steps before the timed ones; the first includes compilation")
     grad_accum: int = _f(1, "micro-batches per optimizer update")
     seed: int = _f(0, "weights, data order, tangents, perturbations, dropout")
@@ -110,6 +112,12 @@ class BenchConfig:
     timeout_s: int = _f(1800, "per-trial wall-clock limit")
     max_host_mem_mb: Any = _f(None, "kill a trial whose host RSS exceeds this (status oom)")
     sweep_id: Any = _f(None, "groups the trials of one sweep (default: the Hydra sweep directory name)")
+    evaluate: bool = _f(False, "after the timed steps: loss and accuracy on the held-out split -> eval_loss, "
+                               "eval_accuracy")
+    eval_every: int = _f(0, "evaluate=true: also every N timed steps, untimed, for the accuracy curve (0: at the "
+                            "end only)")
+    measure_grad_cosine: bool = _f(False, "after the timed steps: cosine of the mode's gradient estimate with the "
+                                          "exact gradient on the first batch, dropout off -> grad_cosine")
 
 
 def register_configs() -> None:
@@ -251,6 +259,7 @@ def validate(cfg) -> None:
                 f"vmapped forward passes of jacfwd_chunk={c['jacfwd_chunk']} (> jacfwd_max_passes="
                 f"{c['jacfwd_max_passes']}); use trainable=head|bias or a larger jacfwd_chunk"
             )
+    _validate_outputs(c)
     _validate_data(c)
     if m["checkpoint"] is not None:
         from bench.weights import WeightsError, resolve_checkpoint
@@ -259,6 +268,35 @@ def validate(cfg) -> None:
             resolve_checkpoint(m["checkpoint"])
         except WeightsError as e:
             raise ConfigError(str(e)) from e
+
+
+def timed_steps(c: dict) -> int:
+    """How many timed steps a trial runs: `steps`, or with `epochs` set, that many passes over data.num_train."""
+    if c.get("epochs") is None:
+        return c["steps"]
+    return c["epochs"] * (c["data"]["num_train"] // c["batch_size"]) // c["grad_accum"]
+
+
+def _validate_outputs(c: dict) -> None:
+    """epochs, evaluate, eval_every and measure_grad_cosine: what a trial records beyond the timed steps."""
+    for name in ("evaluate", "measure_grad_cosine"):
+        if not isinstance(c[name], bool):
+            raise ConfigError(f"{name}={c[name]}: accepted true | false")
+    if c["epochs"] is not None:
+        if not isinstance(c["epochs"], int) or isinstance(c["epochs"], bool) or c["epochs"] < 1:
+            raise ConfigError(f"epochs={c['epochs']}: accepted null | an integer >= 1")
+        if c["data"]["num_train"] is None:
+            raise ConfigError(f"epochs={c['epochs']}: needs data.num_train (samples per epoch); got null")
+        if timed_steps(c) < 1:
+            raise ConfigError(f"epochs={c['epochs']}: data.num_train={c['data']['num_train']} holds no full update "
+                              f"of batch_size={c['batch_size']} x grad_accum={c['grad_accum']}; accepted: a larger "
+                              "data.num_train")
+    _at_least("eval_every", c["eval_every"], 0)
+    if c["eval_every"] and not c["evaluate"]:
+        raise ConfigError(f"eval_every={c['eval_every']}: needs evaluate=true")
+    if c["measure_grad_cosine"] and c["mode"] == "inference":
+        raise ConfigError("measure_grad_cosine=true: mode=inference has no gradient; accepted with backprop | jvp | "
+                          "jacfwd | mezo")
 
 
 def _validate_data(c: dict) -> None:
@@ -270,6 +308,8 @@ def _validate_data(c: dict) -> None:
 
     spec = data.data_spec(c["data"])
     data.validate(spec, c["batch_size"], c["seq_len"])
+    if c["evaluate"]:
+        data.validate(spec, c["batch_size"], c["seq_len"], split="test")
     if spec.name == "ag_news":
         if spec.path is not None:
             p = Path(spec.path).expanduser()

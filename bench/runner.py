@@ -5,7 +5,9 @@ host-memory limit), classify the outcome, append the CSV row, log the W&B run, p
 imports torch or jax.
 
 Child (`measure`): import one framework, build the weights, the batches and the trainer, record the resident
-baseline, warm up (the first step compiles), then time `steps` synced steps while the memory trackers watch.
+baseline, warm up (the first step compiles), then time `steps` synced steps (or `epochs` passes) while the memory
+trackers watch. After the window, optionally: held-out loss and accuracy (evaluate), and the cosine between the
+mode's gradient estimate and the exact gradient (measure_grad_cosine).
 
 Statuses: ok | oom (CUDA OOM, XLA RESOURCE_EXHAUSTED, MemoryError, host limit) | crashed (the child died: signal,
 abort, "Fatal Python error") | timeout | error (an exception: the message is in the row) | skipped (resume).
@@ -30,7 +32,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from bench.config import bert_spec, config_hash, step_spec, to_container, validate
+from bench.config import bert_spec, config_hash, step_spec, timed_steps, to_container, validate
 
 REPO = Path(__file__).resolve().parent.parent
 LOG_TAIL_LINES = 12  # stderr lines kept in the row of a crashed trial
@@ -63,10 +65,22 @@ def run_job(cfg) -> dict:
     row = make_row(c, outcome, run_id=run_id, started_at=started, sweep_id=sweep_id, config_hash=h,
                    wall_time_s=time.perf_counter() - t0)
     CsvSink(csv_path).write(row)
+    save_history(results_dir, run_id, outcome.get("history"))
     if c["logger"]["name"] == "wandb":
         log_wandb(c, row, outcome.get("history", {}), results_dir)
     print(f"[{index}/{total}] {label}: {describe(row)}", flush=True)
     return row
+
+
+def save_history(results_dir: Path, run_id: str, history: dict | None) -> Path | None:
+    """The trial's per-step series (loss, step_time_s; eval_loss and eval_accuracy with None between evaluations)
+    as results_dir/history/<run_id>.json: the report's training curves. W&B gets the same series."""
+    if not history:
+        return None
+    path = results_dir / "history" / f"{run_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(history))
+    return path
 
 
 def trial_label(c: dict) -> str:
@@ -198,7 +212,7 @@ def make_row(c: dict, outcome: dict, **ids) -> dict:
         **ids,
         "framework": c["framework"], "mode": c["mode"], "model": m["name"], "data": c["data"]["name"],
         "trainable": c["trainable"], "optimizer": c["optimizer"]["name"], "batch_size": c["batch_size"],
-        "seq_len": c["seq_len"], "steps": c["steps"], "seed": c["seed"], "remat": c["remat"],
+        "seq_len": c["seq_len"], "steps": c["steps"], "epochs": c["epochs"], "seed": c["seed"], "remat": c["remat"],
         "num_tangents": c["num_tangents"], "dtype": c["dtype"], "jvp_impl": c["jvp_impl"],
         "warmup_steps": c["warmup_steps"], "num_layers": m["num_layers"], "hidden_size": m["hidden_size"],
         "grad_accum": c["grad_accum"], "last_k": c["last_k"], "jacfwd_chunk": c["jacfwd_chunk"],
@@ -237,9 +251,12 @@ def measure(c: dict) -> dict:
     weights = build_weights(spec, c["seed"], m["checkpoint"])
     digest = weights_digest(weights)
 
-    # Batches: warmup + timed updates of grad_accum micro-batches each, cycling epochs as needed.
+    # Batches: warmup + timed updates of grad_accum micro-batches each, cycling epochs as needed. With `epochs`
+    # set, the timed steps are that many passes' worth of updates; the warmup steps take the first batches of the
+    # stream, so the timed ones start that many batches into epoch 0 and end as far into one more pass.
     dspec = data.data_spec(c["data"])
-    n_micro = (c["warmup_steps"] + c["steps"]) * c["grad_accum"]
+    n_timed = timed_steps(c)
+    n_micro = (c["warmup_steps"] + n_timed) * c["grad_accum"]
     per_epoch = max(1, (dspec.num_train or n_micro * c["batch_size"]) // c["batch_size"])
     micro = data.make_batches(dspec, c["batch_size"], c["seq_len"], c["seed"], "train",
                               epochs=math.ceil(n_micro / per_epoch))[:n_micro]
@@ -251,8 +268,12 @@ def measure(c: dict) -> dict:
     del weights
     gc.collect()
     ga = c["grad_accum"]
-    updates = [trainer.to_device(micro[i * ga:(i + 1) * ga]) for i in range(c["warmup_steps"] + c["steps"])]
+    updates = [trainer.to_device(micro[i * ga:(i + 1) * ga]) for i in range(c["warmup_steps"] + n_timed)]
     del micro
+    # held-out batches (in dataset order, as every framework sees them) resident before the baseline, like the rest
+    held_out = trainer.to_device(data.make_batches(dspec, c["batch_size"], c["seq_len"], c["seed"], "test")
+                                 ) if c["evaluate"] else []
+    every = c["eval_every"]
     trainer.sync()
     t0 = time.perf_counter()
     trainer.compile(updates[0])  # JAX: ahead of time, so the compiler's resident memory is in the baseline
@@ -270,16 +291,27 @@ def measure(c: dict) -> dict:
     for i in range(c["warmup_steps"]):
         _, dt = timed(trainer.step, updates[i], sync=trainer.sync)
         warm.append(dt)
+    if every:
+        trainer.evaluate(held_out[:1])  # compile the evaluation before the window, as the warmup does the step
     _maybe_inject_fault("after_warmup")
 
     timer = StepTimer(sync=trainer.sync)
     losses = []
+    evals: dict[int, tuple[float, float]] = {}  # timed step index -> (eval loss, eval accuracy)
     with ExitStack() as stack:
         for t in trackers:
             stack.enter_context(t.track())
-        for i in range(c["steps"]):
+        for i in range(n_timed):
             losses.append(timer(trainer.step, updates[c["warmup_steps"] + i]))
+            if every and (i + 1) % every == 0 and i + 1 < n_timed:
+                # untimed, but inside the memory window: a no-grad forward at the step's batch size stays below
+                # the peak of any training step, which runs at least that forward
+                evals[i] = trainer.evaluate(held_out)
     losses = [float(x) for x in losses]  # after the window: the host transfer is not timed
+    # After the measurements: held-out accuracy at the final weights, then gradient quality on the first batch.
+    if c["evaluate"]:
+        evals[n_timed - 1] = trainer.evaluate(held_out)
+    grad_cosine = cosine(*trainer.gradient_check(updates[0])) if c["measure_grad_cosine"] else None
     stats = timer.stats()
     primary = trackers[0].result()
     samples = c["batch_size"] * ga
@@ -291,8 +323,15 @@ def measure(c: dict) -> dict:
         "compile_time_s": aot_compile_s + warm[0], "warmup_time_s": aot_compile_s + sum(warm), **stats.to_row(),
         "samples_per_s": samples / stats.median_s, "tokens_per_s": samples * c["seq_len"] / stats.median_s,
         **primary.to_row(), "loss_first": losses[0], "loss_last": losses[-1],
+        "steps": n_timed, "epochs": c["epochs"], "total_train_time_s": sum(timer.times_s),
+        "grad_cosine": grad_cosine,
         "history": {"loss": losses, "step_time_s": timer.times_s},
     }
+    if c["evaluate"]:
+        result["eval_loss"], result["eval_accuracy"] = evals[n_timed - 1]
+        # aligned with the steps (None where no evaluation ran), so W&B logs each point at its step
+        result["history"]["eval_loss"] = [evals[i][0] if i in evals else None for i in range(n_timed)]
+        result["history"]["eval_accuracy"] = [evals[i][1] if i in evals else None for i in range(n_timed)]
     for t in trackers[1:]:
         r = t.result()
         if isinstance(t, HostRssTracker):
@@ -302,6 +341,18 @@ def measure(c: dict) -> dict:
     if primary.reserved_peak_mb is not None:
         result["gpu_peak_reserved_mb"] = primary.reserved_peak_mb
     return result
+
+
+def cosine(a, b) -> float:
+    """cos(a, b) of two gradients given tensor by tensor (numpy), accumulated in float64: a float32 sum over
+    10^8 entries would lose the small cosines (~1e-4) that a single forward-gradient direction gives."""
+    import numpy as np
+
+    dot = na = nb = 0.0
+    for x, y in zip(a, b, strict=True):
+        x, y = np.asarray(x, np.float64).ravel(), np.asarray(y, np.float64).ravel()
+        dot, na, nb = dot + float(x @ y), na + float(x @ x), nb + float(y @ y)
+    return dot / math.sqrt(na * nb) if na > 0 and nb > 0 else float("nan")
 
 
 def device_kind(device) -> str:

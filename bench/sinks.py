@@ -39,7 +39,7 @@ EXTRA_COLUMNS = (
     "weights_digest", "num_layers", "hidden_size", "grad_cosine", "eval_accuracy",
     "wall_time_s", "hostname", "python_version",
     "grad_accum", "last_k", "jacfwd_chunk", "data_fingerprint", "jaxlib_version", "flax_version",
-    "transformers_version",
+    "transformers_version", "epochs", "total_train_time_s", "eval_loss",
 )  # fmt: skip
 CSV_COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 

@@ -373,6 +373,42 @@ class Trainer:
 
         return export_weights(nnx.merge(self.graphdef, self.params, self.frozen))
 
+    # -- after the measurements: accuracy and gradient quality (never on the timed path) ----------------------
+    def evaluate(self, micro_batches) -> tuple[float, float]:
+        """(mean loss, accuracy) over held-out device batches, dropout off. One compiled program per batch shape."""
+        if not hasattr(self, "_eval_batch"):
+            graphdef, frozen = self.graphdef, self.frozen
+
+            def eval_batch(params, batch):
+                model = nnx.merge(graphdef, params, frozen)
+                logits = model(*(batch[k] for k in INPUT_KEYS), deterministic=True, rngs=None)  # (B, C)
+                loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).sum()
+                return loss, (logits.argmax(-1) == batch["labels"]).sum()
+
+            self._eval_batch = jax.jit(eval_batch)
+        loss_sum, correct, n = 0.0, 0, 0
+        for b in micro_batches:
+            loss, right = self._eval_batch(self.params, b)
+            loss_sum, correct, n = loss_sum + float(loss), correct + int(right), n + int(b["labels"].shape[0])
+        return loss_sum / n, correct / n
+
+    def gradient_check(self, micro_batches) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(the mode's gradient estimate, the exact gradient by reverse mode), leaf by leaf as numpy, on the same
+        batches at the current weights, dropout off as in torch_impl (the same function for both). The estimate
+        goes through the mode's own dispatch (_gradient_fn) over the deterministic loss, on a shallow copy of the
+        trainer so the timed step's compiled program and loss are untouched; the weights are not changed."""
+        import copy
+
+        probe = copy.copy(self)
+        probe.loss_of = make_loss_fn(self.graphdef, self.frozen, train=False)
+        step = jnp.int32(self.step_count)
+        # a fresh lambda: a new jit cache entry, traced with probe.loss_of
+        _, _, estimate = jax.jit(lambda p, mb, st: probe._gradient_fn(p, mb, st))(self.params, micro_batches, step)
+        key = dropout_key(self.spec.seed, step)  # unused by the deterministic loss
+        exact = jax.jit(lambda p, mb: backprop_gradient(probe.loss_of, p, mb, key)[1])(self.params, micro_batches)
+        leaves = lambda t: [np.asarray(x) for x in jax.tree.leaves(t)]
+        return leaves(estimate), leaves(exact)
+
 
 def make_trainer(spec: BertSpec, weights, step_spec: StepSpec, device: str = "cpu") -> Trainer:
     from bench.jax_impl.model import build_model

@@ -338,6 +338,51 @@ class Trainer:
 
         return export_weights(self.model)
 
+    # -- after the measurements: accuracy and gradient quality (never on the timed path) ----------------------
+    def evaluate(self, micro_batches) -> tuple[float, float]:
+        """(mean loss, accuracy) over held-out device batches, dropout off; the module's mode is restored."""
+        was_training = self.model.training
+        self.model.eval()
+        loss_sum, correct, n = 0.0, 0, 0
+        try:
+            with torch.inference_mode():
+                for b in micro_batches:
+                    logits = self.model(**{k: b[k] for k in INPUT_KEYS}).logits  # (B, C)
+                    loss_sum += float(F.cross_entropy(logits, b["labels"], reduction="sum"))
+                    correct += int((logits.argmax(-1) == b["labels"]).sum())
+                    n += len(b["labels"])
+        finally:
+            self.model.train(was_training)
+        return loss_sum / n, correct / n
+
+    def gradient_check(self, micro_batches) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(the mode's gradient estimate, the exact gradient by reverse mode), tensor by tensor as numpy, on the
+        same batches at the current weights. Dropout is off for both, so both differentiate the same function
+        (torch draws fresh masks per forward pass, so with dropout on no two passes would agree). Leaves no .grad
+        and the autograd flags as they were; MeZO's perturbation round trip is applied to the weights, as in a step.
+        """
+        was_training = self.model.training
+        tracked = {n: p.requires_grad for n, p in self.params.items()}
+        self.model.eval()
+        try:
+            for p in self.params.values():
+                p.grad = None
+            _, est = self.gradient(micro_batches)
+            est = est.materialize() if isinstance(est, (SeededGradient, TangentGradient)) else est
+            estimate = [est[n].detach().cpu().numpy().copy() for n in self.params]  # before backward reuses .grad
+            del est
+            for p in self.params.values():
+                p.grad = None
+                p.requires_grad_(True)
+            _, exact = backprop_gradient(self.model, self.params, micro_batches)
+            exact = [exact[n].detach().cpu().numpy().copy() for n in self.params]
+        finally:
+            for n, p in self.params.items():
+                p.grad = None
+                p.requires_grad_(tracked[n])
+            self.model.train(was_training)
+        return estimate, exact
+
 
 def make_trainer(spec: BertSpec, weights, step_spec: StepSpec, device: str = "cpu",
                  attn_implementation: str = "eager") -> Trainer:
