@@ -35,7 +35,7 @@ test-fast: $(STAMP)  ## tests without the slow end-to-end ones
 	$(PY) -m pytest -q -m "not slow"
 
 bench: $(STAMP)  ## default comparison: both frameworks x every mode, prints the table, writes results/
-	$(PY) -m bench -m +preset=default_bench
+	$(PY) -m bench -m +experiment=default_bench $(if $(HAS_GPU),model=bert_base,)
 
 sweep: $(STAMP)  ## documented multirun example (depth scaling of backprop vs jvp, 2 parallel workers)
 	$(PY) -m bench -m +experiment=depth_scaling

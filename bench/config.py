@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -93,16 +92,26 @@ class BenchConfig:
     batch_size: int = _f(8, "examples per micro-batch")
     seq_len: int = _f(128, "tokens per example (padded/truncated)")
     steps: int = _f(20, "timed steps (optimizer updates); ignored when epochs is set")
-    epochs: Any = _f(None, "null: `steps` timed steps; N: N passes over data.num_train (num_train // batch_size "
-                           "// grad_accum updates each)")
+    max_timed_s: Any = _f(
+        None,
+        "stop the timed steps once they have taken this many seconds (at least one "
+        "runs); steps_timed in the CSV says how many did",
+    )
+    epochs: Any = _f(
+        None,
+        "null: `steps` timed steps; N: N passes over data.num_train (num_train // batch_size "
+        "// grad_accum updates each)",
+    )
     warmup_steps: int = _f(3, "untimed steps before the timed ones; the first includes compilation")
     grad_accum: int = _f(1, "micro-batches per optimizer update")
     seed: int = _f(0, "weights, data order, tangents, perturbations, dropout")
     remat: bool = _f(False, "backprop with activation checkpointing per encoder layer")
     num_tangents: int = _f(1, "jvp: tangents K per step (looped)")
     jvp_impl: str = _f("func", "jvp, torch only: func (torch.func.jvp) | dual (forward_ad) | naive (seed 000)")
-    jacfwd_chunk: int = _f(256, "jacfwd: basis directions per vmapped jvp")
-    jacfwd_max_passes: int = _f(4096, "jacfwd: refuse configurations needing more chunks than this")
+    jacfwd_chunk: Any = _f("auto", "jacfwd: basis directions per vmapped jvp; auto: jax on CPU 8, else 256")
+    jacfwd_max_params: int = _f(
+        2_000_000, "jacfwd: refuse more trainable parameters (one forward-mode direction each) than this"
+    )
     mezo_eps: float = _f(1e-3, "mezo: perturbation scale (Malladi et al. 2023)")
     dtype: str = _f("fp32", "fp32")
     device: str = _f("auto", "auto | cpu | cuda")
@@ -112,12 +121,17 @@ class BenchConfig:
     timeout_s: int = _f(1800, "per-trial wall-clock limit")
     max_host_mem_mb: Any = _f(None, "kill a trial whose host RSS exceeds this (status oom)")
     sweep_id: Any = _f(None, "groups the trials of one sweep (default: the Hydra sweep directory name)")
-    evaluate: bool = _f(False, "after the timed steps: loss and accuracy on the held-out split -> eval_loss, "
-                               "eval_accuracy")
-    eval_every: int = _f(0, "evaluate=true: also every N timed steps, untimed, for the accuracy curve (0: at the "
-                            "end only)")
-    measure_grad_cosine: bool = _f(False, "after the timed steps: cosine of the mode's gradient estimate with the "
-                                          "exact gradient on the first batch, dropout off -> grad_cosine")
+    evaluate: bool = _f(
+        False, "after the timed steps: loss and accuracy on the held-out split -> eval_loss, eval_accuracy"
+    )
+    eval_every: int = _f(
+        0, "evaluate=true: also every N timed steps, untimed, for the accuracy curve (0: at the end only)"
+    )
+    measure_grad_cosine: bool = _f(
+        False,
+        "after the timed steps: cosine of the mode's gradient estimate with the "
+        "exact gradient on the first batch, dropout off -> grad_cosine",
+    )
 
 
 def register_configs() -> None:
@@ -164,10 +178,17 @@ def bert_spec(model_cfg) -> BertSpec:
 def step_spec(cfg) -> StepSpec:
     o = cfg["optimizer"]
     return StepSpec(
-        mode=cfg["mode"], trainable=cfg["trainable"], last_k=cfg["last_k"],
+        mode=cfg["mode"],
+        trainable=cfg["trainable"],
+        last_k=cfg["last_k"],
         optimizer=OptimizerSpec(**{f.name: o[f.name] for f in fields(OptimizerSpec)}),
-        remat=cfg["remat"], num_tangents=cfg["num_tangents"], jvp_impl=cfg["jvp_impl"],
-        jacfwd_chunk=cfg["jacfwd_chunk"], mezo_eps=cfg["mezo_eps"], grad_accum=cfg["grad_accum"], seed=cfg["seed"],
+        remat=cfg["remat"],
+        num_tangents=cfg["num_tangents"],
+        jvp_impl=cfg["jvp_impl"],
+        jacfwd_chunk=cfg["jacfwd_chunk"],
+        mezo_eps=cfg["mezo_eps"],
+        grad_accum=cfg["grad_accum"],
+        seed=cfg["seed"],
     )
 
 
@@ -219,7 +240,7 @@ def validate(cfg) -> None:
     _choice("attn_implementation", c["attn_implementation"], ATTN_IMPLEMENTATIONS)
     _choice("logger", c["logger"]["name"], LOGGERS)
     _choice("logger.mode", c["logger"]["mode"], ("offline", "online", "disabled"))
-    for name in ("batch_size", "seq_len", "steps", "grad_accum", "num_tangents", "jacfwd_chunk", "timeout_s"):
+    for name in ("batch_size", "seq_len", "steps", "grad_accum", "num_tangents", "timeout_s"):
         _at_least(name, c[name], 1)
     _at_least("warmup_steps", c["warmup_steps"], 1)  # the first step compiles; it must never be timed
     for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size"):
@@ -234,6 +255,10 @@ def validate(cfg) -> None:
         raise ConfigError(f"mezo_eps={c['mezo_eps']}: must be > 0")
     if c["max_host_mem_mb"] is not None:
         _at_least("max_host_mem_mb", c["max_host_mem_mb"], 1)
+    if c["max_timed_s"] is not None:
+        _at_least("max_timed_s", c["max_timed_s"], 0)
+    if c["jacfwd_chunk"] != "auto" and (not isinstance(c["jacfwd_chunk"], int) or c["jacfwd_chunk"] < 1):
+        raise ConfigError(f"jacfwd_chunk={c['jacfwd_chunk']}: accepted auto | an integer >= 1")
     spec = bert_spec(m)
     if c["seq_len"] > spec.max_position_embeddings:
         raise ConfigError(
@@ -252,12 +277,11 @@ def validate(cfg) -> None:
         from bench.spec import count_params
 
         n = count_params(spec, c["trainable"], c["last_k"])
-        passes = math.ceil(n / c["jacfwd_chunk"])
-        if passes > c["jacfwd_max_passes"]:
+        if n > c["jacfwd_max_params"]:
             raise ConfigError(
-                f"mode=jacfwd with trainable={c['trainable']}: {n:,} trainable parameters need {passes:,} "
-                f"vmapped forward passes of jacfwd_chunk={c['jacfwd_chunk']} (> jacfwd_max_passes="
-                f"{c['jacfwd_max_passes']}); use trainable=head|bias or a larger jacfwd_chunk"
+                f"mode=jacfwd with trainable={c['trainable']}: {n:,} trainable parameters, one forward-mode pass "
+                f"each (> jacfwd_max_params={c['jacfwd_max_params']:,}); accepted: trainable=head|bias|last_k with "
+                "fewer parameters, or a larger jacfwd_max_params"
             )
     _validate_outputs(c)
     _validate_data(c)
@@ -288,15 +312,18 @@ def _validate_outputs(c: dict) -> None:
         if c["data"]["num_train"] is None:
             raise ConfigError(f"epochs={c['epochs']}: needs data.num_train (samples per epoch); got null")
         if timed_steps(c) < 1:
-            raise ConfigError(f"epochs={c['epochs']}: data.num_train={c['data']['num_train']} holds no full update "
-                              f"of batch_size={c['batch_size']} x grad_accum={c['grad_accum']}; accepted: a larger "
-                              "data.num_train")
+            raise ConfigError(
+                f"epochs={c['epochs']}: data.num_train={c['data']['num_train']} holds no full update "
+                f"of batch_size={c['batch_size']} x grad_accum={c['grad_accum']}; accepted: a larger "
+                "data.num_train"
+            )
     _at_least("eval_every", c["eval_every"], 0)
     if c["eval_every"] and not c["evaluate"]:
         raise ConfigError(f"eval_every={c['eval_every']}: needs evaluate=true")
     if c["measure_grad_cosine"] and c["mode"] == "inference":
-        raise ConfigError("measure_grad_cosine=true: mode=inference has no gradient; accepted with backprop | jvp | "
-                          "jacfwd | mezo")
+        raise ConfigError(
+            "measure_grad_cosine=true: mode=inference has no gradient; accepted with backprop | jvp | jacfwd | mezo"
+        )
 
 
 def _validate_data(c: dict) -> None:
@@ -314,9 +341,13 @@ def _validate_data(c: dict) -> None:
         if spec.path is not None:
             p = Path(spec.path).expanduser()
             if not (p / "train.csv" if p.is_dir() else p).is_file():
-                raise ConfigError(f"data.path={spec.path}: no such file (accepted: an AG News CSV or a directory "
-                                  "with train.csv and test.csv)")
+                raise ConfigError(
+                    f"data.path={spec.path}: no such file (accepted: an AG News CSV or a directory "
+                    "with train.csv and test.csv)"
+                )
         elif importlib.util.find_spec("datasets") is None:
-            raise ConfigError("data=ag_news: no local CSV (data.path=null) and the datasets package is not "
-                              "installed; pass data.path=/path/to/ag_news/train.csv (class index 1-4, title, "
-                              "description)")
+            raise ConfigError(
+                "data=ag_news: no local CSV (data.path=null) and the datasets package is not "
+                "installed; pass data.path=/path/to/ag_news/train.csv (class index 1-4, title, "
+                "description)"
+            )

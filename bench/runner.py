@@ -62,8 +62,15 @@ def run_job(cfg) -> dict:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     outcome = spawn_trial(c, run_id, results_dir)
-    row = make_row(c, outcome, run_id=run_id, started_at=started, sweep_id=sweep_id, config_hash=h,
-                   wall_time_s=time.perf_counter() - t0)
+    row = make_row(
+        c,
+        outcome,
+        run_id=run_id,
+        started_at=started,
+        sweep_id=sweep_id,
+        config_hash=h,
+        wall_time_s=time.perf_counter() - t0,
+    )
     CsvSink(csv_path).write(row)
     save_history(results_dir, run_id, outcome.get("history"))
     if c["logger"]["name"] == "wandb":
@@ -84,19 +91,25 @@ def save_history(results_dir: Path, run_id: str, history: dict | None) -> Path |
 
 
 def trial_label(c: dict) -> str:
-    extra = ["remat" if c["remat"] else "", f"K={c['num_tangents']}" if c["mode"] == "jvp" else "",
-             c["jvp_impl"] if c["mode"] == "jvp" and c["framework"] == "torch" else "",
-             f"trainable={c['trainable']}" if c["trainable"] != "all" else ""]
-    return " ".join([c["framework"], c["mode"], *[e for e in extra if e], c["model"]["name"],
-                     f"B{c['batch_size']} T{c['seq_len']}"])
+    extra = [
+        "remat" if c["remat"] else "",
+        f"K={c['num_tangents']}" if c["mode"] == "jvp" else "",
+        c["jvp_impl"] if c["mode"] == "jvp" and c["framework"] == "torch" else "",
+        f"trainable={c['trainable']}" if c["trainable"] != "all" else "",
+    ]
+    return " ".join(
+        [c["framework"], c["mode"], *[e for e in extra if e], c["model"]["name"], f"B{c['batch_size']} T{c['seq_len']}"]
+    )
 
 
 def describe(row: dict) -> str:
     if row["status"] != "ok":
         return f"{row['status'].upper()} {row.get('error') or ''}".strip()
-    return (f"ok  excess {row['excess_mem_mb']:.0f} MiB  peak {row['peak_mem_mb']:.0f} MiB  "
-            f"step {row['step_time_median_s'] * 1e3:.1f} ms  compile {row['compile_time_s']:.1f} s  "
-            f"loss {row['loss_first']:.4f} -> {row['loss_last']:.4f}")
+    return (
+        f"ok  excess {row['excess_mem_mb']:.0f} MiB  peak {row['peak_mem_mb']:.0f} MiB  "
+        f"step {row['step_time_median_s'] * 1e3:.1f} ms  compile {row['compile_time_s']:.1f} s  "
+        f"loss {row['loss_first']:.4f} -> {row['loss_last']:.4f}"
+    )
 
 
 def _progress_info(c: dict) -> tuple[int, int | str, str]:
@@ -131,7 +144,11 @@ def spawn_trial(c: dict, run_id: str, results_dir: Path) -> dict:
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "bench.runner", str(payload), str(result)],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=REPO,
+                start_new_session=True,
             )
             limit = c["max_host_mem_mb"]
             with HostMemWatchdog(proc.pid, limit, on_exceed=lambda mb: _kill(proc)) as watchdog:
@@ -145,8 +162,13 @@ def spawn_trial(c: dict, run_id: str, results_dir: Path) -> dict:
         out = json.loads(result.read_text()) if result.exists() else {}
     out.setdefault("host_peak_rss_mb", round(watchdog.max_seen_mb, 1))
     if watchdog.exceeded.is_set():
-        return {**out, "status": "oom", "peak_mem_mb": watchdog.exceeded_mb, "mem_method": "host_rss_watchdog",
-                "error": f"host memory limit max_host_mem_mb={limit} exceeded: rss {watchdog.exceeded_mb:.0f} MiB"}
+        return {
+            **out,
+            "status": "oom",
+            "peak_mem_mb": watchdog.exceeded_mb,
+            "mem_method": "host_rss_watchdog",
+            "error": f"host memory limit max_host_mem_mb={limit} exceeded: rss {watchdog.exceeded_mb:.0f} MiB",
+        }
     if timed_out:
         return {**out, "status": "timeout", "error": f"no result within timeout_s={c['timeout_s']}"}
     if "status" in out:
@@ -195,10 +217,16 @@ def versions() -> dict[str, str]:
 
 def git_sha() -> str:
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return f"{sha}-dirty" if sha and dirty else sha
     except (OSError, subprocess.SubprocessError):
         return ""
@@ -210,13 +238,31 @@ def make_row(c: dict, outcome: dict, **ids) -> dict:
     m = c["model"]
     row = {
         **ids,
-        "framework": c["framework"], "mode": c["mode"], "model": m["name"], "data": c["data"]["name"],
-        "trainable": c["trainable"], "optimizer": c["optimizer"]["name"], "batch_size": c["batch_size"],
-        "seq_len": c["seq_len"], "steps": c["steps"], "epochs": c["epochs"], "seed": c["seed"], "remat": c["remat"],
-        "num_tangents": c["num_tangents"], "dtype": c["dtype"], "jvp_impl": c["jvp_impl"],
-        "warmup_steps": c["warmup_steps"], "num_layers": m["num_layers"], "hidden_size": m["hidden_size"],
-        "grad_accum": c["grad_accum"], "last_k": c["last_k"], "jacfwd_chunk": c["jacfwd_chunk"],
-        "hostname": platform.node(), "python_version": platform.python_version(), "git_sha": git_sha(),
+        "framework": c["framework"],
+        "mode": c["mode"],
+        "model": m["name"],
+        "data": c["data"]["name"],
+        "trainable": c["trainable"],
+        "optimizer": c["optimizer"]["name"],
+        "batch_size": c["batch_size"],
+        "seq_len": c["seq_len"],
+        "steps": c["steps"],
+        "epochs": c["epochs"],
+        "max_timed_s": c["max_timed_s"],
+        "seed": c["seed"],
+        "remat": c["remat"],
+        "num_tangents": c["num_tangents"],
+        "dtype": c["dtype"],
+        "jvp_impl": c["jvp_impl"],
+        "warmup_steps": c["warmup_steps"],
+        "num_layers": m["num_layers"],
+        "hidden_size": m["hidden_size"],
+        "grad_accum": c["grad_accum"],
+        "last_k": c["last_k"],
+        "jacfwd_chunk": c["jacfwd_chunk"],
+        "hostname": platform.node(),
+        "python_version": platform.python_version(),
+        "git_sha": git_sha(),
         **{k: v for k, v in versions().items() if k in CSV_COLUMNS},
         **{k: v for k, v in outcome.items() if k in CSV_COLUMNS},
     }
@@ -228,9 +274,17 @@ def log_wandb(c: dict, row: dict, history: dict, results_dir: Path) -> None:
     from bench.sinks import WandbSink
 
     lg = c["logger"]
-    WandbSink(project=lg["project"], group=row["sweep_id"], name=row["run_id"], config=c, mode=lg["mode"],
-              dir=results_dir, entity=lg["entity"], tags=[c["framework"], c["mode"], *lg["tags"]],
-              job_type=c["mode"]).write(row, history)
+    WandbSink(
+        project=lg["project"],
+        group=row["sweep_id"],
+        name=row["run_id"],
+        config=c,
+        mode=lg["mode"],
+        dir=results_dir,
+        entity=lg["entity"],
+        tags=[c["framework"], c["mode"], *lg["tags"]],
+        job_type=c["mode"],
+    ).write(row, history)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -258,8 +312,9 @@ def measure(c: dict) -> dict:
     n_timed = timed_steps(c)
     n_micro = (c["warmup_steps"] + n_timed) * c["grad_accum"]
     per_epoch = max(1, (dspec.num_train or n_micro * c["batch_size"]) // c["batch_size"])
-    micro = data.make_batches(dspec, c["batch_size"], c["seq_len"], c["seed"], "train",
-                              epochs=math.ceil(n_micro / per_epoch))[:n_micro]
+    micro = data.make_batches(
+        dspec, c["batch_size"], c["seq_len"], c["seed"], "train", epochs=math.ceil(n_micro / per_epoch)
+    )[:n_micro]
     if len(micro) < n_micro:
         raise ValueError(f"data gave {len(micro)} batches, {n_micro} needed")
     data_fingerprint = data.fingerprint(micro)[:16]  # the same bytes reach both frameworks
@@ -268,11 +323,14 @@ def measure(c: dict) -> dict:
     del weights
     gc.collect()
     ga = c["grad_accum"]
-    updates = [trainer.to_device(micro[i * ga:(i + 1) * ga]) for i in range(c["warmup_steps"] + n_timed)]
+    updates = [trainer.to_device(micro[i * ga : (i + 1) * ga]) for i in range(c["warmup_steps"] + n_timed)]
     del micro
     # held-out batches (in dataset order, as every framework sees them) resident before the baseline, like the rest
-    held_out = trainer.to_device(data.make_batches(dspec, c["batch_size"], c["seq_len"], c["seed"], "test")
-                                 ) if c["evaluate"] else []
+    held_out = (
+        trainer.to_device(data.make_batches(dspec, c["batch_size"], c["seq_len"], c["seed"], "test"))
+        if c["evaluate"]
+        else []
+    )
     every = c["eval_every"]
     trainer.sync()
     t0 = time.perf_counter()
@@ -303,35 +361,50 @@ def measure(c: dict) -> dict:
             stack.enter_context(t.track())
         for i in range(n_timed):
             losses.append(timer(trainer.step, updates[c["warmup_steps"] + i]))
+            if c["max_timed_s"] is not None and sum(timer.times_s) >= c["max_timed_s"]:
+                break  # time budget spent: steps_timed < steps
             if every and (i + 1) % every == 0 and i + 1 < n_timed:
                 # untimed, but inside the memory window: a no-grad forward at the step's batch size stays below
                 # the peak of any training step, which runs at least that forward
                 evals[i] = trainer.evaluate(held_out)
     losses = [float(x) for x in losses]  # after the window: the host transfer is not timed
+    n_done = len(losses)  # < n_timed when max_timed_s cut the window short
     # After the measurements: held-out accuracy at the final weights, then gradient quality on the first batch.
     if c["evaluate"]:
-        evals[n_timed - 1] = trainer.evaluate(held_out)
+        evals[n_done - 1] = trainer.evaluate(held_out)
     grad_cosine = cosine(*trainer.gradient_check(updates[0])) if c["measure_grad_cosine"] else None
     stats = timer.stats()
     primary = trackers[0].result()
     samples = c["batch_size"] * ga
     result = {
-        "status": "ok", "device": device_kind(device),
+        "status": "ok",
+        "device": device_kind(device),
         "device_name": impl.device_name(device) if device_kind(device) == "cuda" else cpu_name(),
-        "n_params": trainer.n_params, "n_trainable": trainer.n_trainable, "weights_digest": digest,
+        "n_params": trainer.n_params,
+        "n_trainable": trainer.n_trainable,
+        "weights_digest": digest,
         "data_fingerprint": data_fingerprint,
-        "compile_time_s": aot_compile_s + warm[0], "warmup_time_s": aot_compile_s + sum(warm), **stats.to_row(),
-        "samples_per_s": samples / stats.median_s, "tokens_per_s": samples * c["seq_len"] / stats.median_s,
-        **primary.to_row(), "loss_first": losses[0], "loss_last": losses[-1],
-        "steps": n_timed, "epochs": c["epochs"], "total_train_time_s": sum(timer.times_s),
+        "compile_time_s": aot_compile_s + warm[0],
+        "warmup_time_s": aot_compile_s + sum(warm),
+        **stats.to_row(),
+        "samples_per_s": samples / stats.median_s,
+        "tokens_per_s": samples * c["seq_len"] / stats.median_s,
+        **primary.to_row(),
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "steps": n_timed,
+        "steps_timed": n_done,
+        "epochs": c["epochs"],
+        "jacfwd_chunk": trainer.jacfwd_chunk,
+        "total_train_time_s": sum(timer.times_s),
         "grad_cosine": grad_cosine,
         "history": {"loss": losses, "step_time_s": timer.times_s},
     }
     if c["evaluate"]:
-        result["eval_loss"], result["eval_accuracy"] = evals[n_timed - 1]
+        result["eval_loss"], result["eval_accuracy"] = evals[n_done - 1]
         # aligned with the steps (None where no evaluation ran), so W&B logs each point at its step
-        result["history"]["eval_loss"] = [evals[i][0] if i in evals else None for i in range(n_timed)]
-        result["history"]["eval_accuracy"] = [evals[i][1] if i in evals else None for i in range(n_timed)]
+        result["history"]["eval_loss"] = [evals[i][0] if i in evals else None for i in range(n_done)]
+        result["history"]["eval_accuracy"] = [evals[i][1] if i in evals else None for i in range(n_done)]
     for t in trackers[1:]:
         r = t.result()
         if isinstance(t, HostRssTracker):

@@ -39,7 +39,7 @@ EXTRA_COLUMNS = (
     "weights_digest", "num_layers", "hidden_size", "grad_cosine", "eval_accuracy",
     "wall_time_s", "hostname", "python_version",
     "grad_accum", "last_k", "jacfwd_chunk", "data_fingerprint", "jaxlib_version", "flax_version",
-    "transformers_version", "epochs", "total_train_time_s", "eval_loss",
+    "transformers_version", "epochs", "total_train_time_s", "eval_loss", "steps_timed", "max_timed_s",
 )  # fmt: skip
 CSV_COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 
@@ -244,9 +244,7 @@ class WandbSink:
         self.job_type = job_type
         self.run_dir: Path | None = None
 
-    def write(
-        self, row: Mapping[str, Any], history: Mapping[str, Sequence[float]] | None = None
-    ) -> Path | None:
+    def write(self, row: Mapping[str, Any], history: Mapping[str, Sequence[float]] | None = None) -> Path | None:
         """Log one trial; returns its run directory (None when disabled, or when W&B failed: one warning)."""
         if self.mode == "disabled":
             return None

@@ -13,14 +13,20 @@ from bench.sinks import read_rows
 
 REPO = Path(__file__).resolve().parent.parent
 # Small and fast: the tiny preset, short sequences, a few steps. Every trial still spawns its own process.
-FAST = ["model=tiny", "batch_size=4", "seq_len=32", "steps=3", "warmup_steps=1", "data.num_train=64",
-        "data.num_eval=16"]
+FAST = [
+    "model=tiny",
+    "batch_size=4",
+    "seq_len=32",
+    "steps=3",
+    "warmup_steps=1",
+    "data.num_train=64",
+    "data.num_eval=16",
+]
 
 
 def bench(*args: str, results: Path, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "bench", *args, f"results_dir={results}"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})},
-                          timeout=600)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -35,8 +41,9 @@ def test_multirun_records_every_trial_ok_with_plausible_numbers(tmp_path):
     out = bench("-m", "framework=torch,jax", "mode=inference,backprop", *FAST, "logger=none", results=tmp_path)
     rs = rows(tmp_path)
     assert len(rs) == 4, out.stdout
-    assert {(r["framework"], r["mode"]) for r in rs} == {(f, m) for f in ("torch", "jax")
-                                                        for m in ("inference", "backprop")}
+    assert {(r["framework"], r["mode"]) for r in rs} == {
+        (f, m) for f in ("torch", "jax") for m in ("inference", "backprop")
+    }
     for r in rs:
         assert r["status"] == "ok", r["error"]
         assert r["device"] == "cpu" and r["mem_method"] == "rss_hwm"
@@ -73,8 +80,9 @@ def test_wandb_offline_run_holds_the_logged_metrics(tmp_path):
 @pytest.mark.slow
 def test_host_memory_limit_is_oom_and_the_sweep_goes_on(tmp_path):
     # 50 MiB is below what a Python process with torch imported needs: the watchdog kills the first trial.
-    out = bench("-m", "framework=torch", "mode=inference", "max_host_mem_mb=50,null", *FAST, "logger=none",
-                results=tmp_path)
+    out = bench(
+        "-m", "framework=torch", "mode=inference", "max_host_mem_mb=50,null", *FAST, "logger=none", results=tmp_path
+    )
     first, second = rows(tmp_path)
     assert first["status"] == "oom" and "max_host_mem_mb=50" in first["error"]
     assert float(first["peak_mem_mb"]) > 50
@@ -85,8 +93,14 @@ def test_host_memory_limit_is_oom_and_the_sweep_goes_on(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("fault,signal_name", [("segv", "SIGSEGV"), ("abort", "SIGABRT")])
 def test_a_dying_trial_is_recorded_as_crashed(tmp_path, fault, signal_name):
-    bench("framework=torch", "mode=backprop", *FAST, "logger=none", results=tmp_path,
-          env={"BENCH_INJECT_FAULT": f"after_warmup:{fault}"})
+    bench(
+        "framework=torch",
+        "mode=backprop",
+        *FAST,
+        "logger=none",
+        results=tmp_path,
+        env={"BENCH_INJECT_FAULT": f"after_warmup:{fault}"},
+    )
     (row,) = rows(tmp_path)
     assert row["status"] == "crashed"
     assert signal_name in row["error"]
@@ -105,25 +119,29 @@ def test_timeout_is_recorded(tmp_path):
 def test_resume_skips_trials_recorded_ok(tmp_path):
     bench("-m", "framework=torch", "mode=inference,backprop", *FAST, "logger=none", results=tmp_path)
     assert [r["status"] for r in rows(tmp_path)] == ["ok", "ok"]
-    out = bench("-m", "framework=torch", "mode=inference,backprop,mezo", *FAST, "logger=none", "resume=true",
-                results=tmp_path)
+    out = bench(
+        "-m", "framework=torch", "mode=inference,backprop,mezo", *FAST, "logger=none", "resume=true", results=tmp_path
+    )
     rs = rows(tmp_path)
     assert [r["mode"] for r in rs] == ["inference", "backprop", "mezo"]  # only the new trial ran
     assert out.stdout.count("skipped") == 2
     assert "mezo" in out.stdout.split("excess MiB")[-1]  # the summary covers the whole sweep, resumed trials too
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["model=nope"], "model=nope: unknown option; accepted: bert_base, bert_large, minilm_l6, tiny"),
-    (["mode=backward"], "mode=backward: accepted inference | backprop | jvp | jacfwd | mezo"),
-    (["batch_size=abc"], "batch_size=abc"),
-    (["model=tiny", "seq_len=1024"], "seq_len=1024: above model.max_position_embeddings=512"),
-    (["model.num_labels=1"], "model.num_labels=1: must be an integer >= 2"),
-    (["model.checkpoint=/no/such/dir"], "model.checkpoint='/no/such/dir': no such file or directory"),
-    (["-m", "framework=torch,jax", "jvp_impl=naive"], "jvp_impl=naive: torch only"),
-    (["mode=jacfwd", "model=bert_base"], "need 427,678 vmapped forward passes"),
-    (["data=ag_news", "data.path=/no/such.csv"], "data.path=/no/such.csv: no such file"),
-])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["model=nope"], "model=nope: unknown option; accepted: bert_base, bert_large, minilm_l6, tiny"),
+        (["mode=backward"], "mode=backward: accepted inference | backprop | jvp | jacfwd | mezo"),
+        (["batch_size=abc"], "batch_size=abc"),
+        (["model=tiny", "seq_len=1024"], "seq_len=1024: above model.max_position_embeddings=512"),
+        (["model.num_labels=1"], "model.num_labels=1: must be an integer >= 2"),
+        (["model.checkpoint=/no/such/dir"], "model.checkpoint='/no/such/dir': no such file or directory"),
+        (["-m", "framework=torch,jax", "jvp_impl=naive"], "jvp_impl=naive: torch only"),
+        (["mode=jacfwd", "model=bert_base"], "109,485,316 trainable parameters, one forward-mode pass each"),
+        (["data=ag_news", "data.path=/no/such.csv"], "data.path=/no/such.csv: no such file"),
+    ],
+)
 def test_bad_config_is_one_line_and_nothing_runs(tmp_path, args, expected):
     proc = bench(*args, results=tmp_path, check=False)
     assert proc.returncode == 2

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -119,9 +120,7 @@ def load_weights(model, weights: dict[str, np.ndarray]) -> None:
     # The model's own parameters must be exactly the spec's; anything else is a bug in model.py, not the
     # weights.
     if set(params) != set(param_shapes(spec)):
-        raise WeightsError(
-            f"model.py and spec.param_shapes disagree: {sorted(set(params) ^ set(param_shapes(spec)))}"
-        )
+        raise WeightsError(f"model.py and spec.param_shapes disagree: {sorted(set(params) ^ set(param_shapes(spec)))}")
     for name, (var, transform) in params.items():
         w = transform(np.asarray(weights[name]))
         if w.shape != tuple(var.shape):  # unreachable while the table and model.py agree; cheap to be sure
@@ -138,3 +137,20 @@ def export_weights(model) -> dict[str, np.ndarray]:
         var, transform = params[name]
         out[name] = transform(np.array(var.get_value()))  # np.array copies: never aliases the model's arrays
     return out
+
+
+def to_hf(tree) -> dict[str, np.ndarray]:
+    """A pytree of parameter-shaped arrays (parameters, gradients, tangents; an nnx.State or a split of one) as
+    {hf_name: numpy array in torch layout}: the form in which the tests compare JAX with PyTorch."""
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {name: transform(np.asarray(x)) for path, x in flat for name, transform in [_lookup(path)]}
+
+
+def from_hf(tree, arrays: dict[str, np.ndarray]):
+    """The inverse of to_hf: a pytree like `tree` whose leaves come from {hf_name: array in torch layout}."""
+
+    def leaf(path, x):
+        name, transform = _lookup(path)
+        return jnp.asarray(transform(np.asarray(arrays[name])), dtype=x.dtype)
+
+    return jax.tree_util.tree_map_with_path(leaf, tree)

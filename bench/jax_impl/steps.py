@@ -25,7 +25,7 @@ import optax
 from flax import nnx
 from jax.flatten_util import ravel_pytree
 
-from bench.spec import BertSpec, StepSpec, is_trainable
+from bench.spec import BertSpec, StepSpec, is_trainable, jacfwd_chunk_for
 
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -56,13 +56,15 @@ def make_trunk_head_fns(graphdef, frozen, train: bool):
 
     def features_of(params, batch, key):
         model = nnx.merge(graphdef, params, frozen)
-        return model.features(*(batch[k] for k in INPUT_KEYS), deterministic=not train,
-                              rngs=nnx.Rngs(dropout=key) if train else None)
+        return model.features(
+            *(batch[k] for k in INPUT_KEYS), deterministic=not train, rngs=nnx.Rngs(dropout=key) if train else None
+        )
 
     def head_loss_of(params, hidden, batch, key):
         model = nnx.merge(graphdef, params, frozen)
-        logits = model.head(hidden, deterministic=not train,
-                            rngs=nnx.Rngs(dropout=jax.random.fold_in(key, 1)) if train else None)
+        logits = model.head(
+            hidden, deterministic=not train, rngs=nnx.Rngs(dropout=jax.random.fold_in(key, 1)) if train else None
+        )
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
 
     return features_of, head_loss_of
@@ -213,8 +215,9 @@ def spsa_projection(loss_of, perturb_fn, params, micro_batches, key, *, eps: flo
 def spsa_gradient(loss_of, params, micro_batches, key, *, eps: float, seed: int, step):
     """MeZO (Malladi et al. 2023): the projection along one seeded z, and the estimate proj * z regenerated from
     its keys. Returns the restored parameters, the step's loss and the estimate."""
-    params, total, proj = spsa_projection(loss_of, lambda p, scale: perturb(p, scale, seed, step), params,
-                                          micro_batches, key, eps=eps)
+    params, total, proj = spsa_projection(
+        loss_of, lambda p, scale: perturb(p, scale, seed, step), params, micro_batches, key, eps=eps
+    )
     return params, total, seeded_gradient(params, jnp.reshape(proj, (1,)), seed, step)
 
 
@@ -248,8 +251,8 @@ class Trainer:
         self.spec, self.device = step_spec, device or jax.devices()[0]
         s = step_spec
         num_layers = len(model.bert.encoder.layer)
-        trainable = lambda path, x: isinstance(x, nnx.Param) and is_trainable(
-            hf_name(path), s.trainable, num_layers, s.last_k
+        trainable = lambda path, x: (
+            isinstance(x, nnx.Param) and is_trainable(hf_name(path), s.trainable, num_layers, s.last_k)
         )
         # Frozen parameters live in `frozen`, closed over by the loss: no tangent, no gradient, no optimizer state.
         self.graphdef, params, frozen = nnx.split(model, trainable, ...)
@@ -262,6 +265,8 @@ class Trainer:
         self.loss_of = make_loss_fn(self.graphdef, self.frozen, train)
         self.trunk = make_trunk_head_fns(self.graphdef, self.frozen, train) if s.trainable == "head" else None
         self.optimizer = None if s.mode == "inference" else make_optimizer(s.optimizer)
+        platform = "cuda" if self.device.platform == "gpu" else "cpu"
+        self.jacfwd_chunk = jacfwd_chunk_for(s.jacfwd_chunk, "jax", platform)
         # Created by the first update, as torch.optim creates its state lazily: in both frameworks the optimizer
         # state is part of a trial's excess memory, not of its baseline.
         self.opt_state = None
@@ -280,8 +285,7 @@ class Trainer:
     # -- data ------------------------------------------------------------------------------------------------
     def to_device(self, micro_batches):
         """numpy micro-batches -> device arrays (int32 ids)."""
-        return jax.device_put([{k: np.asarray(v, np.int32) for k, v in b.items()} for b in micro_batches],
-                              self.device)
+        return jax.device_put([{k: np.asarray(v, np.int32) for k, v in b.items()} for b in micro_batches], self.device)
 
     def sync(self, value=None) -> None:
         jax.block_until_ready(value if value is not None else self.params)
@@ -309,11 +313,20 @@ class Trainer:
         if s.mode == "backprop":
             return params, *backprop_gradient(self.loss_of, params, micro_batches, key)
         if s.mode == "jvp":
-            return params, *forward_gradient(self.loss_of, params, micro_batches, key, num_tangents=s.num_tangents,
-                                             seed=s.seed, step=step, tangents=tangents)
+            return params, *forward_gradient(
+                self.loss_of,
+                params,
+                micro_batches,
+                key,
+                num_tangents=s.num_tangents,
+                seed=s.seed,
+                step=step,
+                tangents=tangents,
+            )
         if s.mode == "jacfwd":
-            return params, *jacfwd_gradient(self.loss_of, params, micro_batches, key, chunk=s.jacfwd_chunk,
-                                             trunk=self.trunk)
+            return params, *jacfwd_gradient(
+                self.loss_of, params, micro_batches, key, chunk=self.jacfwd_chunk, trunk=self.trunk
+            )
         if s.mode == "mezo":
             return spsa_gradient(self.loss_of, params, micro_batches, key, eps=s.mezo_eps, seed=s.seed, step=step)
         raise ValueError(f"mode={s.mode!r} has no gradient")
@@ -336,8 +349,7 @@ class Trainer:
     def gradient(self, micro_batches, tangents=None):
         """(loss before the update, gradient or estimate over the trainable parameters); for tests and gradient
         quality, not on the timed path. MeZO's perturbation round trip is applied to the parameters here too."""
-        self.params, loss, grads = self._gradient(self.params, micro_batches, jnp.int32(self.step_count),
-                                                  tangents)
+        self.params, loss, grads = self._gradient(self.params, micro_batches, jnp.int32(self.step_count), tangents)
         return loss, grads
 
     def _ensure_opt_state(self) -> None:
@@ -357,14 +369,19 @@ class Trainer:
         step = jnp.int32(self.step_count)
         if self.spec.mode == "mezo":
             self.params, loss, proj = spsa_projection(
-                self._loss, lambda p, scale: self._perturb(p, scale, step), self.params, micro_batches,
-                dropout_key(self.spec.seed, step), eps=self.spec.mezo_eps,
+                self._loss,
+                lambda p, scale: self._perturb(p, scale, step),
+                self.params,
+                micro_batches,
+                dropout_key(self.spec.seed, step),
+                eps=self.spec.mezo_eps,
             )
             self.params, self.opt_state = self._update(self.params, self.opt_state, jnp.reshape(proj, (1,)), step)
             self.step_count += 1
             return loss
-        self.params, self.opt_state, loss = self._step(self.params, self.opt_state, micro_batches,
-                                                       jnp.int32(self.step_count))
+        self.params, self.opt_state, loss = self._step(
+            self.params, self.opt_state, micro_batches, jnp.int32(self.step_count)
+        )
         self.step_count += 1
         return loss
 
@@ -401,6 +418,7 @@ class Trainer:
 
         probe = copy.copy(self)
         probe.loss_of = make_loss_fn(self.graphdef, self.frozen, train=False)
+        probe.trunk = make_trunk_head_fns(self.graphdef, self.frozen, train=False) if self.trunk else None
         step = jnp.int32(self.step_count)
         # a fresh lambda: a new jit cache entry, traced with probe.loss_of
         _, _, estimate = jax.jit(lambda p, mb, st: probe._gradient_fn(p, mb, st))(self.params, micro_batches, step)
@@ -414,6 +432,4 @@ def make_trainer(spec: BertSpec, weights, step_spec: StepSpec, device: str = "cp
     from bench.jax_impl.model import build_model
 
     dev = jax.devices("gpu" if device == "cuda" else device)[0]
-    return Trainer(build_model(spec, weights, remat=step_spec.mode == "backprop" and step_spec.remat),
-                   step_spec, dev)
-
+    return Trainer(build_model(spec, weights, remat=step_spec.mode == "backprop" and step_spec.remat), step_spec, dev)

@@ -27,7 +27,7 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch.func import functional_call, jvp, vmap
 
-from bench.spec import BertSpec, StepSpec, is_trainable
+from bench.spec import BertSpec, StepSpec, is_trainable, jacfwd_chunk_for
 
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -197,8 +197,7 @@ def jacfwd_gradient(model, params, micro_batches, *, chunk: int, seed: int, step
             basis = torch.zeros(c, n, device=ref.device, dtype=ref.dtype)  # (c, n)
             basis[torch.arange(c), torch.arange(start, start + c)] = 1.0
             tangent = {
-                name: part.view(c, *params[name].shape)
-                for name, part in zip(names, torch.split(basis, sizes, dim=1))
+                name: part.view(c, *params[name].shape) for name, part in zip(names, torch.split(basis, sizes, dim=1))
             }
             with torch.random.fork_rng(devices=devices):
                 torch.manual_seed(direction_seed(seed, step, 0, 0))
@@ -277,6 +276,7 @@ class Trainer:
             # per-encoder-layer activation checkpointing; non-reentrant is the recommended implementation
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.optimizer = None if s.mode == "inference" else make_optimizer(trainable, s.optimizer)
+        self.jacfwd_chunk = jacfwd_chunk_for(s.jacfwd_chunk, "torch", self.device.type)
         self.step_count = 0
 
     # -- data ------------------------------------------------------------------------------------------------
@@ -299,12 +299,25 @@ class Trainer:
             return backprop_gradient(self.model, self.params, micro_batches)
         if s.mode == "jvp":
             return forward_gradient(
-                self.model, self.params, micro_batches, num_tangents=s.num_tangents, seed=s.seed, step=step,
-                impl=s.jvp_impl, tangents=tangents,
+                self.model,
+                self.params,
+                micro_batches,
+                num_tangents=s.num_tangents,
+                seed=s.seed,
+                step=step,
+                impl=s.jvp_impl,
+                tangents=tangents,
             )
         if s.mode == "jacfwd":
-            return jacfwd_gradient(self.model, self.params, micro_batches, chunk=s.jacfwd_chunk, seed=s.seed,
-                                   step=step, trunk=s.trainable == "head")
+            return jacfwd_gradient(
+                self.model,
+                self.params,
+                micro_batches,
+                chunk=self.jacfwd_chunk,
+                seed=s.seed,
+                step=step,
+                trunk=s.trainable == "head",
+            )
         if s.mode == "mezo":
             return spsa_gradient(self.model, self.params, micro_batches, eps=s.mezo_eps, seed=s.seed, step=step)
         raise ValueError(f"mode={s.mode!r} has no gradient")
@@ -384,8 +397,9 @@ class Trainer:
         return estimate, exact
 
 
-def make_trainer(spec: BertSpec, weights, step_spec: StepSpec, device: str = "cpu",
-                 attn_implementation: str = "eager") -> Trainer:
+def make_trainer(
+    spec: BertSpec, weights, step_spec: StepSpec, device: str = "cpu", attn_implementation: str = "eager"
+) -> Trainer:
     from bench.torch_impl.model import build_model
 
     return Trainer(build_model(spec, weights, device, attn_implementation), step_spec, device)

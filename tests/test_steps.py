@@ -1,0 +1,285 @@
+"""The training modes compute what they claim, in both frameworks (CPU, tiny BERT, fp32, dropout off).
+
+- jacfwd is the exact gradient (equal to backprop's) on the head and BitFit scopes;
+- jvp's directional derivative is grad . v, and a central finite difference along v agrees;
+- the forward-gradient estimate is unbiased (averaged over many tangents it points along the gradient);
+- MeZO's projection is the finite difference it is defined by, and the perturbation round trip restores theta;
+- one optimizer step from the same weights and batch gives the same loss in torch and JAX (backprop; jvp with
+  the same tangent), for sgd and adamw;
+- frozen parameters are bit-identical after steps of every mode; remat gives plain backprop's gradient;
+- 50 backprop steps on the synthetic corpus lower the loss clearly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from bench import data
+from bench.config import model_preset
+from bench.jax_impl import steps as jsteps
+from bench.jax_impl.params import from_hf, to_hf
+from bench.spec import OptimizerSpec, StepSpec, is_trainable
+from bench.torch_impl import steps as tsteps
+from bench.weights import build_weights
+
+FRAMEWORKS = ("torch", "jax")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fp32_pinned():
+    prev = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    with jax.default_matmul_precision("highest"):
+        yield
+    torch.set_float32_matmul_precision(prev)
+
+
+TINY, _ = model_preset("tiny", dropout=0.0)
+WEIGHTS = build_weights(TINY, 0)
+# A smaller head (n = 16*16 + 16 + 16*4 + 4 = 340) for the statistical test, where K tangents give an expected
+# cosine of about sqrt(K / (K + n)).
+NARROW = dataclasses.replace(TINY, hidden_size=16, num_heads=2, intermediate_size=32)
+NARROW_WEIGHTS = build_weights(NARROW, 0)
+
+
+def batches(n=1, batch_size=4, seq_len=16, seed=0):
+    spec = data.data_spec(num_train=64, num_eval=16)
+    return data.make_batches(spec, batch_size, seq_len, seed, "train", epochs=4)[:n]
+
+
+BATCH = batches(1)
+
+
+def make(framework, mode="backprop", spec=TINY, weights=WEIGHTS, **kw):
+    kw.setdefault("optimizer", OptimizerSpec(name="sgd", lr=1e-2))
+    ss = StepSpec(mode=mode, **kw)
+    impl = tsteps if framework == "torch" else jsteps
+    return impl.make_trainer(spec, weights, ss, "cpu")
+
+
+def as_hf(framework, grads) -> dict[str, np.ndarray]:
+    """A gradient or estimate of either framework as {hf_name: numpy, torch layout}."""
+    if framework == "torch":
+        if isinstance(grads, (tsteps.SeededGradient, tsteps.TangentGradient)):
+            grads = grads.materialize()
+        return {n: g.detach().numpy().copy() for n, g in grads.items()}
+    return to_hf(grads)
+
+
+def params_hf(framework, trainer) -> dict[str, np.ndarray]:
+    if framework == "torch":
+        return {n: p.detach().numpy().copy() for n, p in trainer.params.items()}
+    return to_hf(trainer.params)
+
+
+def gradient(framework, trainer, micro=BATCH, tangents=None):
+    loss, g = trainer.gradient(trainer.to_device(micro), tangents)
+    return float(loss), as_hf(framework, g)
+
+
+def tangent_for(framework, trainer, arrays):
+    """The same tangent (HF names, torch layout) in the framework's own parameter structure."""
+    if framework == "torch":
+        return {n: torch.from_numpy(arrays[n].copy()) for n in trainer.params}
+    return from_hf(trainer.params, arrays)
+
+
+def random_tangent(names_shapes, seed=1):
+    rng = np.random.default_rng(seed)
+    return {n: rng.standard_normal(names_shapes[n]).astype(np.float32) for n in sorted(names_shapes)}
+
+
+def shapes(framework, trainer):
+    return {n: a.shape for n, a in params_hf(framework, trainer).items()}
+
+
+def loss_at(framework, trainer, params_np, micro=BATCH):
+    """The mean loss at the given trainable parameters (HF names, torch layout), the trainer's own model."""
+    if framework == "torch":
+        p = {n: torch.from_numpy(params_np[n].copy()) for n in trainer.params}
+        with torch.no_grad():
+            return float(sum(tsteps.loss_fn(trainer.model, b, p) for b in trainer.to_device(micro)) / len(micro))
+    p = from_hf(trainer.params, params_np)
+    key = jsteps.dropout_key(0, 0)
+    return float(sum(trainer.loss_of(p, b, key) for b in trainer.to_device(micro)) / len(micro))
+
+
+def assert_grads_close(a, b, rtol):
+    assert a.keys() == b.keys()
+    scale = max(float(np.abs(x).max()) for x in b.values())
+    for n in a:
+        np.testing.assert_allclose(a[n], b[n], rtol=rtol, atol=rtol * scale, err_msg=n)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# jacfwd: exact
+
+
+@pytest.mark.parametrize("trainable", ["head", "bias"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_jacfwd_equals_backprop(framework, trainable):
+    loss_b, exact = gradient(framework, make(framework, "backprop", trainable=trainable))
+    loss_j, jac = gradient(framework, make(framework, "jacfwd", trainable=trainable, jacfwd_chunk=100))
+    assert loss_j == pytest.approx(loss_b, rel=1e-6)
+    assert_grads_close(jac, exact, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# jvp: directional derivative, forward gradient
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_jvp_directional_derivative_is_grad_dot_v_and_a_finite_difference(framework):
+    _, exact = gradient(framework, make(framework, "backprop"))
+    t = make(framework, "jvp")
+    v = random_tangent(shapes(framework, t))
+    grad_dot_v = sum(float(np.vdot(exact[n].astype(np.float64), v[n])) for n in v)
+    # K = 1 with a supplied tangent: the estimate is d * v, so d is read off any nonzero entry
+    loss, est = gradient(framework, t, tangents=[tangent_for(framework, t, v)])
+    d = float(
+        np.vdot(est["classifier.bias"], v["classifier.bias"]) / np.vdot(v["classifier.bias"], v["classifier.bias"])
+    )
+    assert d == pytest.approx(grad_dot_v, rel=1e-4)
+    for n in v:  # the estimate is exactly d v, tensor by tensor
+        np.testing.assert_allclose(est[n], d * v[n], rtol=1e-5, atol=1e-7 * abs(d))
+    theta = params_hf(framework, t)
+    h = 1e-3  # |v| ~ 600: h |v| ~ 0.6; truncation ~h^2, float32 rounding ~1e-7 / h, both < 1e-3 relative
+    fd = (
+        loss_at(framework, t, {n: theta[n] + h * v[n] for n in v})
+        - loss_at(framework, t, {n: theta[n] - h * v[n] for n in v})
+    ) / (2 * h)
+    assert d == pytest.approx(fd, rel=1e-2)
+    assert loss == pytest.approx(loss_at(framework, t, theta), rel=1e-6)
+
+
+def test_torch_jvp_impls_agree():
+    """func, dual (forward_ad) and naive (params requiring grad) compute the same loss and d."""
+    v = None
+    results = {}
+    for impl in ("func", "dual", "naive"):
+        t = make("torch", "jvp", jvp_impl=impl)
+        v = v or random_tangent(shapes("torch", t))
+        tangent = tangent_for("torch", t, v)
+        b = t.to_device(BATCH)[0]
+        loss, d = tsteps.directional_derivative(t.model, t.params, b, tangent, impl)
+        results[impl] = (float(loss), float(d))
+        assert t.params["classifier.bias"].requires_grad == (impl == "naive")
+    assert results["dual"] == pytest.approx(results["func"], rel=1e-5)
+    assert results["naive"] == pytest.approx(results["func"], rel=1e-5)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_forward_gradient_is_unbiased(framework):
+    """Averaged over K seeded tangents, the estimate's cosine with the true gradient is > 0.9 (n = 340 head
+    parameters, K = 4096: expected ~sqrt(K / (K + n)) = 0.96)."""
+    K = 4096
+    _, exact = gradient(framework, make(framework, "backprop", NARROW, NARROW_WEIGHTS, trainable="head"))
+    t = make(framework, "jvp", NARROW, NARROW_WEIGHTS, trainable="head", num_tangents=K)
+    _, est = gradient(framework, t)
+    a = np.concatenate([est[n].ravel() for n in exact]).astype(np.float64)
+    b = np.concatenate([exact[n].ravel() for n in exact]).astype(np.float64)
+    cos = a @ b / np.linalg.norm(a) / np.linalg.norm(b)
+    assert cos > 0.9, cos
+    # one tangent is an unbiased but noisy estimate: far from the gradient's direction
+    _, one = gradient(framework, make(framework, "jvp", NARROW, NARROW_WEIGHTS, trainable="head"))
+    c1 = np.concatenate([one[n].ravel() for n in exact]) @ b / np.linalg.norm(b)
+    assert abs(c1) / np.linalg.norm(np.concatenate([one[n].ravel() for n in exact])) < 0.5
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MeZO
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_mezo_projection_is_its_finite_difference_and_theta_is_restored(framework):
+    eps = 1e-3
+    t = make(framework, "mezo", mezo_eps=eps)
+    theta = params_hf(framework, t)
+    if framework == "torch":
+        z = {n: x.numpy() for n, x in tsteps.sample_tangent(t.params, 0, 0, 0).items()}
+    else:
+        z = to_hf(jsteps.sample_tangent(t.params, 0, jnp.int32(0), 0))
+    loss, est = gradient(framework, t)  # the step's perturbation round trip, on the trainer's own parameters
+    restored = params_hf(framework, t)
+    for n in theta:  # +eps z, -2 eps z, +eps z in float32: back to theta up to the rounding of each addition
+        tol = 3 * np.spacing(np.abs(theta[n]) + eps * np.abs(z[n]))
+        assert (np.abs(restored[n] - theta[n]) <= tol).all(), n
+    l_plus = loss_at(framework, t, {n: theta[n] + eps * z[n] for n in theta})
+    l_minus = loss_at(framework, t, {n: theta[n] - eps * z[n] for n in theta})
+    proj = (l_plus - l_minus) / (2 * eps)
+    assert loss == pytest.approx((l_plus + l_minus) / 2, rel=1e-5)
+    # float32 losses: the difference of two ~1.4 values carries ~1e-7 absolute error, / 2 eps -> ~1e-4
+    for n in ("classifier.bias", "bert.encoder.layer.0.attention.self.query.weight"):
+        np.testing.assert_allclose(est[n], proj * z[n], rtol=1e-2, atol=2e-4 * np.abs(z[n]).max())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# one step, torch vs JAX
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("mode", ["backprop", "jvp"])
+def test_one_step_gives_the_same_loss_in_torch_and_jax(mode, optimizer):
+    opt = OptimizerSpec(name=optimizer, lr=1e-2 if optimizer == "sgd" else 1e-3, weight_decay=0.01)
+    after = {}
+    for fw in FRAMEWORKS:
+        t = make(fw, mode, optimizer=opt)
+        micro = t.to_device(BATCH)
+        if mode == "jvp":
+            v = random_tangent(shapes(fw, t))
+            loss, grads = t.gradient(micro, [tangent_for(fw, t, v)])
+        else:
+            loss, grads = t.gradient(micro)
+        t.apply(grads)
+        after[fw] = (float(loss), loss_at(fw, t, params_hf(fw, t)))
+    before_t, after_t = after["torch"]
+    before_j, after_j = after["jax"]
+    assert before_j == pytest.approx(before_t, abs=1e-5)
+    assert after_j == pytest.approx(after_t, abs=1e-5)
+    assert abs(after_t - before_t) > 1e-4  # the step did something
+
+
+@pytest.mark.parametrize("mode", ["backprop", "jvp", "jacfwd", "mezo"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_frozen_parameters_are_bit_identical_after_steps(framework, mode):
+    t = make(
+        framework,
+        mode,
+        trainable="bias",
+        jacfwd_chunk=128,
+        optimizer=OptimizerSpec(name="adamw", lr=1e-2, weight_decay=0.1),
+    )
+    for b in batches(2):
+        t.step(t.to_device([b]))
+    after = t.weights()
+    for name, w in WEIGHTS.items():
+        if is_trainable(name, "bias", TINY.num_layers):
+            assert not np.array_equal(after[name], w), f"{name} was trained"
+        else:
+            assert np.array_equal(after[name], w), f"{name} is frozen but changed"
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_remat_gives_the_same_gradient_as_plain_backprop(framework):
+    loss_p, plain = gradient(framework, make(framework, "backprop"))
+    loss_r, remat = gradient(framework, make(framework, "backprop", remat=True))
+    assert loss_r == pytest.approx(loss_p, rel=1e-6)
+    assert_grads_close(remat, plain, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_fifty_backprop_steps_lower_the_loss(framework):
+    # BERT from a random init sits on the ln(4) plateau for ~35 steps before the topic words take hold.
+    t = make(framework, "backprop", optimizer=OptimizerSpec(name="adamw", lr=3e-3))
+    spec = data.data_spec(num_train=64, num_eval=16)
+    losses = [float(t.step(t.to_device([b]))) for b in data.make_batches(spec, 8, 32, 0, "train", epochs=7)[:50]]
+    first, last = np.mean(losses[:5]), np.mean(losses[-5:])
+    assert first == pytest.approx(np.log(4), abs=0.05)
+    assert last < first - 0.1, (first, last)
