@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -156,3 +157,55 @@ def test_bad_config_leaves_recorded_rows_alone(tmp_path):
     before = csv.read_bytes()
     assert bench("mode=nope", results=tmp_path, check=False).returncode == 2
     assert csv.read_bytes() == before
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# launchers: every trial is still its own process, whoever launches the jobs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_parallel_and_slurm_style_launchers_record_every_trial(tmp_path, launcher):
+    extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else ["hydra.launcher.timeout_min=10"]
+    out = bench("-m", f"hydra/launcher={launcher}", *extra, "framework=torch,jax", "mode=inference", *FAST,
+                "logger=none", results=tmp_path)
+    rs = rows(tmp_path)
+    assert sorted(r["framework"] for r in rs) == ["jax", "torch"], out.stdout + out.stderr
+    assert all(r["status"] == "ok" for r in rs), [r["error"] for r in rs]
+    assert len({r["sweep_id"] for r in rs}) == 1
+    assert "excess MiB" in out.stdout  # the summary table, printed by the launching process
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# experiments and the optional measurements
+
+
+EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_composes_and_validates(name):
+    from bench.__main__ import preflight
+
+    assert preflight([f"+experiment={name}"], multirun=True) >= 2  # each one is a sweep
+
+
+@pytest.mark.slow
+def test_max_timed_s_stops_the_timed_steps_and_says_how_many_ran(tmp_path):
+    bench("framework=torch", "mode=backprop", *FAST, "steps=50", "max_timed_s=0", "logger=none", results=tmp_path)
+    (row,) = rows(tmp_path)
+    assert row["status"] == "ok" and row["steps_timed"] == "1" and row["steps"] == "50"
+
+
+@pytest.mark.slow
+def test_evaluate_and_gradient_cosine_are_recorded(tmp_path):
+    bench("-m", "framework=torch,jax", "mode=jvp", *FAST, "num_tangents=2", "evaluate=true", "eval_every=2",
+          "measure_grad_cosine=true", "logger=none", results=tmp_path)
+    rs = rows(tmp_path)
+    assert len(rs) == 2
+    for r in rs:
+        assert r["status"] == "ok", r["error"]
+        assert 0 <= float(r["eval_accuracy"]) <= 1 and 1.0 < float(r["eval_loss"]) < 2.0
+        assert -1 <= float(r["grad_cosine"]) <= 1 and float(r["grad_cosine"]) != 0
+        history = json.loads((tmp_path / "history" / f"{r['run_id']}.json").read_text())
+        assert len(history["loss"]) == 3 and history["eval_accuracy"][1] is not None

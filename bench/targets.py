@@ -1,0 +1,141 @@
+"""The memory and speed targets of the training modes, checked against recorded trials.
+
+    python -m bench -m +experiment=mode_targets     # BERT-base shapes, 8 and 12 layers, both frameworks
+    python -m bench.targets [results/runs.csv ...]  # prints the check; exit 0 even when a target is missed
+
+The targets (per framework, at the deepest model recorded, same batch/sequence/device, trainable=all):
+    jvp excess      <= 0.6 x backprop excess
+    jvp growth      <= 1.2 x one encoder layer's tangent bytes per layer (from two depths)
+    mezo excess     <= 1.1 x inference excess + the largest parameter tensor
+    jvp step time   <= 1.1 x backprop step time
+Why each bound: a forward-mode pass holds one layer's primal and tangent activations at a time plus one tangent
+(parameter-sized), where reverse mode holds every layer's activations; MeZO perturbs in place, so beyond
+inference it needs only the noise of the tensor being perturbed; jvp's pass costs about 1.5-2 forward passes
+against backprop's ~3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.config import ConfigError, model_preset
+
+MiB = 2**20
+FLOAT_BYTES = 4  # fp32, the only dtype
+
+
+@dataclass
+class Check:
+    framework: str
+    context: str
+    target: str
+    measured: float | None
+    limit: float | None
+    unit: str
+
+    @property
+    def verdict(self) -> str:
+        if self.measured is None or self.limit is None:
+            return "no data"
+        return "met" if self.measured <= self.limit else "MISSED"
+
+
+def _num(row: dict, key: str) -> float | None:
+    try:
+        return float(row[key]) if row.get(key) not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def layer_params(hidden: int, intermediate: int) -> int:
+    """Parameters of one post-LN BERT encoder layer: Q, K, V, O projections, the feed-forward pair, 2 LayerNorms."""
+    return 4 * (hidden * hidden + hidden) + 2 * hidden * intermediate + intermediate + hidden + 4 * hidden
+
+
+def model_sizes(row: dict) -> tuple[float, float]:
+    """(one layer's tangent MiB, the largest parameter tensor MiB) for the row's model."""
+    spec, _ = model_preset(row["model"], hidden_size=int(row["hidden_size"]), num_layers=int(row["num_layers"]))
+    largest = max(spec.vocab_size * spec.hidden_size, spec.hidden_size * spec.intermediate_size)
+    return (layer_params(spec.hidden_size, spec.intermediate_size) * FLOAT_BYTES / MiB, largest * FLOAT_BYTES / MiB)
+
+
+def check(rows: list[dict]) -> list[Check]:
+    """Every target that the rows hold the trials for, per framework and context (model, B, T, device)."""
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("trainable", "all") == "all"
+          and str(r.get("remat")).lower() != "true" and r.get("jvp_impl") in (None, "", "func")
+          and r.get("num_tangents") in (None, "", "1")]  # fmt: skip
+    # latest row per (framework, context, layers, mode)
+    by = {}
+    for r in ok:
+        ctx = f"{r['model']} B{r['batch_size']} T{r['seq_len']} {r['device']}"
+        by[(r["framework"], ctx, int(r["num_layers"]), r["mode"])] = r
+    groups = defaultdict(dict)
+    for (fw, ctx, layers, mode), r in by.items():
+        groups[(fw, ctx)].setdefault(layers, {})[mode] = r
+    checks = []
+    for (fw, ctx), depths in sorted(groups.items()):
+        deepest = max(depths)
+        at = depths[deepest]
+        where = f"{ctx} L{deepest}"
+        x = lambda mode, key, at=at: _num(at[mode], key) if mode in at else None  # noqa: E731
+        bp, jv, inf, mz = (x(m, "excess_mem_mb") for m in ("backprop", "jvp", "inference", "mezo"))
+        if bp is not None and jv is not None:
+            checks.append(Check(fw, where, "jvp excess <= 0.6 x backprop excess", jv, 0.6 * bp, "MiB"))
+        if inf is not None and mz is not None:
+            largest = model_sizes(at["mezo"])[1]
+            checks.append(Check(fw, where, f"mezo excess <= 1.1 x inference + largest tensor ({largest:.0f} MiB)",
+                                mz, 1.1 * inf + largest, "MiB"))
+        tb, tj = x("backprop", "step_time_median_s"), x("jvp", "step_time_median_s")
+        if tb is not None and tj is not None:
+            checks.append(Check(fw, where, "jvp step time <= 1.1 x backprop step time", tj, 1.1 * tb, "s"))
+        jvp_depths = sorted(d for d in depths if "jvp" in depths[d])
+        if len(jvp_depths) >= 2:
+            lo, hi = jvp_depths[0], jvp_depths[-1]
+            slope = (_num(depths[hi]["jvp"], "excess_mem_mb") - _num(depths[lo]["jvp"], "excess_mem_mb")) / (hi - lo)
+            tangent = model_sizes(depths[hi]["jvp"])[0]
+            checks.append(Check(fw, f"{ctx} L{lo}->L{hi}",
+                                f"jvp growth per layer <= 1.2 x a layer's tangent ({tangent:.1f} MiB)",
+                                slope, 1.2 * tangent, "MiB/layer"))
+    return checks
+
+
+def table(checks: list[Check]) -> str:
+    if not checks:
+        return ("(no trials to check: run python -m bench -m +experiment=mode_targets, which records inference, "
+                "backprop, jvp and mezo at two depths)")
+    head = ["framework", "where", "target", "measured", "limit", "verdict"]
+    body = [[c.framework, c.context, c.target, "-" if c.measured is None else f"{c.measured:.2f} {c.unit}",
+             "-" if c.limit is None else f"{c.limit:.2f} {c.unit}", c.verdict] for c in checks]
+    widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in [head, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.sinks import SchemaError, read_rows
+
+    p = argparse.ArgumentParser(prog="python -m bench.targets", description=__doc__.splitlines()[0])
+    p.add_argument("csv", nargs="*", default=["results/runs.csv"], help="results CSVs (default results/runs.csv)")
+    args = p.parse_args(argv)
+    rows = []
+    for path in args.csv:
+        if not Path(path).is_file():
+            print(f"bench.targets: error: csv={path}: no such file; accepted: a results CSV written by python -m bench",
+                  file=sys.stderr)
+            return 2
+        try:
+            rows += read_rows(path)
+        except (SchemaError, ConfigError, ValueError) as e:
+            print(f"bench.targets: error: csv={path}: {e}", file=sys.stderr)
+            return 2
+    print(table(check(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
