@@ -1,0 +1,480 @@
+"""The report (bench/report.py) built from results CSVs these tests write with the real CsvSink: tables, ratios, the
+seed table, real PNG plots, failed trials listed and never plotted, and the command line's errors."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import report
+from bench.report import build_report, group_contexts, load_rows, main, plan_plots, select, summary_table, variant
+from bench.sinks import CsvSink, read_rows
+
+REPO = Path(__file__).resolve().parent.parent
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MIB = 2**20
+
+# A value no ok row has: carried by failed and superseded rows, it must never reach a table or a plot.
+POISON = 987654.0
+
+_clock = itertools.count()
+
+# What identifies a configuration in these tests (the runner hashes the whole composed config the same way).
+IDENTITY = ("framework", "mode", "model", "num_layers", "data", "trainable", "optimizer", "batch_size", "seq_len",
+            "steps", "epochs", "seed", "remat", "num_tangents", "jvp_impl", "last_k")  # fmt: skip
+
+MINILM = dict(model="minilm_l6", num_layers=6, hidden_size=384, batch_size=8, seq_len=128, n_params=22_714_756,
+              n_trainable=22_714_756)  # fmt: skip
+
+
+def bert_params(layers: int) -> int:
+    # BERT-base: embeddings 23.8M, 7.09M per encoder layer, pooler + classifier 0.59M
+    return 23_837_184 + 7_087_872 * layers + 593_668
+
+
+def trial(framework: str, mode: str, status: str = "ok", **kw) -> dict:
+    """One results row as the runner writes it; numbers follow a simple cost model unless given."""
+    i = next(_clock)
+    r = {
+        "run_id": f"20261123-{i:06d}-{framework}-{mode}",
+        "started_at": f"2026-11-23T{10 + i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}+00:00",
+        "framework": framework, "mode": mode, "data": "synthetic", "trainable": "all", "optimizer": "sgd",
+        "steps": 5, "seed": 0, "remat": False, "num_tangents": 1, "device": "cpu", "device_name": "AMD EPYC x2",
+        "dtype": "fp32", "jvp_impl": "func", "status": status, "sweep_id": "default_bench", "git_sha": "de9bbbd",
+        "torch_version": "2.13.0+cpu", "jax_version": "0.10.2", "warmup_steps": 1, "grad_accum": 1, "last_k": 1,
+        **MINILM,
+    }  # fmt: skip
+    r.update(kw)
+    r.setdefault("config_hash", hashlib.sha1(json.dumps([r.get(k) for k in IDENTITY]).encode()).hexdigest()[:12])
+    if status != "ok":
+        r.setdefault("error", f"{status}: something went wrong")
+        return r
+    n, per_sample = r["n_trainable"], r["num_layers"] * r["batch_size"] * r["seq_len"] / 64  # MiB, made up
+    param_mb = n * 4 / MIB
+    excess = {"inference": 10 + per_sample / r["num_layers"], "backprop": 10 + per_sample + param_mb,
+              "jvp": 10 + 2 * per_sample / r["num_layers"] + 2 * param_mb, "jacfwd": 12 + param_mb,
+              "mezo": 10 + per_sample / r["num_layers"]}[mode]  # fmt: skip
+    step = {"inference": 0.1, "backprop": 0.3, "jvp": 0.35, "jacfwd": 2e-4 * n, "mezo": 0.2}[mode]
+    step *= r["num_layers"] * r["batch_size"] * r["seq_len"] / 6144
+    r.setdefault("excess_mem_mb", excess)
+    r.setdefault("peak_mem_mb", r["excess_mem_mb"] + 300 + r["n_params"] * 4 / MIB)
+    r.setdefault("baseline_mem_mb", r["peak_mem_mb"] - r["excess_mem_mb"])
+    r.setdefault("mem_method", "rss_hwm")
+    r.setdefault("step_time_median_s", step)
+    r.setdefault("step_time_p10_s", r["step_time_median_s"] * 0.9)
+    r.setdefault("step_time_p90_s", r["step_time_median_s"] * 1.2)
+    r.setdefault("compile_time_s", 1.5 if framework == "torch" else 9.0)
+    r.setdefault("samples_per_s", r["batch_size"] / r["step_time_median_s"])
+    r.setdefault("loss_first", 1.39)
+    r.setdefault("loss_last", 1.38)
+    r.setdefault("steps_timed", r["steps"])
+    r.setdefault("total_train_time_s", r["step_time_median_s"] * r["steps"])
+    return r
+
+
+def main_context() -> list[dict]:
+    """`make bench`'s comparison with a superseded ok row, a failure re-run ok, and a jacfwd that ran out of memory."""
+    rows = [trial("torch", "backprop", excess_mem_mb=POISON, peak_mem_mb=POISON + 1)]  # superseded below
+    rows.append(trial("torch", "jvp", "oom", error="CUDA out of memory. Tried to allocate 2.00 GiB", device="auto"))
+    for fw in ("torch", "jax"):
+        rows += [
+            trial(fw, "inference", excess_mem_mb=58.0 if fw == "torch" else 73.0),
+            trial(fw, "backprop", excess_mem_mb=400.0 if fw == "torch" else 520.0,
+                  step_time_median_s=3.2 if fw == "torch" else 2.56),
+            trial(fw, "backprop", remat=True, excess_mem_mb=318.0 if fw == "torch" else 500.0),
+            trial(fw, "jvp", excess_mem_mb=200.0 if fw == "torch" else 300.0,
+                  step_time_median_s=3.2 if fw == "torch" else 2.0),
+            trial(fw, "mezo", excess_mem_mb=116.0 if fw == "torch" else 114.0),
+        ]  # fmt: skip
+    rows.append(trial("torch", "jacfwd", trainable="head", n_trainable=148_996, step_time_median_s=21.0))
+    # jax's jacfwd died before it knew its device: the row carries the configured one ("auto") and a poisoned number
+    rows.append(trial("jax", "jacfwd", "oom", trainable="head", device="auto", device_name="",
+                      peak_mem_mb=POISON, excess_mem_mb=POISON,
+                      error="RESOURCE_EXHAUSTED: Out of memory allocating 5368709120 bytes."))  # fmt: skip
+    return rows
+
+
+def scaling_rows() -> list[dict]:
+    rows = []
+    bert = dict(model="bert_base", hidden_size=768, batch_size=4, seq_len=128, steps=2)
+    for layers in (1, 2, 4, 8):
+        n = bert_params(layers)
+        for fw in ("torch", "jax"):
+            for mode in ("inference", "backprop", "jvp", "mezo"):
+                rows.append(trial(fw, mode, sweep_id="depth_scaling", **{**bert, "num_layers": layers},
+                                  n_params=n, n_trainable=n))  # fmt: skip
+    rows.append(trial("torch", "backprop", "crashed", sweep_id="depth_scaling", **{**bert, "num_layers": 12},
+                      n_params=bert_params(12), n_trainable=bert_params(12),
+                      error="trial process died (signal 9): Killed\nlast line of the log"))  # fmt: skip
+    n = bert_params(4)
+    for fw in ("torch", "jax"):
+        for mode in ("backprop", "jvp", "mezo"):
+            for t in (32, 64, 256):  # 128 is the depth sweep's 4-layer row: the same configuration
+                rows.append(trial(fw, mode, sweep_id="seq_scaling", **{**bert, "num_layers": 4, "seq_len": t},
+                                  n_params=n, n_trainable=n))  # fmt: skip
+            for b in (1, 2, 8):
+                rows.append(trial(fw, mode, sweep_id="batch_scaling", **{**bert, "num_layers": 4, "batch_size": b},
+                                  n_params=n, n_trainable=n))  # fmt: skip
+    rows.append(trial("jax", "mezo", "timeout", sweep_id="batch_scaling", **{**bert, "num_layers": 4, "batch_size": 64},
+                      error="no result within timeout_s=1800"))  # fmt: skip
+    return rows
+
+
+def grad_quality_rows() -> list[dict]:
+    rows = []
+    tiny = dict(model="tiny", num_layers=2, hidden_size=32, batch_size=4, seq_len=32, steps=2, n_params=70_000)
+    for scope, n in (("head", 1188), ("bias", 772)):
+        for fw in ("torch", "jax"):
+            for k in (1, 4, 16, 64, 256):
+                rows.append(trial(fw, "jvp", sweep_id="grad_quality", trainable=scope, n_trainable=n, num_tangents=k,
+                                  grad_cosine=math.sqrt(k / (k + n - 1)) * (0.95 if fw == "torch" else 1.05),
+                                  **tiny))  # fmt: skip
+            rows.append(trial(fw, "mezo", sweep_id="grad_quality", trainable=scope, n_trainable=n, grad_cosine=0.03,
+                              **tiny))  # fmt: skip
+    for scope, n in (("bias", 772), ("head", 1188), ("last_k", 18_276)):
+        for fw in ("torch", "jax"):
+            for mode in ("backprop", "jvp", "jacfwd"):
+                rows.append(trial(fw, mode, sweep_id="jacfwd_scaling", trainable=scope, n_trainable=n, last_k=2,
+                                  grad_cosine=1.0 if mode != "jvp" else 0.03, **{**tiny, "steps": 3}))  # fmt: skip
+    rows.append(trial("jax", "mezo", "error", sweep_id="grad_quality", trainable="last_k", last_k=2, n_trainable=18_276,
+                      error="ValueError: mezo_eps=0: must be > 0", **tiny))  # fmt: skip
+    return rows
+
+
+def seed_rows() -> list[dict]:
+    seed = dict(sweep_id="seed_agnews", model="bert_base", num_layers=12, hidden_size=768, optimizer="adamw",
+                steps=625, epochs=5, warmup_steps=2, n_params=bert_params(12), n_trainable=bert_params(12))  # fmt: skip
+    numbers = {("torch", "backprop"): (2100.0, 1200.0, 310.0, 0.91), ("torch", "jvp"): (1500.0, 600.0, 290.0, 0.42),
+               ("jax", "backprop"): (2300.0, 1400.0, 250.0, 0.90), ("jax", "jvp"): (1700.0, 800.0, 240.0, 0.44)}
+    return [trial(fw, mode, peak_mem_mb=peak, excess_mem_mb=excess, total_train_time_s=total, eval_accuracy=acc,
+                  eval_loss=0.5, **seed) for (fw, mode), (peak, excess, total, acc) in numbers.items()]  # fmt: skip
+
+
+def pathology_rows() -> list[dict]:
+    ctx = dict(sweep_id="jvp_pathology", model="bert_base", num_layers=4, hidden_size=768, steps=2,
+               n_params=bert_params(4), n_trainable=bert_params(4))  # fmt: skip
+    return [trial("torch", "inference", excess_mem_mb=60.0, **ctx),
+            trial("torch", "backprop", excess_mem_mb=900.0, **ctx),
+            trial("torch", "jvp", jvp_impl="naive", excess_mem_mb=1800.0, **ctx),
+            trial("torch", "jvp", jvp_impl="func", excess_mem_mb=450.0, **ctx),
+            trial("torch", "jvp", jvp_impl="dual", excess_mem_mb=470.0, **ctx)]  # fmt: skip
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    sink = CsvSink(path)
+    for r in rows:
+        sink.write(r)
+    return path
+
+
+def write_history(results: Path, row: dict, steps: int, eval_every: int) -> None:
+    rng = np.random.default_rng(len(row["run_id"]) + steps)
+    loss = (1.4 * np.exp(-np.arange(steps) / (steps / 2 if row["mode"] == "backprop" else steps * 4))
+            + 0.05 * rng.standard_normal(steps))  # fmt: skip
+    acc = [None] * steps
+    for i in range(eval_every - 1, steps, eval_every):
+        acc[i] = row["eval_accuracy"] * (i + 1) / steps
+    history = {"loss": loss.tolist(), "step_time_s": [0.5] * steps, "eval_accuracy": acc}
+    (results / "history").mkdir(exist_ok=True)
+    (results / "history" / f"{row['run_id']}.json").write_text(json.dumps(history))
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    """Every experiment's rows in one CSV (failures included), with the seed runs' history JSONs, and its report."""
+    results = tmp_path_factory.mktemp("results")
+    rows = main_context() + scaling_rows() + grad_quality_rows() + seed_rows() + pathology_rows()
+    csv_path = write_csv(results / "runs.csv", rows)
+    for r in rows:
+        if r.get("sweep_id") == "seed_agnews":
+            write_history(results, r, 625, 125)
+    (results / "history" / "not-a-run.json").write_text("{broken")  # ignored: no row names it
+    before = csv_path.read_bytes(), os.stat(csv_path).st_mtime_ns
+    out = results / "report"
+    rep = build_report([csv_path], out)
+    return {"rows": rows, "csv": csv_path, "before": before, "out": out, "report": rep,
+            "md": (out / "report.md").read_text()}  # fmt: skip
+
+
+def assert_real_png(path: Path) -> None:
+    from matplotlib.image import imread
+
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, path
+    assert len(data) > 10_000, f"{path}: {len(data)} bytes"
+    img = imread(path)
+    assert img.shape[0] >= 250 and img.shape[1] >= 400, img.shape
+    rgb = img[..., :3].reshape(-1, 3)
+    assert rgb.std() > 0.05, f"{path}: nearly uniform"
+    packed = (rgb * 255).astype(np.uint32) @ np.array([1 << 16, 1 << 8, 1], dtype=np.uint32)  # one int per colour
+    assert len(np.unique(packed)) > 30, f"{path}: too few colours to be a plot"
+
+
+def first_table(text: str) -> list[str]:
+    """The lines of the first markdown table in text."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| "))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start:end]
+
+
+# ------------------------------------------------------------------------------------------------- the report
+
+
+def test_every_plot_is_drawn_as_a_real_png_and_embedded_with_how_to_read(full):
+    plots = {p.name: p for p in full["report"].plots}
+    assert set(plots) == {"excess_memory", "step_time", "memory_vs_depth", "memory_vs_seq_len", "memory_vs_batch",
+                          "jacfwd_vs_trainable", "grad_quality", "training_curves"}  # fmt: skip
+    for name, p in plots.items():
+        assert p.drawn, f"{name} skipped: needs {p.needs}"
+        assert p.path == full["out"] / "plots" / f"{name}.png"
+        assert_real_png(p.path)
+        link = f"![{p.title}](plots/{name}.png)"
+        assert link in full["md"]
+        after = full["md"].split(link, 1)[1].lstrip("\n")
+        assert after.startswith(f"*How to read it:* {p.how_to_read}")
+    assert "Skipped for lack of data" not in full["md"]
+
+
+def test_the_csv_is_never_modified(full):
+    assert (full["csv"].read_bytes(), os.stat(full["csv"]).st_mtime_ns) == full["before"]
+
+
+def test_framework_by_mode_table_has_the_latest_ok_row_and_says_so(full):
+    md = full["md"]
+    lines = first_table(md.split("### minilm_l6 (6 layers, hidden 384) · synthetic · B8 T128 · sgd", 1)[1])
+    table = "\n".join(lines)
+    assert lines[0].startswith("| framework | mode | peak MiB | excess MiB | compile s | step ms (median) | samples/s")
+    assert "| torch | backprop | " in table and "| 400 |" in table  # the later of the two ok backprop rows
+    assert str(int(POISON)) not in md
+    assert "latest ok row" in md
+    # mode order, torch before jax within a mode
+    modes = [line.split(" | ")[1] for line in lines[2:]]
+    assert modes[:6] == ["inference", "inference", "backprop", "backprop", "backprop+remat", "backprop+remat"]
+    assert modes[6:] == ["jvp", "jvp", "jacfwd[head]", "jacfwd[head]", "mezo", "mezo"]  # the scope is in the name
+
+
+def test_ratios_that_matter(full):
+    section = full["md"].split("### minilm_l6", 1)[1].split("\n### ", 1)[0]
+    assert "| torch: jvp / backprop | " in section
+    row = next(line for line in section.splitlines() if line.startswith("| torch: jvp / backprop |"))
+    assert row.split(" | ")[2] == "0.50×"  # excess memory 200 / 400
+    assert row.split(" | ")[3] == "1.00×"  # step time 3.2 / 3.2
+    row = next(line for line in section.splitlines() if line.startswith("| jvp: jax / torch |"))
+    assert row.split(" | ")[2] == "1.50×" and row.split(" | ")[3] == "0.62×"  # 300 / 200, 2.0 / 3.2
+    assert "| torch: mezo / inference | " in section and "| jax: mezo / inference | " in section
+    assert "jacfwd[head]: jax / torch" not in section  # jax's jacfwd failed: nothing to divide
+
+
+def test_seed_table_in_the_seed_studys_order(full):
+    section = full["md"].split("## The seed study's table", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    assert lines[0].startswith("|  | Peak memory (MiB) | Excess memory (MiB) | Total training time (s) | Eval accuracy")
+    names = [line.split(" | ")[0].strip("| ") for line in lines[1:]]  # [0] is the header; "|:---" the rule
+    assert names == ["PyTorch backprop", "PyTorch JVP", "JAX backprop", "JAX JVP"]
+    assert lines[2].split(" | ")[1:5] == ["1500", "600", "290", "42.0%"]
+
+
+def test_failed_rows_are_listed_with_status_and_error(full):
+    md = full["md"]
+    failed = [r for r in full["rows"] if r["status"] != "ok"]
+    assert {r["status"] for r in failed} == {"oom", "crashed", "error", "timeout"}
+    section = md.split("## Trials that did not finish", 1)[1]
+    for r in failed:
+        line = next(ln for ln in section.splitlines() if ln.startswith(f"| {r['run_id']} |"))
+        assert f"| {r['status']} |" in line
+        assert r["error"].splitlines()[0][:40] in line
+    oom_first = next(ln for ln in section.splitlines() if "CUDA out of memory" in ln)
+    assert "| yes |" in oom_first  # torch jvp failed first, then ran ok
+    # in its cell: jax's jacfwd never ran ok, so the table shows its status instead of numbers
+    assert "| jax | jacfwd[head] | **oom** |" in md
+    assert "| jax | mezo[last_k] | **error** |" in md
+
+
+def test_failed_rows_are_never_plotted(full):
+    rows = load_rows([full["csv"]])
+    sel = select(rows)
+    plots = plan_plots(sel, group_contexts(sel))
+    values = [y for p in plots for row in p.grid for panel in row for s in panel.series for y in s.ys]
+    assert values and POISON not in values and POISON + 1 not in values
+    excess = next(p for p in plots if p.name == "excess_memory").grid[0][0]
+    assert "minilm_l6" in excess.title
+    jax = next(s for s in excess.series if s.framework == "jax")
+    assert "jacfwd[head]" not in [excess.categories[int(x)] for x in jax.xs]
+    torch = next(s for s in excess.series if s.framework == "torch")
+    assert "jacfwd[head]" in [excess.categories[int(x)] for x in torch.xs]
+    # the crashed 12-layer backprop is not a point of the depth plot
+    depth = next(p for p in plots if p.name == "memory_vs_depth").grid[0][0]
+    assert all(s.xs == [1.0, 2.0, 4.0, 8.0] for s in depth.series)
+
+
+def test_scaling_plots_show_what_the_sweeps_varied(full):
+    rows = load_rows([full["csv"]])
+    sel = select(rows)
+    plots = {p.name: p for p in plan_plots(sel, group_contexts(sel))}
+    memory = plots["memory_vs_depth"].grid[0][0]
+    lines = {s.label: s for s in memory.series}
+    depth_rows = {r["num_layers"]: r["excess_mem_mb"] for r in full["rows"] if r.get("sweep_id") == "depth_scaling"
+                  and r["framework"] == "torch" and r["mode"] == "backprop" and r["status"] == "ok"}  # fmt: skip
+    assert lines["torch backprop"].xs == [1, 2, 4, 8]
+    assert lines["torch backprop"].ys == pytest.approx([depth_rows[n] for n in (1, 2, 4, 8)])
+    guide = next(s for s in memory.series if s.guide)
+    assert guide.ys[0] == pytest.approx(bert_params(1) * 4 / MIB)
+    assert [s.xs for s in plots["memory_vs_seq_len"].grid[0][0].series if s.label == "jax mezo"] == [[32, 64, 128, 256]]
+    assert [s.xs for s in plots["memory_vs_batch"].grid[0][0].series if s.label == "jax mezo"] == [[1, 2, 4, 8]]
+    jacfwd = plots["jacfwd_vs_trainable"].grid[0][0]
+    assert [s.xs for s in jacfwd.series if s.label == "torch jacfwd"] == [[772, 1188, 18276]]
+    quality = plots["grad_quality"].grid
+    assert len(quality) == 2  # head and bias
+    q = quality[0][0]
+    assert [s.xs for s in q.series if s.label == "torch jvp"] == [[1, 4, 16, 64, 256]]
+    assert any(s.mode == "mezo" for s in q.series) and any(s.guide.startswith("expected") for s in q.series)
+    curves = plots["training_curves"].grid[0]
+    assert [p.ylabel for p in curves] == ["training loss", "held-out accuracy"]
+    assert len(curves[0].series) == 4 and all(len(s.xs) == 625 for s in curves[0].series)
+    assert all(s.xs == [125, 250, 375, 500, 625] for s in curves[1].series)
+
+
+def test_pathology_is_explained_where_naive_jvp_rows_exist(full):
+    section = full["md"].split("## Seed 000's jvp pathology", 1)[1].split("\n## ", 1)[0]
+    assert "require" in section and "detach" in section
+    assert "| jvp[naive] | ok | " in section and "| 2.00× |" in section  # 1800 / 900
+
+
+# ------------------------------------------------------------------------------------- partial and small CSVs
+
+
+def test_single_framework_csv_builds_and_names_the_skipped_plots(tmp_path):
+    rows = [trial("torch", mode) for mode in ("inference", "backprop", "jvp", "mezo")]
+    rows.append(trial("torch", "jvp", "oom", jvp_impl="naive", peak_mem_mb=POISON))
+    csv_path = write_csv(tmp_path / "runs.csv", rows)
+    out = tmp_path / "out"
+    (out / "plots").mkdir(parents=True)
+    (out / "plots" / "memory_vs_depth.png").write_bytes(b"stale")  # from an earlier report into the same folder
+    rep = build_report([csv_path], out)
+    md = (out / "report.md").read_text()
+    drawn = {p.name for p in rep.plots if p.drawn}
+    assert drawn == {"excess_memory", "step_time"}
+    assert sorted(f.name for f in (out / "plots").iterdir()) == ["excess_memory.png", "step_time.png"]
+    for name in drawn:
+        assert_real_png(out / "plots" / f"{name}.png")
+    skipped = md.split("Skipped for lack of data:", 1)[1].split("\n## ", 1)[0]
+    for p in rep.plots:
+        if not p.drawn:
+            assert f"- **{p.title}**: needs {p.needs}." in skipped
+    assert "jax / torch" not in md and "| torch: jvp / backprop |" in md
+    assert "| torch | jvp[naive] | **oom** |" in md and str(int(POISON)) not in md
+    assert "No rows of sweep `seed_agnews`" in md
+    assert "## Seed 000's jvp pathology" in md  # a naive row, even a failed one, gets the explanation
+    assert md.count("\n| 2026") == 1  # the one failed row in the failed-trials table
+
+
+def test_csv_with_only_failures_and_an_older_schema(tmp_path):
+    # an older schema: the required columns only, no config_hash (rows are then told apart by their fields)
+    from bench.sinks import REQUIRED_COLUMNS
+
+    path = tmp_path / "old.csv"
+    path.write_text(",".join(REQUIRED_COLUMNS) + "\n")  # CsvSink appends under an existing header
+    rows = [trial("jax", "backprop", "crashed")]
+    rows = [{k: v for k, v in r.items() if k in REQUIRED_COLUMNS} for r in rows]
+    write_csv(path, rows)
+    rep = build_report([path], tmp_path / "out")
+    md = rep.path.read_text()
+    assert not any(p.drawn for p in rep.plots)
+    assert "| jax | backprop | **crashed** |" in md
+    assert "(no plot: no ok rows with the data any plot needs)" in md
+    assert "1 row, 0 ok, 1 not ok (crashed 1)" in md
+
+
+def test_the_same_csv_twice_counts_each_row_once(tmp_path):
+    csv_path = write_csv(tmp_path / "runs.csv", [trial("torch", "backprop"), trial("jax", "backprop")])
+    assert len(load_rows([csv_path, csv_path])) == 2
+
+
+# ---------------------------------------------------------------------------------------------- command line
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "bench.report", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_cli_defaults_read_results_runs_csv_and_write_results_report(tmp_path):
+    write_csv(tmp_path / "results" / "runs.csv", [trial("torch", "backprop"), trial("jax", "backprop")])
+    proc = run_cli(cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "results" / "report.md").exists()
+    assert_real_png(tmp_path / "results" / "plots" / "excess_memory.png")
+    assert "results/report.md" in proc.stdout
+
+
+def test_cli_missing_csv_is_one_line_and_nonzero(tmp_path):
+    proc = run_cli(str(tmp_path / "nope.csv"), "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("bench.report: error: csv=") and "nope.csv: no such file" in lines[0]
+    assert "accepted" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_wrong_schema_is_one_line_and_leaves_the_file_alone(tmp_path):
+    path = tmp_path / "other.csv"
+    path.write_text("name,score\nalice,3\n")
+    before = path.read_bytes()
+    proc = run_cli(str(path), "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a bench results CSV" in lines[0] and "run_id" in lines[0], proc.stderr
+    assert path.read_bytes() == before
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [(["--bogus"], "unrecognized arguments: --bogus"), (["--out"], "--out: expected one argument")],
+)
+def test_cli_bad_options_are_one_line(args, expected, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    assert e.value.code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0] and "usage: python -m bench.report" in err[0]
+
+
+def test_out_that_is_a_file_is_refused(tmp_path, capsys):
+    csv_path = write_csv(tmp_path / "runs.csv", [trial("torch", "backprop")])
+    (tmp_path / "afile").write_text("x")
+    assert main([str(csv_path), "--out", str(tmp_path / "afile")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--out=" in err[0] and "is a file" in err[0]
+
+
+# ------------------------------------------------------------------------------------- what sweeps still use
+
+
+def test_summary_table_and_variant_still_work(tmp_path):
+    rows = [trial("torch", "backprop", excess_mem_mb=400.0, step_time_median_s=0.0125),
+            trial("jax", "jvp", num_tangents=4), trial("torch", "jvp", jvp_impl="naive"),
+            trial("torch", "backprop", remat=True, trainable="head"),
+            trial("jax", "mezo", "oom", error="RESOURCE_EXHAUSTED")]  # fmt: skip
+    read = read_rows(write_csv(tmp_path / "runs.csv", rows))
+    text = summary_table(read)
+    lines = text.splitlines()
+    assert lines[0].split() == ["framework", "mode", "model", "status", "excess", "MiB", "peak", "MiB", "step", "ms",
+                                "compile", "s", "samples/s", "loss", "first->last"]  # fmt: skip
+    assert lines[2].split()[:7] == ["torch", "backprop", "minilm_l6", "ok", "400", lines[2].split()[5], "12.5"]
+    assert [variant(r) for r in read] == ["backprop", "jvp(K=4)", "jvp[naive]", "backprop+remat[head]", "mezo"]
+    assert lines[-1].strip().endswith(": oom: RESOURCE_EXHAUSTED")
+    assert summary_table([]) == "(no trials recorded)"
+    assert report._num({"x": "nan"}, "x") is None and report._num({"x": "2.5"}, "x") == 2.5
