@@ -30,6 +30,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import targets
 from bench.sinks import REQUIRED_COLUMNS
 from bench.spec import FRAMEWORKS, JVP_IMPLS, MODES, TRAINABLE_SCOPES
 
@@ -966,6 +967,15 @@ def render(sel: Selection, contexts: dict[Context, Cells], plots: list[Plot], so
         for key, body in naive:
             out += [f"{context_label(key)}", "",
                     md_table(["mode", "status", "peak MiB", "excess MiB", "excess / backprop"], body, "llrrr"), ""]
+
+    checks = targets.check(sel.ok)
+    if checks:
+        out += ["## The training modes' targets", "",
+                "Per framework at the deepest model recorded (`+experiment=mode_targets` records BERT-base shapes at "
+                "8 and 12 layers); *MISSED* rows are explained in README's section on the modes.", "",
+                md_table(["framework", "where", "target", "measured", "limit", "verdict"],
+                         [[c.framework, c.context, c.target, f"{c.measured:.2f} {c.unit}", f"{c.limit:.2f} {c.unit}",
+                           c.verdict] for c in checks], "lllrrl"), ""]  # fmt: skip
 
     drawn = [p for p in plots if p.drawn]
     skipped = [p for p in plots if not p.drawn]

@@ -1,0 +1,44 @@
+"""bench.targets: the modes' memory/speed targets computed from rows, met and missed."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import targets
+from bench.sinks import CsvSink
+
+
+def row(framework, mode, layers, excess, step_s, **kw):
+    return {"framework": framework, "mode": mode, "model": "bert_base", "batch_size": "8", "seq_len": "128",
+            "device": "cpu", "trainable": "all", "remat": "False", "num_tangents": "1", "jvp_impl": "func",
+            "num_layers": str(layers), "hidden_size": "768", "status": "ok", "excess_mem_mb": str(excess),
+            "step_time_median_s": str(step_s), **kw}  # fmt: skip
+
+
+def test_bert_base_layer_tangent_and_largest_tensor():
+    tangent, largest = targets.model_sizes(row("torch", "jvp", 12, 0, 0))
+    assert tangent == pytest.approx(7_087_872 * 4 / 2**20)  # one bert-base encoder layer, fp32
+    assert largest == pytest.approx(30522 * 768 * 4 / 2**20)  # the word embeddings
+
+
+def test_checks_met_and_missed():
+    rows = [row("torch", "inference", 12, 90, 1.0), row("torch", "backprop", 12, 1000, 3.0),
+            row("torch", "jvp", 12, 550, 3.5), row("torch", "mezo", 12, 180, 2.0),
+            row("torch", "jvp", 8, 450, 2.4),
+            row("torch", "jvp", 12, 9999, 9.0, status="oom")]  # fmt: skip
+    got = {c.target.split(" <=")[0]: c for c in targets.check(rows)}
+    assert got["jvp excess"].verdict == "met" and got["jvp excess"].limit == pytest.approx(600)
+    assert got["jvp step time"].verdict == "MISSED"  # 3.5 > 1.1 x 3.0
+    assert got["mezo excess"].verdict == "met"  # 180 <= 99 + 89.4
+    growth = got["jvp growth per layer"]
+    assert growth.measured == pytest.approx(25.0) and growth.verdict == "met"  # (550 - 450) / 4 <= 1.2 x 27 MiB
+
+
+def test_cli_prints_the_table_and_rejects_a_missing_csv(tmp_path, capsys):
+    sink = CsvSink(tmp_path / "runs.csv")
+    for r in (row("jax", "backprop", 12, 1000, 3.0), row("jax", "jvp", 12, 700, 3.0)):
+        sink.write(r)
+    assert targets.main([str(tmp_path / "runs.csv")]) == 0
+    assert "MISSED" in capsys.readouterr().out  # 700 > 0.6 x 1000
+    assert targets.main([str(tmp_path / "nope.csv")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
