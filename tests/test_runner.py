@@ -209,3 +209,15 @@ def test_evaluate_and_gradient_cosine_are_recorded(tmp_path):
         assert -1 <= float(r["grad_cosine"]) <= 1 and float(r["grad_cosine"]) != 0
         history = json.loads((tmp_path / "history" / f"{r['run_id']}.json").read_text())
         assert len(history["loss"]) == 3 and history["eval_accuracy"][1] is not None
+
+
+def test_jax_trials_get_the_memory_minimising_xla_cpu_scheduler(monkeypatch):
+    from bench.runner import trial_env
+
+    flag = "--xla_cpu_enable_concurrency_optimized_scheduler"
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+    jax_env = trial_env({"device": "cpu", "framework": "jax"})
+    assert jax_env["XLA_FLAGS"] == f"--xla_force_host_platform_device_count=1 {flag}=false"
+    assert "XLA_FLAGS" not in trial_env({"device": "cpu", "framework": "torch"})
+    monkeypatch.setenv("XLA_FLAGS", f"{flag}=true")  # the user's own choice stands
+    assert "XLA_FLAGS" not in trial_env({"device": "cpu", "framework": "jax"})
