@@ -131,7 +131,7 @@ def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
                             return_hydra_config=True)
         for k, v in (base.hydra.sweeper.get("params") or {}).items():
             (o,) = parser.parse_overrides([f"{k}={v}"])
-            if o.key_or_group not in sweeps:
+            if o.key_or_group not in sweeps and not any(f.split("=")[0].lstrip("+~") == k for f in fixed):
                 values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [str(o.value())]
                 for value in values:
                     _check_group(k, value)

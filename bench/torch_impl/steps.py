@@ -107,10 +107,14 @@ class TangentGradient:
 
     tangents: list[dict[str, torch.Tensor]]
     coeffs: list[float]
+    in_place: bool = False  # scale the one tangent in place (jvp's own tangent, no longer needed): no temporary
 
     def __iter__(self):
-        for name in self.tangents[0]:
-            yield name, sum(c * t[name] for c, t in zip(self.coeffs, self.tangents))
+        for name in list(self.tangents[0]):
+            if self.in_place and len(self.tangents) == 1:  # each tensor leaves the tangent as it is applied
+                yield name, self.tangents[0].pop(name).mul_(self.coeffs[0])
+            else:
+                yield name, sum(c * t[name] for c, t in zip(self.coeffs, self.tangents))
 
     def materialize(self) -> dict[str, torch.Tensor]:
         return dict(iter(self))
@@ -167,7 +171,7 @@ def forward_gradient(model, params, micro_batches, *, num_tangents, seed, step, 
                 total = total + loss / len(micro_batches)
         coeffs.append(float(d_k) / K)
         if K == 1 and tangents is None:
-            return total, TangentGradient([v], coeffs)
+            return total, TangentGradient([v], coeffs, in_place=True)
         del v
     if tangents is not None:
         return total, TangentGradient(tangents, coeffs)
