@@ -415,6 +415,7 @@ def ops_plan(c: dict) -> list[tuple[str, tuple[int, int]]]:
     o = c["ops"]
     names = _as_list(o["names"]) or list(OP_NAMES)
     shapes = [(n, n) for n in _as_list(o["sizes"])] + [(s[0], s[1]) for s in _as_list(o["shapes"])]
+    shapes = list(dict.fromkeys(shapes))  # sizes=[64] and shapes=[[64,64]] name one measurement
     return [(name, shape) for name in names for shape in shapes]
 
 
