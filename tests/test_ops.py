@@ -40,10 +40,10 @@ def precision(framework: str, dtype: str):
         yield
 
 
-def run_op(framework: str, name: str, shape, dtype: str, compile: bool = False):  # noqa: A002
+def run_op(framework: str, name: str, shape, dtype: str, compile: bool = False, device: str = "cpu"):  # noqa: A002
     """(problem, {primal, jvp: (out, tangent), vjp: (out, cotangents), backward}) as float64 numpy."""
     impl = impl_of(framework)
-    device = impl.resolve_device("cpu")
+    device = impl.resolve_device(device)
     p = make_problem(name, shape, dtype)
     with precision(framework, dtype):
         x, t = impl.to_device(p.primals, dtype, device), impl.to_device(p.tangents, dtype, device)
@@ -139,6 +139,20 @@ def test_torch_compile_matches_the_analytic_derivative(name):
     assert relative_error(got["vjp"][1], want["vjp"]) < EXACT
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_cuda_jvp_and_vjp_match_the_analytic_derivative(framework):
+    try:
+        impl_of(framework).resolve_device("cuda")
+    except RuntimeError as e:  # a CPU build of torch or jaxlib on a GPU host
+        pytest.skip(str(e))
+    for name in ("matmul", "exp", "sum"):
+        p, got = run_op(framework, name, (64, 96), "fp32", device="cuda")
+        want, tol = p.want(), tolerance(name, (64, 96), "fp32")
+        assert relative_error(got["jvp"][1], want["jvp"]) <= tol, name
+        assert relative_error(got["vjp"][1], want["vjp"]) <= tol, name
+
+
 def test_time_calls_samples_enough_calls_per_sample():
     import time
 
@@ -191,6 +205,14 @@ def test_ops_sweep_writes_ok_rows_for_every_op_and_framework(tmp_path):
     assert {r["shape"] for r in rows} == {"8x8", "2x3"}
     assert not (tmp_path / "runs.csv").exists()  # the model scenario's file is untouched
     assert "[2/2]" in out.stdout and "vjp/primal" in out.stdout  # progress, and the summary at the sweep's end
+
+
+@pytest.mark.slow
+@pytest.mark.cuda
+def test_ops_trial_on_cuda(tmp_path):
+    bench("-m", "framework=torch,jax", "device=cuda", *QUICK, "ops.names=[matmul,exp]", f"results_dir={tmp_path}")
+    rows = read_rows(tmp_path / "ops.csv")
+    assert len(rows) == 8 and all(r["status"] == "ok" and r["device"] == "cuda" for r in rows), rows
 
 
 @pytest.mark.slow
