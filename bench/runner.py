@@ -417,7 +417,7 @@ def log_wandb(c: dict, row: dict, history: dict, results_dir: Path) -> None:
         project=lg["project"],
         group=row["sweep_id"],
         name=row["run_id"],
-        config=c,
+        config={k: v for k, v in c.items() if k not in ("ops", "threads")},  # scenario=ops keys, unused here
         mode=lg["mode"],
         dir=results_dir,
         entity=lg["entity"],

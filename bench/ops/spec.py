@@ -38,7 +38,7 @@ NORMAL, POSITIVE = "normal", "positive"
 @dataclass(frozen=True)
 class Op:
     name: str
-    about: str  # one line for --help and the docs
+    about: str  # what it computes, in a line, for the reader of this table
     inputs: Callable[[Shape], tuple[tuple[tuple[int, ...], str], ...]]  # (shape, domain) of each input
     # broadcast's primal and jvp depend on the shape it broadcasts to: None here, see primal() and jvp() below
     primal: Callable[..., np.ndarray] | None  # f(*x)
