@@ -14,7 +14,7 @@ comma     := ,
 STAMP     := $(VENV)/.bench-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast bench sweep report lint clean
+.PHONY: help setup test test-fast bench sweep ops ops-report report lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -39,6 +39,12 @@ bench: $(STAMP)  ## default comparison: both frameworks x every mode, prints the
 
 sweep: $(STAMP)  ## documented multirun example (depth scaling of backprop vs jvp, 2 parallel workers)
 	$(PY) -m bench -m +experiment=depth_scaling
+
+ops: $(STAMP)  ## op-level AD micro-benchmarks, torch and jax (CPU: threads 1 and all) -> results/ops.csv
+	$(PY) -m bench -m scenario=ops framework=torch,jax $(if $(HAS_GPU),device=cuda ops=large,threads=1$(comma)all)
+
+ops-report: $(STAMP)  ## ops plots and tables from results/ops.csv -> results/ops_report.md, results/plots/ops_*
+	$(PY) -m bench.ops_report
 
 report: $(STAMP)  ## tables and plots from results/runs.csv -> results/report.md
 	$(PY) -m bench.report

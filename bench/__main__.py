@@ -1,4 +1,5 @@
 """`python -m bench`: the Hydra app. One job = one trial, measured in its own spawned process (bench/runner.py).
+scenario=model (default): one AD mode on BERT; scenario=ops: op-level AD micro-benchmarks (bench/ops/).
 
 Before Hydra starts anything, every trial the command line names (all combinations of a -m sweep, including the
 sweep an experiment config declares) is composed and validated, so bad input gets one clear line and a non-zero
@@ -22,6 +23,7 @@ from bench.config import (
     DataConfig,
     LoggerConfig,
     ModelConfig,
+    OpsConfig,
     OptimizerConfig,
     available,
     register_configs,
@@ -170,8 +172,10 @@ def help_text() -> str:
 
     groups = "\n".join(f"  {g:<24} {' | '.join(available(g))}" for g in GROUPS if (CONF_DIR / g).exists())
     return "\n\n".join([
-        "bench: JAX vs PyTorch automatic-differentiation benchmarks on BERT",
+        "bench: JAX vs PyTorch automatic-differentiation benchmarks on BERT (scenario=model) and on single ops "
+        "(scenario=ops)",
         "usage:\n  python -m bench [key=value ...]                  one trial\n"
+        "  python -m bench scenario=ops [framework=jax]     op micro-benchmarks: every op x size, one process\n"
         "  python -m bench -m key=a,b [key=x,y ...]         a sweep (cartesian product), one process per trial\n"
         "  python -m bench -m +experiment=NAME              a ready-made experiment (conf/experiment)\n"
         "  python -m bench -m ... hydra/launcher=joblib     local parallel; submitit_local / submitit_slurm",
@@ -181,7 +185,9 @@ def help_text() -> str:
         section("data.*", DataConfig, "data."),
         section("optimizer.*", OptimizerConfig, "optimizer."),
         section("logger.*", LoggerConfig, "logger."),
-        "outputs: <results_dir>/runs.csv (one row per trial), <results_dir>/logs/, <results_dir>/wandb/\n"
+        section("ops.* (scenario=ops; e.g. ops.names=[matmul,exp] ops.sizes=[256,1024])", OpsConfig, "ops."),
+        "outputs: <results_dir>/runs.csv (one row per trial), <results_dir>/ops.csv (scenario=ops: one row per op "
+        "and shape),\n  <results_dir>/logs/, <results_dir>/wandb/\n"
         "Hydra's own flags: --hydra-help, --cfg job, --info",
     ])
 

@@ -3,6 +3,10 @@
 The YAML files in conf/ hold the values; the dataclasses here hold the types and the help text (`--help` prints
 it). `validate` turns a composed config into one clear line per problem (option, bad value, what is accepted),
 and `trial_identity` is what `resume=true` compares.
+
+Two scenarios share this schema: `model` (the default: one AD mode on BERT) and `ops` (op-level micro-benchmarks,
+bench/ops/). Each reads its own keys and ignores the other's; a model trial's identity leaves the ops keys out, so
+it hashes as it did before scenarios existed.
 """
 
 from __future__ import annotations
@@ -15,11 +19,15 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from bench.ops.spec import OP_NAMES
 from bench.spec import FRAMEWORKS, JVP_IMPLS, MODES, OPTIMIZERS, TRAINABLE_SCOPES, BertSpec, OptimizerSpec, StepSpec
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("fp32",)
+SCENARIOS = ("model", "ops")
+OPS_DTYPES = ("fp32", "fp64", "bf16")
+THREADS = ("1", "all")
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
 LOGGERS = ("wandb", "none")
 
@@ -80,13 +88,31 @@ class LoggerConfig:
 
 
 @dataclass
+class OpsConfig:
+    name: str = _f("default", "preset name (conf/ops)")
+    names: Any = _f([], f"ops to time, e.g. [matmul,exp] (default: all): {' | '.join(OP_NAMES)}")
+    sizes: Any = _f([], "square sizes n: each op runs at (n, n)")
+    shapes: Any = _f([], "further [rows, cols] shapes, e.g. [[64,4096]]")
+    compile: bool = _f(False, "torch: torch.compile the primal, jvp and vjp (fullgraph); jax is always jax.jit")
+    warmup: int = _f(1, "untimed calls of each function first; the first one compiles")
+    repeats: int = _f(5, "timed samples per function; the row holds their median")
+    min_sample_s: float = _f(
+        0.005, "a sample repeats the call until it lasts this long (perf_counter resolution, dispatch jitter)"
+    )
+    check: bool = _f(True, "compare each result with the analytic derivative (numpy, float64), untimed")
+
+
+@dataclass
 class BenchConfig:
+    scenario: str = _f("model", "model (one AD mode on BERT -> runs.csv) | ops (op micro-benchmarks -> ops.csv)")
     framework: str = _f("torch", "torch | jax")
     mode: str = _f("backprop", "inference | backprop | jvp | jacfwd | mezo")
     model: ModelConfig = MISSING
     data: DataConfig = MISSING
     optimizer: OptimizerConfig = MISSING
     logger: LoggerConfig = MISSING
+    ops: OpsConfig = MISSING
+    threads: Any = _f("all", "scenario=ops: 1 | all (intra-op threads of torch and XLA on the CPU)")
     trainable: str = _f("all", "all | head (pooler+classifier) | bias (BitFit) | last_k")
     last_k: int = _f(1, "trainable=last_k: number of final encoder layers trained")
     batch_size: int = _f(8, "examples per micro-batch")
@@ -113,7 +139,7 @@ class BenchConfig:
         2_000_000, "jacfwd: refuse more trainable parameters (one forward-mode direction each) than this"
     )
     mezo_eps: float = _f(1e-3, "mezo: perturbation scale (Malladi et al. 2023)")
-    dtype: str = _f("fp32", "fp32")
+    dtype: str = _f("fp32", "fp32 (scenario=ops: fp32 | fp64 | bf16)")
     device: str = _f("auto", "auto | cpu | cuda")
     attn_implementation: str = _f("eager", "torch attention: eager | sdpa (sdpa has no forward-mode AD rule)")
     results_dir: str = _f("results", "where runs.csv, logs and W&B runs go")
@@ -143,13 +169,14 @@ def register_configs() -> None:
     cs.store(group="data", name="data_schema", node=DataConfig)
     cs.store(group="optimizer", name="optimizer_schema", node=OptimizerConfig)
     cs.store(group="logger", name="logger_schema", node=LoggerConfig)
+    cs.store(group="ops", name="ops_schema", node=OpsConfig)
 
 
 def available(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
-GROUPS = ("model", "data", "optimizer", "logger", "case", "experiment")
+GROUPS = ("model", "data", "optimizer", "logger", "ops", "case", "experiment")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -201,10 +228,23 @@ def to_container(cfg) -> dict:
 
 # Keys that do not change what a trial measures: `resume=true` ignores them when matching recorded trials.
 _NOT_IDENTITY = ("results_dir", "resume", "logger", "timeout_s", "max_host_mem_mb", "sweep_id")
+# Keys only scenario=ops reads. A model trial's identity leaves them out: it hashes as before they existed.
+_OPS_ONLY = ("scenario", "threads", "ops")
+# Everything an ops trial's measurements depend on (the ops node aside, model keys do not matter to it), and
+# every key it reads.
+_OPS_IDENTITY = ("scenario", "framework", "device", "dtype", "threads", "seed", "ops")
+OPS_KEYS = _OPS_IDENTITY + ("results_dir", "resume", "logger", "timeout_s", "max_host_mem_mb", "sweep_id")
 
 
 def trial_identity(cfg) -> dict:
-    return {k: v for k, v in to_container(cfg).items() if k not in _NOT_IDENTITY}
+    c = to_container(cfg)
+    if c.get("scenario") == "ops":
+        ident = {k: c[k] for k in _OPS_IDENTITY}
+        ident["threads"] = str(ident["threads"])
+        if c["framework"] == "jax":  # always jitted: ops.compile changes nothing
+            ident["ops"] = {**ident["ops"], "compile": False}
+        return ident
+    return {k: v for k, v in c.items() if k not in _NOT_IDENTITY + _OPS_ONLY}
 
 
 def config_hash(cfg) -> str:
@@ -229,6 +269,12 @@ def _at_least(name: str, value, low) -> None:
 def validate(cfg) -> None:
     """Raise ConfigError (one line) for the first problem in a composed config."""
     c = to_container(cfg)
+    _choice("scenario", c.get("scenario", "model"), SCENARIOS)
+    if c.get("scenario") == "ops":
+        validate_ops(c)
+        return
+    if str(c.get("threads", "all")) != "all":
+        raise ConfigError(f"threads={c['threads']}: applies to scenario=ops only; the model scenario accepts all")
     m = c["model"]
     _choice("framework", c["framework"], FRAMEWORKS)
     _choice("mode", c["mode"], MODES)
@@ -351,3 +397,64 @@ def _validate_data(c: dict) -> None:
                 "installed; pass data.path=/path/to/ag_news/train.csv (class index 1-4, title, "
                 "description)"
             )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# scenario=ops
+
+
+def _as_list(value) -> list:
+    """A list option given as one value (ops.names=matmul, ops.sizes=1024) is a list of one."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def ops_plan(c: dict) -> list[tuple[str, tuple[int, int]]]:
+    """(op, (rows, cols)) in the order an ops trial measures them: op by op, the square sizes, then the shapes."""
+    o = c["ops"]
+    names = _as_list(o["names"]) or list(OP_NAMES)
+    shapes = [(n, n) for n in _as_list(o["sizes"])] + [(s[0], s[1]) for s in _as_list(o["shapes"])]
+    shapes = list(dict.fromkeys(shapes))  # sizes=[64] and shapes=[[64,64]] name one measurement
+    return [(name, shape) for name in names for shape in shapes]
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def validate_ops(c: dict) -> None:
+    """The keys scenario=ops reads; the model keys are not looked at."""
+    o = c["ops"]
+    _choice("framework", c["framework"], FRAMEWORKS)
+    _choice("device", c["device"], DEVICES)
+    _choice("dtype", c["dtype"], OPS_DTYPES)
+    _choice("threads", str(c["threads"]), THREADS)
+    _choice("logger", c["logger"]["name"], LOGGERS)
+    _choice("logger.mode", c["logger"]["mode"], ("offline", "online", "disabled"))
+    _at_least("timeout_s", c["timeout_s"], 1)
+    if c["max_host_mem_mb"] is not None:
+        _at_least("max_host_mem_mb", c["max_host_mem_mb"], 1)
+    names = _as_list(o["names"])
+    for name in names:
+        if name not in OP_NAMES:
+            raise ConfigError(f"ops.names={name}: unknown op; accepted: {', '.join(OP_NAMES)}")
+        if names.count(name) > 1:
+            raise ConfigError(f"ops.names: {name} is listed {names.count(name)} times; accepted: each op once")
+    for n in _as_list(o["sizes"]):
+        if not _positive_int(n):
+            raise ConfigError(f"ops.sizes={n}: accepted integers >= 1 (square sizes n, e.g. ops.sizes=[64,1024])")
+    for s in _as_list(o["shapes"]):
+        if not (isinstance(s, (list, tuple)) and len(s) == 2 and all(_positive_int(v) for v in s)):
+            raise ConfigError(
+                f"ops.shapes={o['shapes']}: accepted a list of [rows, cols] pairs of integers >= 1, e.g. "
+                "ops.shapes=[[64,4096]]"
+            )
+    if not _as_list(o["sizes"]) and not _as_list(o["shapes"]):
+        raise ConfigError("ops.sizes=[] and ops.shapes=[]: nothing to measure; accepted: at least one size or shape")
+    _at_least("ops.warmup", o["warmup"], 1)  # the first call compiles; it must never be timed
+    _at_least("ops.repeats", o["repeats"], 1)
+    _at_least("ops.min_sample_s", o["min_sample_s"], 0)
+    for name in ("compile", "check"):
+        if not isinstance(o[name], bool):
+            raise ConfigError(f"ops.{name}={o[name]}: accepted true | false")

@@ -11,6 +11,10 @@ mode's gradient estimate and the exact gradient (measure_grad_cosine).
 
 Statuses: ok | oom (CUDA OOM, XLA RESOURCE_EXHAUSTED, MemoryError, host limit) | crashed (the child died: signal,
 abort, "Fatal Python error") | timeout | error (an exception: the message is in the row) | skipped (resume).
+
+scenario=ops goes through the same parent and child (run_ops_job, bench/ops/measure.py): one trial is one
+framework x every op and shape, and it writes one row per op and shape to ops.csv. Rows finished before a trial
+died are kept; the op it died in, and those it never reached, get the trial's status.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from bench.config import bert_spec, config_hash, step_spec, timed_steps, to_container, validate
+from bench.config import OPS_KEYS, bert_spec, config_hash, ops_plan, step_spec, timed_steps, to_container, validate
 
 REPO = Path(__file__).resolve().parent.parent
 LOG_TAIL_LINES = 12  # stderr lines kept in the row of a crashed trial
@@ -47,6 +51,8 @@ def run_job(cfg) -> dict:
 
     validate(cfg)
     c = to_container(cfg)
+    if c.get("scenario") == "ops":
+        return run_ops_job(cfg, c)
     results_dir = Path(c["results_dir"])
     csv_path = results_dir / "runs.csv"
     index, total, sweep_id = _progress_info(c)
@@ -77,6 +83,122 @@ def run_job(cfg) -> dict:
         log_wandb(c, row, outcome.get("history", {}), results_dir)
     print(f"[{index}/{total}] {label}: {describe(row)}", flush=True)
     return row
+
+
+def run_ops_job(cfg, c: dict) -> dict:
+    """scenario=ops: one trial = one framework x every op and shape of c["ops"], in one spawned process (a torch
+    trial never shares a process with jax); one ops.csv row per op and shape."""
+    from bench.sinks import OPS_CSV_COLUMNS, CsvSink, read_rows
+
+    results_dir = Path(c["results_dir"])
+    csv_path = results_dir / "ops.csv"
+    index, total, sweep_id = _progress_info(c)
+    label = ops_label(c)
+    h = config_hash(cfg)
+    if c["resume"]:
+        recorded = [r for r in read_rows(csv_path) if r.get("config_hash") == h]
+        last = recorded[-1]["run_id"] if recorded else None
+        if last and all(r["status"] == "ok" for r in recorded if r["run_id"] == last):
+            print(f"[{index}/{total}] {label}: skipped (recorded ok as {last})", flush=True)
+            return {"run_id": last, "status": "skipped"}
+    run_id = f"{datetime.now():%Y%m%d-%H%M%S}-{c['framework']}-ops-{uuid.uuid4().hex[:6]}"
+    print(f"[{index}/{total}] {label}: running ({run_id})", flush=True)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    outcome = spawn_trial(c, run_id, results_dir)
+    ids = {"run_id": run_id, "started_at": started, "sweep_id": sweep_id, "config_hash": h,
+           "wall_time_s": time.perf_counter() - t0}  # fmt: skip
+    rows = make_ops_rows(c, outcome, **ids)
+    sink = CsvSink(csv_path, OPS_CSV_COLUMNS)
+    for row in rows:
+        sink.write(row)
+    if c["logger"]["name"] == "wandb":
+        log_wandb_ops(c, rows, results_dir)
+    print(f"[{index}/{total}] {label}: {describe_ops(outcome, rows, ids['wall_time_s'])}", flush=True)
+    return {"run_id": run_id, "status": outcome["status"], "rows": len(rows)}
+
+
+def ops_label(c: dict) -> str:
+    from bench.ops.measure import execution
+
+    return f"{c['framework']} ops {execution(c)} {c['dtype']} threads={c['threads']} device={c['device']}"
+
+
+def make_ops_rows(c: dict, outcome: dict, **ids) -> list[dict]:
+    """One row per op and shape of the plan, in its order. A trial that ended early (crashed, timeout, oom, or an
+    error before the first op) leaves its finished rows; the op it ended in gets its status and error, and each
+    op it never reached the same status with "not reached"."""
+    from bench.ops.measure import execution
+    from bench.ops.spec import shape_name
+    from bench.sinks import OPS_CSV_COLUMNS
+
+    common = {
+        **ids,
+        "framework": c["framework"],
+        "execution": outcome.get("execution", execution(c)),
+        "dtype": c["dtype"],
+        "threads": str(c["threads"]),
+        "num_threads": outcome.get("num_threads"),
+        "device": outcome.get("device", c["device"]),
+        "device_name": outcome.get("device_name"),
+        "warmup": c["ops"]["warmup"],
+        "repeats": c["ops"]["repeats"],
+        "seed": c["seed"],
+        "hostname": platform.node(),
+        "python_version": platform.python_version(),
+        "git_sha": git_sha(),
+        **{k: v for k, v in versions().items() if k in OPS_CSV_COLUMNS},
+    }
+    done = {(r["op"], r["shape"]): r for r in outcome.get("rows", [])}
+    current = tuple(outcome["current"]) if outcome.get("current") else None
+    rows = []
+    for name, shape in ops_plan(c):
+        key = (name, shape_name(shape))
+        if key in done:
+            measured = done[key]
+        elif current is None or key == current:
+            measured = {"status": outcome["status"], "error": outcome.get("error")}
+        else:
+            cause = f"{' '.join(current)} ({outcome['status']})"
+            measured = {"status": outcome["status"], "error": f"not reached: the trial ended in {cause}"}
+        row = {**common, "op": name, "shape": key[1], "rows": shape[0], "cols": shape[1], **measured}
+        rows.append({k: v for k, v in row.items() if k in OPS_CSV_COLUMNS})
+    return rows
+
+
+def describe_ops(outcome: dict, rows: list[dict], wall_s: float) -> str:
+    ok = sum(r["status"] == "ok" for r in rows)
+    text = f"{ok}/{len(rows)} ok in {wall_s:.1f} s"
+    if outcome["status"] != "ok":
+        return f"{outcome['status'].upper()} {outcome.get('error') or ''}  ({text})".strip()
+    bad = [r for r in rows if r["status"] != "ok"]
+    return text + "".join(f"\n    {r['op']} {r['shape']}: {r['status']}: {r.get('error')}" for r in bad[:5])
+
+
+def log_wandb_ops(c: dict, rows: list[dict], results_dir: Path) -> None:
+    """One W&B run per ops trial: the config, and a summary keyed op/shape/metric ("matmul/1024x1024/vjp_s")."""
+    from bench.sinks import WandbSink
+
+    lg = c["logger"]
+    first = rows[0]
+    summary = {k: first[k] for k in ("run_id", "sweep_id", "framework", "execution", "dtype", "threads",
+                                      "num_threads", "device", "device_name", "git_sha")}  # fmt: skip
+    summary["rows_ok"] = sum(r["status"] == "ok" for r in rows)
+    summary["rows"] = len(rows)
+    for r in rows:
+        for k in ("primal_s", "jvp_s", "vjp_s", "vjp_backward_s", "jvp_over_primal", "vjp_over_primal", "status"):
+            summary[f"{r['op']}/{r['shape']}/{k}"] = r.get(k)
+    WandbSink(
+        project=lg["project"],
+        group=first["sweep_id"],
+        name=first["run_id"],
+        config={k: c[k] for k in OPS_KEYS},
+        mode=lg["mode"],
+        dir=results_dir,
+        entity=lg["entity"],
+        tags=[c["framework"], "ops", *lg["tags"]],
+        job_type="ops",
+    ).write(summary)
 
 
 def save_history(results_dir: Path, run_id: str, history: dict | None) -> Path | None:
@@ -189,7 +311,7 @@ def trial_env(c: dict) -> dict[str, str]:
     }
     if c["device"] == "cpu":
         env.update(CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
-    if c["framework"] == "jax" and _jaxlib_at_least(0, 5):
+    if c["framework"] == "jax" and c.get("scenario", "model") == "model" and _jaxlib_at_least(0, 5):
         # XLA:CPU's default scheduler orders the program for concurrency and ignores memory: it runs every
         # layer's rematerialisation during the forward pass, so checkpointing saves nothing (MiniLM backprop
         # temp 500 MiB with or without remat), and every mode holds more than it must. The memory-minimising
@@ -197,6 +319,23 @@ def trial_env(c: dict) -> dict[str, str]:
         flags = os.environ.get("XLA_FLAGS", "")
         if "xla_cpu_enable_concurrency_optimized_scheduler" not in flags:
             env["XLA_FLAGS"] = f"{flags} --xla_cpu_enable_concurrency_optimized_scheduler=false".strip()
+    if c.get("scenario") == "ops":
+        env.update(thread_env(str(c["threads"])))
+    return env
+
+
+def thread_env(threads: str) -> dict[str, str]:
+    """threads=1 | all, as the trial's environment: read when the libraries load, so set before the child imports
+    torch or jax. OpenMP sizes torch's intra-op pool (and numpy's BLAS) from OMP_NUM_THREADS;
+    --xla_cpu_multi_thread_eigen=false makes XLA:CPU run its matmuls on the calling thread instead of Eigen's
+    pool. The child also calls torch.set_num_threads (bench/ops/torch_ops.py setup)."""
+    n = "1" if threads == "1" else str(len(os.sched_getaffinity(0)))
+    env = {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
+    flags = os.environ.get("XLA_FLAGS", "")
+    if threads == "1":
+        flags = f"{flags} --xla_cpu_multi_thread_eigen=false".strip()
+    if flags:
+        env["XLA_FLAGS"] = flags
     return env
 
 
@@ -295,7 +434,7 @@ def log_wandb(c: dict, row: dict, history: dict, results_dir: Path) -> None:
         project=lg["project"],
         group=row["sweep_id"],
         name=row["run_id"],
-        config=c,
+        config={k: v for k, v in c.items() if k not in ("ops", "threads")},  # scenario=ops keys, unused here
         mode=lg["mode"],
         dir=results_dir,
         entity=lg["entity"],
@@ -497,17 +636,34 @@ def classify(e: BaseException) -> str:
 def child_main(payload: str, result: str) -> None:
     faulthandler.enable()  # a segfault leaves a Python traceback in the log
     c = json.loads(Path(payload).read_text())
+    progress: dict = {}
+
+    def on_progress(partial: dict) -> None:
+        # scenario=ops: the rows so far, without a status; the parent completes them if this process dies
+        progress.clear()
+        progress.update(partial)
+        _write_result(result, partial)
+
     try:
-        out = measure(c)
+        if c.get("scenario") == "ops":
+            from bench.ops.measure import measure_ops
+
+            out = measure_ops(c, on_progress)
+        else:
+            out = measure(c)
     except BaseException as e:  # noqa: BLE001 (every failure becomes a row)
         import traceback
 
         traceback.print_exc()
         msg = " ".join(str(e).split())[:500]
-        out = {"status": classify(e), "error": f"{type(e).__name__}: {msg}"}
-    tmp = Path(result).with_suffix(".tmp")
+        out = {**progress, "status": classify(e), "error": f"{type(e).__name__}: {msg}"}
+    _write_result(result, out)
+
+
+def _write_result(path: str, out: dict) -> None:
+    tmp = Path(path).with_suffix(".tmp")
     tmp.write_text(json.dumps(out))
-    tmp.replace(result)  # atomic: the parent sees a whole result or none
+    tmp.replace(path)  # atomic: the parent sees a whole result or none
 
 
 if __name__ == "__main__":

@@ -43,6 +43,17 @@ EXTRA_COLUMNS = (
 )  # fmt: skip
 CSV_COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 
+# scenario=ops: one row per framework x op x shape, in results/ops.csv. Times are medians, in seconds, per call.
+OPS_CSV_COLUMNS = (
+    "run_id", "started_at", "framework", "execution", "op", "shape", "rows", "cols", "dtype", "threads",
+    "num_threads", "device", "device_name",
+    "primal_s", "jvp_s", "vjp_s", "vjp_backward_s", "jvp_over_primal", "vjp_over_primal",
+    "status", "error",
+    "primal_err", "jvp_err", "vjp_err", "tolerance", "cpu_util", "warmup", "repeats", "seed",
+    "sweep_id", "config_hash", "wall_time_s", "hostname", "python_version", "git_sha",
+    "jax_version", "jaxlib_version", "torch_version",
+)  # fmt: skip
+
 
 class SchemaError(ValueError):
     """A row or a results file does not match CSV_COLUMNS; the message is one line naming what differs."""
@@ -52,7 +63,8 @@ class SchemaError(ValueError):
 
 
 class CsvSink:
-    """Appends one row per trial to a CSV file, safely from several processes at once.
+    """Appends one row per trial to a CSV file, safely from several processes at once. `columns`: the file's
+    schema, CSV_COLUMNS (runs.csv) unless told otherwise (OPS_CSV_COLUMNS for ops.csv).
 
     Each append holds an inter-process lock (`path + ".lock"`, flock-based, so the kernel releases it if the
     holder dies) and is one os.write of the whole encoded row on an O_APPEND descriptor, then fsync: a crash
@@ -65,16 +77,19 @@ class CsvSink:
     missing columns: start a new results file rather than mix schemas in one.
     """
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], columns: Sequence[str] = CSV_COLUMNS):
         self.path = Path(path)
+        self.columns = tuple(columns)
         self._lock = filelock.FileLock(str(self.path) + ".lock")
 
     def write(self, row: Mapping[str, Any]) -> None:
-        unknown = [k for k in row if k not in CSV_COLUMNS]
+        unknown = [k for k in row if k not in self.columns]
         if unknown:
+            schema, fix = {CSV_COLUMNS: ("CSV_COLUMNS", "EXTRA_COLUMNS"),
+                           OPS_CSV_COLUMNS: ("OPS_CSV_COLUMNS", "OPS_CSV_COLUMNS")}.get(self.columns, ("columns",) * 2)
             raise SchemaError(
-                f"result row has columns not in bench.sinks.CSV_COLUMNS: {', '.join(map(str, unknown))} "
-                "(add them to EXTRA_COLUMNS)"
+                f"result row has columns not in bench.sinks.{schema}: {', '.join(map(str, unknown))} "
+                f"(add them to {fix})"
             )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
@@ -89,9 +104,9 @@ class CsvSink:
 
     def _encode(self, row: Mapping[str, Any], fd: int) -> bytes:
         if os.fstat(fd).st_size == 0:
-            return _csv_line(CSV_COLUMNS) + _csv_line(_cell(row.get(c)) for c in CSV_COLUMNS)
+            return _csv_line(self.columns) + _csv_line(_cell(row.get(c)) for c in self.columns)
         header, ends_with_newline = _read_header(self.path)
-        if header != list(CSV_COLUMNS):
+        if header != list(self.columns):
             missing = [k for k, v in row.items() if k not in header and _cell(v) != ""]
             if missing:
                 raise SchemaError(

@@ -28,17 +28,30 @@ class SweepCallback(Callback):
         info = {"sweep_id": config.sweep_id or sweep_dir.name, "total": total, "config_hashes": hashes}
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(info))
         print(f"bench: sweep {info['sweep_id']}: {total if total is not None else '?'} trials -> "
-              f"{Path(config.results_dir) / 'runs.csv'}", flush=True)
+              f"{Path(config.results_dir) / results_file(config)}", flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        from bench.report import summary_table
         from bench.sinks import read_rows
 
         info = sweep_info(config.hydra.sweep.dir)
+        hashes = info.get("config_hashes", [])
+        if config.get("scenario") == "ops":
+            from bench.ops_report import summary_table
+
+            # every row of this sweep's trials (one per op and shape); resumed trials show their earlier rows
+            rows = [r for r in read_rows(Path(config.results_dir) / "ops.csv") if r.get("config_hash") in hashes]
+            print(summary_table(rows), flush=True)
+            return
+        from bench.report import summary_table
+
         # The latest row of each trial of this sweep: resumed trials show their earlier result.
         latest = {r["config_hash"]: r for r in read_rows(Path(config.results_dir) / "runs.csv")}
-        rows = [latest[h] for h in info.get("config_hashes", []) if h in latest]
+        rows = [latest[h] for h in hashes if h in latest]
         print(summary_table(rows), flush=True)
+
+
+def results_file(config) -> str:
+    return "ops.csv" if config.get("scenario") == "ops" else "runs.csv"
 
 
 def sweep_info(sweep_dir) -> dict:

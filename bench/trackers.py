@@ -111,6 +111,50 @@ class StepTimer:
         return TimingStats.from_times(self.times_s)
 
 
+MAX_CALLS_PER_SAMPLE = 100_000  # a 1 us call at min_sample_s = 0.1 s; beyond this the sample is long enough
+
+
+@dataclass(frozen=True)
+class CallTiming:
+    stats: TimingStats  # per-call wall time, over the samples
+    out: Any  # the last call's output
+    cpu_s: float  # process CPU time over the samples, every thread's: cpu_s / wall_s ~ the threads at work
+    wall_s: float  # wall time over the samples
+
+
+def time_calls(
+    fn: Callable[..., Any],
+    *args: Any,
+    sync: Sync | None = None,
+    warmup: int = 1,
+    repeats: int = 5,
+    min_sample_s: float = 0.0,
+) -> CallTiming:
+    """Per-call wall time of fn(*args), timeit-style, over `repeats` samples.
+
+    `warmup` untimed calls first (the first one compiles), then one more, untimed, to size the samples: each
+    sample makes `number` back-to-back calls, sync after every call as StepTimer does, with `number` large
+    enough that a sample lasts min_sample_s. A microsecond op timed one call at a time would measure
+    perf_counter's resolution and the scheduler's jitter rather than the op.
+    """
+    out = None
+    for _ in range(warmup):
+        out, _ = timed(fn, *args, sync=sync)
+    out, dt = timed(fn, *args, sync=sync)
+    number = 1 if dt >= min_sample_s else min(MAX_CALLS_PER_SAMPLE, int(min_sample_s / max(dt, 1e-9)) + 1)
+    samples = []
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            out = fn(*args)
+            if sync is not None:
+                sync(out)
+        samples.append((time.perf_counter() - t0) / number)
+    cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+    return CallTiming(TimingStats.from_times(samples), out, cpu_s, wall_s)
+
+
 # --------------------------------------------------------------------------------------------------- memory
 
 
