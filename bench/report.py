@@ -1024,6 +1024,12 @@ def build_report(csv_paths: list[str | Path], out_dir: str | Path) -> Report:
             target.unlink(missing_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     text = render(sel, contexts, plots, [str(p) for p in csv_paths], len(rows))
+    # scenario=ops writes ops.csv beside runs.csv: its section (tables, plots/ops_*.png) follows the model's
+    from bench.ops_report import ops_report
+
+    for ops_csv in dict.fromkeys(Path(p).parent / "ops.csv" for p in csv_paths):
+        if ops_csv.is_file():
+            text += "\n" + ops_report(ops_csv, out_dir)
     report_path.write_text(text, encoding="utf-8")
     return Report(report_path, plots, len(rows), len(sel.failed))
 
