@@ -17,12 +17,12 @@ and per device and dtype measured with threads=1 and threads=all:
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 from bench.sinks import read_rows
+from bench.tables import OneLineParser, fixed_width, fmt_ratio, md_table, num
 
 DEFAULT_CSV = Path("results") / "ops.csv"
 DEFAULT_OUT = Path("results")
@@ -57,14 +57,6 @@ HOW_TO_READ_SPEEDUP = (
 # ------------------------------------------------------------------------------------------------- selection
 
 
-def _num(row: dict, key: str) -> float | None:
-    v = row.get(key)
-    try:
-        return None if v in (None, "") else float(v)
-    except (TypeError, ValueError):
-        return None
-
-
 def series_label(row: dict) -> str:
     """torch eager | torch compile | jax jit."""
     return f"{row.get('framework', '')} {row.get('execution', '')}".strip()
@@ -90,7 +82,7 @@ def latest(rows: list[dict]) -> tuple[list[dict], list[dict]]:
 
 
 def _square(row: dict) -> int | None:
-    n, m = _num(row, "rows"), _num(row, "cols")
+    n, m = num(row, "rows"), num(row, "cols")
     return int(n) if n is not None and n == m else None
 
 
@@ -142,7 +134,7 @@ def speedups(one: list[dict], all_: list[dict]) -> dict[str, dict[str, dict[str,
         a, b = at(one, op, n), at(all_, op, n)
         for label in sorted(set(a) & set(b)):
             for col, mode in MODES:
-                t1, tn = _num(a[label], col), _num(b[label], col)
+                t1, tn = num(a[label], col), num(b[label], col)
                 if t1 and tn:
                     out[label][mode][f"{op} {n}"] = t1 / tn
     return out
@@ -160,18 +152,6 @@ def _fmt_s(v: float | None) -> str:
     return f"{v / 1e-9:.3g} ns"
 
 
-def _fmt_x(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}×"
-
-
-def md_table(head: list[str], body: list[list[str]], text_cols: int = 1) -> str:
-    """The first `text_cols` columns left-aligned, the numbers right."""
-    align = ["---"] * text_cols + ["---:"] * (len(head) - text_cols)
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in body]
-    return "\n".join(lines)
-
-
 def ratio_table(rows: list[dict]) -> str:
     """Per op at its largest square size: primal time and the three ratios of each series."""
     labels = sorted({series_label(r) for r in rows})
@@ -186,11 +166,11 @@ def ratio_table(rows: list[dict]) -> str:
         line = [op, str(n)]
         for lb in labels:
             r = cells.get(lb, {})
-            p, b = _num(r, "primal_s"), _num(r, "vjp_backward_s")
-            line += [_fmt_s(p), _fmt_x(_num(r, "jvp_over_primal")), _fmt_x(_num(r, "vjp_over_primal")),
-                     _fmt_x(b / p if b is not None and p else None)]  # fmt: skip
+            p, b = num(r, "primal_s"), num(r, "vjp_backward_s")
+            line += [_fmt_s(p), fmt_ratio(num(r, "jvp_over_primal")), fmt_ratio(num(r, "vjp_over_primal")),
+                     fmt_ratio(b / p if b is not None and p else None)]  # fmt: skip
         body.append(line)
-    return md_table(head, body)
+    return md_table(head, body, "l" + "r" * (len(head) - 1))
 
 
 def shapes_table(rows: list[dict]) -> str | None:
@@ -199,17 +179,17 @@ def shapes_table(rows: list[dict]) -> str | None:
     if not thin:
         return None
     head = ["op", "shape", "series", "primal", "jvp", "vjp", "jvp/primal", "vjp/primal"]
-    body = [[r["op"], r["shape"], series_label(r), _fmt_s(_num(r, "primal_s")), _fmt_s(_num(r, "jvp_s")),
-             _fmt_s(_num(r, "vjp_s")), _fmt_x(_num(r, "jvp_over_primal")), _fmt_x(_num(r, "vjp_over_primal"))]
+    body = [[r["op"], r["shape"], series_label(r), _fmt_s(num(r, "primal_s")), _fmt_s(num(r, "jvp_s")),
+             _fmt_s(num(r, "vjp_s")), fmt_ratio(num(r, "jvp_over_primal")), fmt_ratio(num(r, "vjp_over_primal"))]
             for r in thin]  # fmt: skip
-    return md_table(head, body, text_cols=3)
+    return md_table(head, body, "lll" + "r" * (len(head) - 3))
 
 
 def failed_table(bad: list[dict]) -> str:
     body = [[r.get("framework", ""), r.get("execution", ""), r.get("op", ""), r.get("shape", ""), r.get("dtype", ""),
              r.get("threads", ""), r.get("status", ""), " ".join(str(r.get("error", "")).split())[:160]]
             for r in bad]  # fmt: skip
-    return md_table(["framework", "execution", "op", "shape", "dtype", "threads", "status", "error"], body, 8)
+    return md_table(["framework", "execution", "op", "shape", "dtype", "threads", "status", "error"], body, "l" * 8)
 
 
 def summary_table(rows: list[dict]) -> str:
@@ -218,16 +198,14 @@ def summary_table(rows: list[dict]) -> str:
     if not rows:
         return "(no ops rows recorded)"
     head = ["series", "dtype", "threads", "op", "n", "primal", "jvp/primal", "vjp/primal"]
-    table = [head]
+    body = []
     for ctx, ctx_rows in contexts(ok).items():
         for op in op_order(ctx_rows):
             n = largest_square(ctx_rows, op)
             for label, r in sorted(at(ctx_rows, op, n).items()) if n else ():
-                table.append([label, ctx[1], ctx[2], op, str(n), _fmt_s(_num(r, "primal_s")),
-                              _fmt_x(_num(r, "jvp_over_primal")), _fmt_x(_num(r, "vjp_over_primal"))])  # fmt: skip
-    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+                body.append([label, ctx[1], ctx[2], op, str(n), _fmt_s(num(r, "primal_s")),
+                              fmt_ratio(num(r, "jvp_over_primal")), fmt_ratio(num(r, "vjp_over_primal"))])  # fmt: skip
+    lines = [fixed_width(head, body)]
     lines += [f"  {r.get('framework')} {r.get('op')} {r.get('shape')}: {r.get('status')}: {r.get('error', '')}"
               for r in bad]  # fmt: skip
     return "\n".join(lines)
@@ -261,7 +239,7 @@ def plot_time_vs_size(rows: list[dict], title: str, path: Path) -> Path | None:
         for label, rs in sorted(by_series.items()):
             rs.sort(key=_square)
             for col, mode in MODES:
-                pts = [(_square(r), _num(r, col)) for r in rs if _num(r, col)]
+                pts = [(_square(r), num(r, col)) for r in rs if num(r, col)]
                 if pts:
                     ax.plot(*zip(*pts), color=SERIES_COLORS.get(label, "0.4"), linestyle=MODE_LINES[mode],
                             marker="o", markersize=3, label=f"{label} {mode}")  # fmt: skip
@@ -281,12 +259,12 @@ def plot_time_vs_size(rows: list[dict], title: str, path: Path) -> Path | None:
                bbox_to_anchor=(0.5, 1 - 0.35 / fig.get_figheight()))  # fmt: skip
     fig.suptitle(title, fontsize=11, y=1 - 0.05 / fig.get_figheight())
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.75 / fig.get_figheight()))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    return path
+    return _save(fig, path)
 
 
-def _bars(ax, categories: list[str], series: dict[str, list[float | None]], colors: dict[str, str]) -> None:
+def _bars(ax, categories: list[str], series: dict[str, list[float | None]], colors: dict[str, str],
+          ylabel: str) -> None:
+    """Grouped bars of ratios, one group per category, with the 1x reference line."""
     n = max(1, len(series))
     width = 0.8 / n
     for i, (label, ys) in enumerate(series.items()):
@@ -295,6 +273,18 @@ def _bars(ax, categories: list[str], series: dict[str, list[float | None]], colo
     ax.set_xticks(range(len(categories)), categories, rotation=35, ha="right", fontsize=7)
     ax.tick_params(axis="y", labelsize=7)
     ax.grid(True, axis="y", alpha=0.3)
+    ax.axhline(1.0, color="0.3", linewidth=0.8)
+    ax.set_ylabel(ylabel, fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def _save(fig, path: Path, title: str | None = None) -> Path:
+    if title is not None:
+        fig.suptitle(title, fontsize=11)
+        fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    return path
 
 
 def plot_ratios(rows: list[dict], title: str, path: Path) -> Path | None:
@@ -308,21 +298,14 @@ def plot_ratios(rows: list[dict], title: str, path: Path) -> Path | None:
         cats.append(f"{op} {n}")
         cells = at(rows, op, n)
         for lb in labels:
-            per_series[lb][0].append(_num(cells.get(lb, {}), "jvp_over_primal"))
-            per_series[lb][1].append(_num(cells.get(lb, {}), "vjp_over_primal"))
+            per_series[lb][0].append(num(cells.get(lb, {}), "jvp_over_primal"))
+            per_series[lb][1].append(num(cells.get(lb, {}), "vjp_over_primal"))
     if not cats:
         return None
     fig = _figure(max(8.0, 0.45 * len(cats) * len(labels) + 2), 6.5)
     for i, (ax, what) in enumerate(zip(fig.subplots(2, 1), ("jvp / primal", "vjp / primal"))):
-        _bars(ax, cats, {lb: per_series[lb][i] for lb in labels}, SERIES_COLORS)
-        ax.axhline(1.0, color="0.3", linewidth=0.8)
-        ax.set_ylabel(what, fontsize=9)
-        ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    return path
+        _bars(ax, cats, {lb: per_series[lb][i] for lb in labels}, SERIES_COLORS, what)
+    return _save(fig, path, title)
 
 
 def plot_speedups(sp: dict, title: str, path: Path) -> Path | None:
@@ -335,16 +318,10 @@ def plot_speedups(sp: dict, title: str, path: Path) -> Path | None:
     axes = fig.subplots(len(labels), 1, squeeze=False)[:, 0]
     mode_colors = {"primal": "0.35", "jvp": "#e69f00", "vjp": "#009e73"}
     for ax, lb in zip(axes, labels):
-        _bars(ax, cats, {m: [sp[lb].get(m, {}).get(c) for c in cats] for _, m in MODES}, mode_colors)
-        ax.axhline(1.0, color="0.3", linewidth=0.8)
-        ax.set_ylabel("speedup (× faster)", fontsize=9)
+        _bars(ax, cats, {m: [sp[lb].get(m, {}).get(c) for c in cats] for _, m in MODES}, mode_colors,
+              "speedup (× faster)")
         ax.set_title(lb, fontsize=9)
-        ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    return path
+    return _save(fig, path, title)
 
 
 # ---------------------------------------------------------------------------------------------------- report
@@ -402,14 +379,10 @@ def ops_report(csv_path: str | Path, out_dir: str | Path) -> str:
 # ------------------------------------------------------------------------------------------------------- CLI
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not argparse's usage block
-        self.exit(2, f"bench.ops_report: error: {message} (usage: python -m bench.ops_report [csv] [--out DIR])\n")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(
-        prog="python -m bench.ops_report",
+    parser = OneLineParser(
+        "bench.ops_report",
+        "python -m bench.ops_report [csv] [--out DIR]",
         description="Tables and plots from a scenario=ops CSV -> DIR/ops_report.md, DIR/plots/ops_*.png",
     )
     parser.add_argument("csv", nargs="?", default=str(DEFAULT_CSV), help=f"ops CSV (default: {DEFAULT_CSV})")

@@ -20,7 +20,6 @@ and nothing but `main` prints.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -33,6 +32,7 @@ from pathlib import Path
 from bench import targets
 from bench.sinks import REQUIRED_COLUMNS
 from bench.spec import FRAMEWORKS, JVP_IMPLS, MODES, TRAINABLE_SCOPES
+from bench.tables import OneLineParser, fixed_width, fmt_ratio, md_table, num
 
 DEFAULT_CSV = Path("results") / "runs.csv"
 DEFAULT_OUT = Path("results")
@@ -43,17 +43,6 @@ SEED_SWEEP = "seed_agnews"  # conf/experiment/seed_agnews.yaml: the seed study's
 FP32_BYTES = 4  # bench runs fp32 only (bench.config.DTYPES): the size of one parameter-sized buffer
 MIB = 2**20
 FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}
-
-
-def _num(row: dict, key: str) -> float | None:
-    v = row.get(key)
-    if v in (None, ""):
-        return None
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None  # a "nan" cell carries no measurement
 
 
 def variant(row: dict) -> str:
@@ -79,19 +68,17 @@ def summary_table(rows: list[dict]) -> str:
         return "(no trials recorded)"
     head = ["framework", "mode", "model", "status", "excess MiB", "peak MiB", "step ms", "compile s",
             "samples/s", "loss first->last"]
-    table = [head]
+    body = []
     for r in rows:
         def f(key, fmt, scale=1.0, r=r):
-            v = _num(r, key)
+            v = num(r, key)
             return "-" if v is None else format(v * scale, fmt)
 
-        loss = "-" if _num(r, "loss_first") is None else f"{f('loss_first', '.4f')}->{f('loss_last', '.4f')}"
-        table.append([r.get("framework", ""), variant(r), r.get("model", ""), r.get("status", ""),
-                      f("excess_mem_mb", ".0f"), f("peak_mem_mb", ".0f"), f("step_time_median_s", ".1f", 1e3),
-                      f("compile_time_s", ".1f"), f("samples_per_s", ".1f"), loss])
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+        loss = "-" if num(r, "loss_first") is None else f"{f('loss_first', '.4f')}->{f('loss_last', '.4f')}"
+        body.append([r.get("framework", ""), variant(r), r.get("model", ""), r.get("status", ""),
+                     f("excess_mem_mb", ".0f"), f("peak_mem_mb", ".0f"), f("step_time_median_s", ".1f", 1e3),
+                     f("compile_time_s", ".1f"), f("samples_per_s", ".1f"), loss])
+    lines = [fixed_width(head, body)]
     failed = [r for r in rows if r.get("status") not in ("ok", "skipped")]
     for r in failed:
         lines.append(f"  {r.get('run_id', '')}: {r.get('status')}: {r.get('error', '')}")
@@ -267,7 +254,7 @@ def _mode_order(row: dict) -> tuple:
         TRAINABLE_SCOPES.index(scope) if scope in TRAINABLE_SCOPES else len(TRAINABLE_SCOPES),
         str(row.get("remat")).lower() == "true",
         JVP_IMPLS.index(impl) if impl in JVP_IMPLS else len(JVP_IMPLS),
-        _num(row, "num_tangents") or 1,
+        num(row, "num_tangents") or 1,
         mode_label(row),
     )
 
@@ -339,26 +326,8 @@ def _fmt_mem(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f}"
 
 
-def _fmt_ratio(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}×"
-
-
 def _fmt_pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
-
-
-def _md_cell(x) -> str:
-    return str(x).replace("|", "\\|").replace("\n", " ").strip()
-
-
-def md_table(head: list[str], body: list[list], align: str = "") -> str:
-    """A markdown table. align: "l" (text) or "r" (numbers) per column; by default two text columns, then
-    numbers."""
-    align = align or "ll" + "r" * (len(head) - 2)
-    lines = ["| " + " | ".join(_md_cell(h) for h in head) + " |",
-             "|" + "|".join(":---" if a == "l" else "---:" for a in align) + "|"]  # fmt: skip
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in body]
-    return "\n".join(lines)
 
 
 def _error_line(row: dict, limit: int = 160) -> str:
@@ -394,12 +363,12 @@ MODE_RATIOS = (("jvp", "backprop"), ("mezo", "inference"))
 
 
 def context_table(cells: Cells) -> str:
-    optional = [m for m in OPTIONAL_METRICS if any(_num(r, m[1]) is not None for r in cells.values())]
+    optional = [m for m in OPTIONAL_METRICS if any(num(r, m[1]) is not None for r in cells.values())]
     metrics = [*TABLE_METRICS, *optional]
     body = []
     for (fw, label), r in sorted(cells.items(), key=_cell_order):
         if r.get("status") == "ok":
-            values = [fmt(_num(r, col)) for _, col, fmt in metrics]
+            values = [fmt(num(r, col)) for _, col, fmt in metrics]
             body.append([fw, label, *values, r.get("mem_method", "")])
         else:  # listed where it would have been, with no numbers
             body.append([fw, label, f"**{r.get('status') or 'no status'}**", *[""] * (len(metrics) - 1), ""])
@@ -407,7 +376,7 @@ def context_table(cells: Cells) -> str:
 
 
 def _ratio(a: dict, b: dict, col: str) -> float | None:
-    x, y = _num(a, col), _num(b, col)
+    x, y = num(a, col), num(b, col)
     if x is None or y is None or x < 0 or y <= 0:  # a negative excess (memory freed) has no meaningful ratio
         return None
     return x / y
@@ -421,12 +390,12 @@ def context_ratios(cells: Cells) -> list[tuple[str, dict[str, float | None]]]:
     for fw in sorted({fw for fw, _ in ok}, key=_framework_order):
         for scope in TRAINABLE_SCOPES:
             suffix = "" if scope == "all" else f"[{scope}]"
-            for num, den in MODE_RATIOS:
-                a, b = ok.get((fw, num + suffix)), ok.get((fw, den + suffix))
+            for top, den in MODE_RATIOS:
+                a, b = ok.get((fw, top + suffix)), ok.get((fw, den + suffix))
                 if b is None and den == "inference":
                     b = ok.get((fw, den))  # what is trainable does not change an inference step
                 if a is not None and b is not None:
-                    name = f"{fw}: {num + suffix} / {variant(b)}"
+                    name = f"{fw}: {top + suffix} / {variant(b)}"
                     out.append((name, {c: _ratio(a, b, c) for _, c in RATIO_METRICS}))
     both = [(label, r) for (fw, label), r in ok.items() if fw == "torch" and ("jax", label) in ok]
     for label, torch_row in sorted(both, key=lambda item: _mode_order(item[1])):
@@ -436,7 +405,7 @@ def context_ratios(cells: Cells) -> list[tuple[str, dict[str, float | None]]]:
 
 
 def ratio_table(ratios: list[tuple[str, dict]]) -> str:
-    body = [[name, *[_fmt_ratio(v[c]) for _, c in RATIO_METRICS]] for name, v in ratios]
+    body = [[name, *[fmt_ratio(v[c]) for _, c in RATIO_METRICS]] for name, v in ratios]
     return md_table(["ratio", *[t for t, _ in RATIO_METRICS]], body, "l" + "r" * len(RATIO_METRICS))
 
 
@@ -456,8 +425,8 @@ def seed_rows(contexts: dict[Context, Cells]) -> list[tuple[Context, list[list]]
             if r.get("status") != "ok":
                 body.append([name, f"**{r.get('status')}**", "", "", "", "", ""])
                 continue
-            body.append([name, _fmt_mem(_num(r, "peak_mem_mb")), _fmt_mem(_num(r, "excess_mem_mb")),
-                         _fmt(_num(r, "total_train_time_s")), _fmt_pct(_num(r, "eval_accuracy")),
+            body.append([name, _fmt_mem(num(r, "peak_mem_mb")), _fmt_mem(num(r, "excess_mem_mb")),
+                         _fmt(num(r, "total_train_time_s")), _fmt_pct(num(r, "eval_accuracy")),
                          r.get("steps_timed") or r.get("steps", ""), r.get("epochs", "")])  # fmt: skip
         out.append((key, body))
     return out
@@ -485,8 +454,8 @@ def naive_jvp_contexts(contexts: dict[Context, Cells]) -> list[tuple[Context, li
                 body.append([label, f"**{r.get('status')}**", "", "", ""])
                 continue
             vs = _ratio(r, backprop, "excess_mem_mb") if backprop and backprop.get("status") == "ok" else None
-            body.append([label, "ok", _fmt_mem(_num(r, "peak_mem_mb")), _fmt_mem(_num(r, "excess_mem_mb")),
-                         _fmt_ratio(vs)])  # fmt: skip
+            body.append([label, "ok", _fmt_mem(num(r, "peak_mem_mb")), _fmt_mem(num(r, "excess_mem_mb")),
+                         fmt_ratio(vs)])  # fmt: skip
         out.append((key, body))
     return out
 
@@ -558,7 +527,7 @@ def bar_panels(contexts: dict[Context, Cells], col: str, ylabel: str, scale: flo
     of differentiating come first, as in the tables (richest_first)."""
     panels = []
     for key in richest_first(contexts):
-        ok = {cell: r for cell, r in contexts[key].items() if r.get("status") == "ok" and _num(r, col) is not None}
+        ok = {cell: r for cell, r in contexts[key].items() if r.get("status") == "ok" and num(r, col) is not None}
         if not ok:
             continue
         rows = sorted(ok.items(), key=_cell_order)
@@ -566,10 +535,10 @@ def bar_panels(contexts: dict[Context, Cells], col: str, ylabel: str, scale: flo
         series = []
         for fw in sorted({fw for fw, _ in ok}, key=_framework_order):
             mine = [(categories.index(label), r) for (f, label), r in rows if f == fw]
-            s = Series(fw, "", [float(i) for i, _ in mine], [_num(r, col) * scale for _, r in mine])
-            if spread and all(_num(r, spread[0]) is not None and _num(r, spread[1]) is not None for _, r in mine):
-                s.lo = [_num(r, spread[0]) * scale for _, r in mine]
-                s.hi = [_num(r, spread[1]) * scale for _, r in mine]
+            s = Series(fw, "", [float(i) for i, _ in mine], [num(r, col) * scale for _, r in mine])
+            if spread and all(num(r, spread[0]) is not None and num(r, spread[1]) is not None for _, r in mine):
+                s.lo = [num(r, spread[0]) * scale for _, r in mine]
+                s.hi = [num(r, spread[1]) * scale for _, r in mine]
             series.append(s)
         values = [y for s in series for y in s.ys]
         panels.append(Panel(context_label(key), "", ylabel, series, categories, logy=log_ok and _wide_range(values)))
@@ -581,7 +550,7 @@ def _series_groups(rows: list[dict], x_col: str, y_col: str, label_of, keep: tup
     earlier one (rows come oldest first)."""
     groups: dict = defaultdict(lambda: defaultdict(dict))
     for r in rows:
-        x, y = _num(r, x_col), _num(r, y_col)
+        x, y = num(r, x_col), num(r, y_col)
         if x is None or y is None:
             continue
         groups[context_key(r, drop=(x_col,), keep=keep)][(r.get("framework", ""), label_of(r))][x] = r
@@ -604,7 +573,7 @@ def _line_series(series: dict, y_col: str, scale: float = 1.0) -> list[Series]:
         if len(pts) < 2:
             continue
         xs = sorted(pts)
-        out.append(Series(fw, label, xs, [_num(pts[x], y_col) * scale for x in xs]))
+        out.append(Series(fw, label, xs, [num(pts[x], y_col) * scale for x in xs]))
     return out
 
 
@@ -620,7 +589,7 @@ def scaling_grid(rows: list[dict], x_col: str, xlabel: str, guide_params: bool =
             sizes: dict[float, float] = {}
             for pts in series.values():
                 for x, r in pts.items():
-                    n = _num(r, "n_trainable")
+                    n = num(r, "n_trainable")
                     if n is not None:
                         sizes[x] = max(sizes.get(x, 0.0), n * FP32_BYTES / MIB)
             if len(sizes) >= 2:
@@ -629,8 +598,8 @@ def scaling_grid(rows: list[dict], x_col: str, xlabel: str, guide_params: bool =
         time_series = []
         for s in _line_series(series, "excess_mem_mb"):
             pts = series[s.framework, s.mode]
-            xs = [x for x in s.xs if _num(pts[x], "step_time_median_s") is not None]
-            time_series.append(Series(s.framework, s.mode, xs, [_num(pts[x], "step_time_median_s") * 1e3 for x in xs]))
+            xs = [x for x in s.xs if num(pts[x], "step_time_median_s") is not None]
+            time_series.append(Series(s.framework, s.mode, xs, [num(pts[x], "step_time_median_s") * 1e3 for x in xs]))
         title = context_label(key)
         times = [y for s in time_series for y in s.ys]
         grid.append([
@@ -662,15 +631,15 @@ def grad_quality_grid(rows: list[dict]) -> list[list[Panel]]:
                             keep=("trainable", "last_k"))  # fmt: skip
     mezo: dict = defaultdict(dict)
     for r in rows:
-        if r.get("mode") == "mezo" and _num(r, "grad_cosine") is not None:
+        if r.get("mode") == "mezo" and num(r, "grad_cosine") is not None:
             mezo[context_key(r, keep=("trainable", "last_k"))][r.get("framework", "")] = r  # latest wins
     grid = []
     for key, series in _best_groups(groups, lambda s, pts: len(pts) >= 2):
         lines = _line_series(series, "grad_cosine")
         ks = sorted({x for s in lines for x in s.xs})
         for fw, r in sorted(mezo.get(key, {}).items(), key=lambda kv: _framework_order(kv[0])):
-            lines.append(Series(fw, "mezo", [ks[0], ks[-1]], [_num(r, "grad_cosine")] * 2))
-        ns = [_num(r, "n_trainable") for pts in series.values() for r in pts.values() if _num(r, "n_trainable")]
+            lines.append(Series(fw, "mezo", [ks[0], ks[-1]], [num(r, "grad_cosine")] * 2))
+        ns = [num(r, "n_trainable") for pts in series.values() for r in pts.values() if num(r, "n_trainable")]
         if ns:
             n = sorted(ns)[len(ns) // 2]
             grid_k = [ks[0] * (ks[-1] / ks[0]) ** (i / 40) for i in range(41)]
@@ -973,9 +942,7 @@ def render(sel: Selection, contexts: dict[Context, Cells], plots: list[Plot], so
         out += ["## The training modes' targets", "",
                 "Per framework at the deepest model recorded (`+experiment=mode_targets` records BERT-base shapes at "
                 "8 and 12 layers); *MISSED* rows are explained in README's section on the modes.", "",
-                md_table(["framework", "where", "target", "measured", "limit", "verdict"],
-                         [[c.framework, c.context, c.target, f"{c.measured:.2f} {c.unit}", f"{c.limit:.2f} {c.unit}",
-                           c.verdict] for c in checks], "lllrrl"), ""]  # fmt: skip
+                md_table(targets.HEAD, targets.cells(checks), "lllrrl"), ""]
 
     drawn = [p for p in plots if p.drawn]
     skipped = [p for p in plots if not p.drawn]
@@ -1037,14 +1004,10 @@ def build_report(csv_paths: list[str | Path], out_dir: str | Path) -> Report:
 # -------------------------------------------------------------------------------------------------------- CLI
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not argparse's usage block
-        self.exit(2, f"bench.report: error: {message} (usage: python -m bench.report [csv ...] [--out DIR])\n")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(
-        prog="python -m bench.report",
+    parser = OneLineParser(
+        "bench.report",
+        "python -m bench.report [csv ...] [--out DIR]",
         description="Tables and plots from bench results CSVs -> DIR/report.md and DIR/plots/*.png.",
     )
     parser.add_argument("csv", nargs="*", help=f"results CSVs (default: {DEFAULT_CSV})")

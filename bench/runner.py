@@ -63,22 +63,10 @@ def run_job(cfg) -> dict:
         if done:
             print(f"[{index}/{total}] {label}: skipped (recorded ok as {done[-1]['run_id']})", flush=True)
             return {**done[-1], "status": "skipped"}
-    run_id = f"{datetime.now():%Y%m%d-%H%M%S}-{c['framework']}-{c['mode']}-{uuid.uuid4().hex[:6]}"
-    print(f"[{index}/{total}] {label}: running ({run_id})", flush=True)
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    t0 = time.perf_counter()
-    outcome = spawn_trial(c, run_id, results_dir)
-    row = make_row(
-        c,
-        outcome,
-        run_id=run_id,
-        started_at=started,
-        sweep_id=sweep_id,
-        config_hash=h,
-        wall_time_s=time.perf_counter() - t0,
-    )
+    outcome, ids = launch(c, c["mode"], f"[{index}/{total}] {label}", results_dir)
+    row = make_row(c, outcome, **ids, sweep_id=sweep_id, config_hash=h)
     CsvSink(csv_path).write(row)
-    save_history(results_dir, run_id, outcome.get("history"))
+    save_history(results_dir, row["run_id"], outcome.get("history"))
     if c["logger"]["name"] == "wandb":
         log_wandb(c, row, outcome.get("history", {}), results_dir)
     print(f"[{index}/{total}] {label}: {describe(row)}", flush=True)
@@ -101,13 +89,8 @@ def run_ops_job(cfg, c: dict) -> dict:
         if last and all(r["status"] == "ok" for r in recorded if r["run_id"] == last):
             print(f"[{index}/{total}] {label}: skipped (recorded ok as {last})", flush=True)
             return {"run_id": last, "status": "skipped"}
-    run_id = f"{datetime.now():%Y%m%d-%H%M%S}-{c['framework']}-ops-{uuid.uuid4().hex[:6]}"
-    print(f"[{index}/{total}] {label}: running ({run_id})", flush=True)
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    t0 = time.perf_counter()
-    outcome = spawn_trial(c, run_id, results_dir)
-    ids = {"run_id": run_id, "started_at": started, "sweep_id": sweep_id, "config_hash": h,
-           "wall_time_s": time.perf_counter() - t0}  # fmt: skip
+    outcome, ids = launch(c, "ops", f"[{index}/{total}] {label}", results_dir)
+    ids.update(sweep_id=sweep_id, config_hash=h)
     rows = make_ops_rows(c, outcome, **ids)
     sink = CsvSink(csv_path, OPS_CSV_COLUMNS)
     for row in rows:
@@ -115,7 +98,17 @@ def run_ops_job(cfg, c: dict) -> dict:
     if c["logger"]["name"] == "wandb":
         log_wandb_ops(c, rows, results_dir)
     print(f"[{index}/{total}] {label}: {describe_ops(outcome, rows, ids['wall_time_s'])}", flush=True)
-    return {"run_id": run_id, "status": outcome["status"], "rows": len(rows)}
+    return {"run_id": ids["run_id"], "status": outcome["status"], "rows": len(rows)}
+
+
+def launch(c: dict, kind: str, progress: str, results_dir: Path) -> tuple[dict, dict]:
+    """Name the trial, say it is running, spawn and watch its process: (outcome, the row's identity fields)."""
+    run_id = f"{datetime.now():%Y%m%d-%H%M%S}-{c['framework']}-{kind}-{uuid.uuid4().hex[:6]}"
+    print(f"{progress}: running ({run_id})", flush=True)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    outcome = spawn_trial(c, run_id, results_dir)
+    return outcome, {"run_id": run_id, "started_at": started, "wall_time_s": time.perf_counter() - t0}
 
 
 def ops_label(c: dict) -> str:

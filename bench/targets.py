@@ -16,13 +16,12 @@ against backprop's ~3.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 
-from bench.config import ConfigError, model_preset
+from bench.config import model_preset
+from bench.tables import OneLineParser, fixed_width, num
 
 MiB = 2**20
 FLOAT_BYTES = 4  # fp32, the only dtype
@@ -42,13 +41,6 @@ class Check:
         if self.measured is None or self.limit is None:
             return "no data"
         return "met" if self.measured <= self.limit else "MISSED"
-
-
-def _num(row: dict, key: str) -> float | None:
-    try:
-        return float(row[key]) if row.get(key) not in (None, "") else None
-    except ValueError:
-        return None
 
 
 def layer_params(hidden: int, intermediate: int) -> int:
@@ -81,7 +73,7 @@ def check(rows: list[dict]) -> list[Check]:
         deepest = max(depths)
         at = depths[deepest]
         where = f"{ctx} L{deepest}"
-        x = lambda mode, key, at=at: _num(at[mode], key) if mode in at else None  # noqa: E731
+        x = lambda mode, key, at=at: num(at[mode], key) if mode in at else None  # noqa: E731
         bp, jv, inf, mz = (x(m, "excess_mem_mb") for m in ("backprop", "jvp", "inference", "mezo"))
         if bp is not None and jv is not None:
             checks.append(Check(fw, where, "jvp excess <= 0.6 x backprop excess", jv, 0.6 * bp, "MiB"))
@@ -95,7 +87,7 @@ def check(rows: list[dict]) -> list[Check]:
         jvp_depths = sorted(d for d in depths if "jvp" in depths[d])
         if len(jvp_depths) >= 2:
             lo, hi = jvp_depths[0], jvp_depths[-1]
-            slope = (_num(depths[hi]["jvp"], "excess_mem_mb") - _num(depths[lo]["jvp"], "excess_mem_mb")) / (hi - lo)
+            slope = (num(depths[hi]["jvp"], "excess_mem_mb") - num(depths[lo]["jvp"], "excess_mem_mb")) / (hi - lo)
             tangent = model_sizes(depths[hi]["jvp"])[0]
             checks.append(Check(fw, f"{ctx} L{lo}->L{hi}",
                                 f"jvp growth per layer <= 1.2 x a layer's tangent ({tangent:.1f} MiB)",
@@ -107,32 +99,29 @@ def table(checks: list[Check]) -> str:
     if not checks:
         return ("(no trials to check: run python -m bench -m +experiment=mode_targets, which records inference, "
                 "backprop, jvp and mezo at two depths)")
-    head = ["framework", "where", "target", "measured", "limit", "verdict"]
-    body = [[c.framework, c.context, c.target, "-" if c.measured is None else f"{c.measured:.2f} {c.unit}",
+    return fixed_width(HEAD, cells(checks))
+
+
+HEAD = ["framework", "where", "target", "measured", "limit", "verdict"]
+
+
+def cells(checks: list[Check]) -> list[list[str]]:
+    """One table row per check, under HEAD (the terminal table here, the report's markdown table)."""
+    return [[c.framework, c.context, c.target, "-" if c.measured is None else f"{c.measured:.2f} {c.unit}",
              "-" if c.limit is None else f"{c.limit:.2f} {c.unit}", c.verdict] for c in checks]
-    widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
-    lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in [head, *body]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.sinks import SchemaError, read_rows
+    from bench.report import ReportError, load_rows
 
-    p = argparse.ArgumentParser(prog="python -m bench.targets", description=__doc__.splitlines()[0])
+    p = OneLineParser("bench.targets", "python -m bench.targets [csv ...]", description=__doc__.splitlines()[0])
     p.add_argument("csv", nargs="*", default=["results/runs.csv"], help="results CSVs (default results/runs.csv)")
     args = p.parse_args(argv)
-    rows = []
-    for path in args.csv:
-        if not Path(path).is_file():
-            print(f"bench.targets: error: csv={path}: no such file; accepted: a results CSV written by python -m bench",
-                  file=sys.stderr)
-            return 2
-        try:
-            rows += read_rows(path)
-        except (SchemaError, ConfigError, ValueError) as e:
-            print(f"bench.targets: error: csv={path}: {e}", file=sys.stderr)
-            return 2
+    try:
+        rows = load_rows(args.csv)
+    except ReportError as e:
+        print(f"bench.targets: error: {e}", file=sys.stderr)
+        return 2
     print(table(check(rows)))
     return 0
 

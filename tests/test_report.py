@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import report
 from bench.report import build_report, group_contexts, load_rows, main, plan_plots, select, summary_table, variant
 from bench.sinks import CsvSink, read_rows
+from bench.tables import num
 
 REPO = Path(__file__).resolve().parent.parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -477,4 +477,4 @@ def test_summary_table_and_variant_still_work(tmp_path):
     assert [variant(r) for r in read] == ["backprop", "jvp(K=4)", "jvp[naive]", "backprop+remat[head]", "mezo"]
     assert lines[-1].strip().endswith(": oom: RESOURCE_EXHAUSTED")
     assert summary_table([]) == "(no trials recorded)"
-    assert report._num({"x": "nan"}, "x") is None and report._num({"x": "2.5"}, "x") == 2.5
+    assert num({"x": "nan"}, "x") is None and num({"x": "2.5"}, "x") == 2.5

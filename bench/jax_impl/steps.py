@@ -281,19 +281,19 @@ class Trainer:
         self.opt_state = None
         self.step_count = 0
         self._step = jax.jit(self._step_fn, donate_argnums=(0, 1))
+        if s.mode in ("jvp", "mezo"):
+            # The step runs as separate jitted calls, the update regenerating the directions from their keys.
+            # MeZO: each perturbation donates the parameters, so it overwrites them in place as torch's add_
+            # does (inside one jit XLA cannot write theta + eps z over the donated input and holds a second
+            # |theta| buffer). jvp: in one program XLA:CPU materialised the regenerated tangent, the estimate and
+            # the update of every leaf at once (BERT-base: +126 MiB per layer against the 27 MiB of a layer's
+            # tangent); apart, each program holds what it must.
+            self._update = jax.jit(self._seeded_update_fn, donate_argnums=(0, 1))
         if s.mode == "mezo":
-            # MeZO's step runs as separate jitted calls, each donating the parameters, so every perturbation
-            # overwrites them in place as torch's add_ does. Inside one jit XLA cannot write theta + eps z over
-            # the donated input (donation aliases inputs to outputs only) and holds a second |theta| buffer.
             self._perturb = jax.jit(lambda p, scale, step: perturb(p, scale, s.seed, step), donate_argnums=0)
             self._loss = jax.jit(self.loss_of)
-            self._update = jax.jit(self._seeded_update_fn, donate_argnums=(0, 1))
         if s.mode == "jvp":
-            # Forward-mode pass and update as two programs, as in MeZO: in one program XLA:CPU materialised the
-            # regenerated tangent, the estimate and the update of every leaf at once (BERT-base: +126 MiB per
-            # layer against the 27 MiB of a layer's tangent), where apart each holds what it must.
             self._coeffs = jax.jit(self._coeffs_fn)
-            self._update = jax.jit(self._seeded_update_fn, donate_argnums=(0, 1))
         self._gradient = jax.jit(self._gradient_fn)
         self._inference = jax.jit(self._inference_fn)
 
@@ -309,22 +309,21 @@ class Trainer:
         """Compile the timed function ahead of time for these batch shapes. The runner calls this before it
         records the memory baseline, so what the compiler leaves resident (code, caches) is not counted as the
         step's memory; torch_impl's eager trainer has nothing to compile."""
-        step = jnp.int32(0)
-        if self.spec.mode == "inference":
+        step, mode = jnp.int32(0), self.spec.mode
+        if mode == "inference":
             self._inference = self._inference.lower(self.params, micro_batches).compile()
-        elif self.spec.mode == "mezo":
-            opt_state = jax.eval_shape(self.optimizer.init, self.params)
+            return
+        opt_state = jax.eval_shape(self.optimizer.init, self.params)
+        if mode == "mezo":
             self._perturb = self._perturb.lower(self.params, 0.0, step).compile()
             self._loss = self._loss.lower(self.params, micro_batches[0], dropout_key(self.spec.seed, step)).compile()
             self._update = self._update.lower(self.params, opt_state, jnp.zeros(1, jnp.float32), step).compile()
-        elif self.spec.mode == "jvp":
-            opt_state = jax.eval_shape(self.optimizer.init, self.params)
+        elif mode == "jvp":
             self._coeffs = self._coeffs.lower(self.params, micro_batches, step).compile()
             coeffs = jnp.zeros(self.spec.num_tangents, jnp.float32)
             self._update = self._update.lower(self.params, opt_state, coeffs, step).compile()
         else:
-            opt_state = jax.eval_shape(self.optimizer.init, self.params)
-            self._step = self._step.lower(self.params, opt_state, micro_batches, jnp.int32(0)).compile()
+            self._step = self._step.lower(self.params, opt_state, micro_batches, step).compile()
 
     # -- the mode --------------------------------------------------------------------------------------------
     def _gradient_fn(self, params, micro_batches, step, tangents=None):
@@ -403,16 +402,11 @@ class Trainer:
                 eps=self.spec.mezo_eps,
             )
             self.params, self.opt_state = self._update(self.params, self.opt_state, jnp.reshape(proj, (1,)), step)
-            self.step_count += 1
-            return loss
-        if self.spec.mode == "jvp":
+        elif self.spec.mode == "jvp":
             loss, coeffs = self._coeffs(self.params, micro_batches, step)
             self.params, self.opt_state = self._update(self.params, self.opt_state, coeffs, step)
-            self.step_count += 1
-            return loss
-        self.params, self.opt_state, loss = self._step(
-            self.params, self.opt_state, micro_batches, jnp.int32(self.step_count)
-        )
+        else:
+            self.params, self.opt_state, loss = self._step(self.params, self.opt_state, micro_batches, step)
         self.step_count += 1
         return loss
 

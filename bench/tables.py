@@ -1,0 +1,57 @@
+"""Text shared by the readers of results CSVs (report.py, ops_report.py, targets.py): a cell as a number,
+markdown and fixed-width tables, and a command-line parser whose errors are one line."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def num(row: dict, key: str) -> float | None:
+    """row[key] as a float; None for an empty, unparsable or non-finite cell (a "nan" carries no measurement)."""
+    v = row.get(key)
+    if v in (None, ""):
+        return None
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def fmt_ratio(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}×"
+
+
+def _md_cell(x) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ").strip()
+
+
+def md_table(head: list[str], body: list[list], align: str = "") -> str:
+    """A markdown table. align: "l" (text) or "r" (numbers) per column; by default two text columns, then
+    numbers."""
+    align = align or "ll" + "r" * (len(head) - 2)
+    lines = ["| " + " | ".join(_md_cell(h) for h in head) + " |",
+             "|" + "|".join(":---" if a == "l" else "---:" for a in align) + "|"]  # fmt: skip
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def fixed_width(head: list[str], body: list[list]) -> str:
+    """Columns padded to their widest cell, a dashed rule under the head: for a terminal."""
+    table = [[str(c) for c in row] for row in [head, *body]]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line and exit 2, naming the usage (not argparse's usage block)."""
+
+    def __init__(self, name: str, usage_line: str, **kw):
+        super().__init__(prog=f"python -m {name}", **kw)
+        self.name, self.usage_line = name, usage_line
+
+    def error(self, message: str):
+        self.exit(2, f"{self.name}: error: {message} (usage: {self.usage_line})\n")
