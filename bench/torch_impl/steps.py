@@ -283,7 +283,11 @@ class Trainer:
         model.train(s.mode in ("backprop", "jvp", "jacfwd"))
         if s.mode == "backprop" and s.remat:
             # per-encoder-layer activation checkpointing; non-reentrant is the recommended implementation
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            # (transformers 5 renamed the method; 4.x has only the old name)
+            if hasattr(model, "activation_checkpointing_enable"):
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.optimizer = None if s.mode == "inference" else make_optimizer(trainable, s.optimizer)
         self.jacfwd_chunk = jacfwd_chunk_for(s.jacfwd_chunk, "torch", self.device.type)
         self.step_count = 0
