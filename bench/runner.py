@@ -212,9 +212,8 @@ def trial_label(c: dict) -> str:
         c["jvp_impl"] if c["mode"] == "jvp" and c["framework"] == "torch" else "",
         f"trainable={c['trainable']}" if c["trainable"] != "all" else "",
     ]
-    return " ".join(
-        [c["framework"], c["mode"], *[e for e in extra if e], c["model"]["name"], f"B{c['batch_size']} T{c['seq_len']}"]
-    )
+    shape = f"L{c['model']['num_layers']} B{c['batch_size']} T{c['seq_len']}"
+    return " ".join([c["framework"], c["mode"], *[e for e in extra if e], c["model"]["name"], shape])
 
 
 def describe(row: dict) -> str:
