@@ -133,7 +133,9 @@ class BenchConfig:
     seed: int = _f(0, "weights, data order, tangents, perturbations, dropout")
     remat: bool = _f(False, "backprop with activation checkpointing per encoder layer")
     num_tangents: int = _f(1, "jvp: tangents K per step (looped)")
-    jvp_impl: str = _f("func", "jvp, torch only: func (torch.func.jvp) | dual (forward_ad) | naive (seed 000)")
+    jvp_impl: str = _f(
+        "func", "jvp, torch only: func (torch.func.jvp) | lazy (tangent per module) | dual (forward_ad) | naive"
+    )
     jacfwd_chunk: Any = _f("auto", "jacfwd: basis directions per vmapped jvp; auto: jax on CPU 8, else 256")
     jacfwd_max_params: int = _f(
         2_000_000, "jacfwd: refuse more trainable parameters (one forward-mode direction each) than this"

@@ -460,6 +460,42 @@ def naive_jvp_contexts(contexts: dict[Context, Cells]) -> list[tuple[Context, li
     return out
 
 
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys against xs (>= 2 distinct xs): the growth per unit of x."""
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+GROWTH_HEAD = ["framework", "mode", "layers", "excess MiB", "growth MiB/layer", "a layer's params MiB",
+               "growth / layer's params"]  # fmt: skip
+
+
+def depth_growth(rows: list[dict]) -> list[tuple[Context, list[list]]]:
+    """Per context measured at >= 2 depths: each framework x mode's excess memory at its shallowest and deepest
+    model, its growth per layer (least squares over every depth measured) and that growth against one layer's
+    trainable parameters in fp32, the size of one layer's gradient or tangent. Near 0: flat in depth; near 1:
+    one parameter-sized buffer per layer (jvp's tangent); above: activations kept per layer (backprop)."""
+    out = []
+    for key, series in _best_groups(_series_groups(rows, "num_layers", "excess_mem_mb", variant),
+                                    lambda s, pts: len(pts) >= 2):  # fmt: skip
+        body = []
+        for (fw, label), pts in sorted(series.items(), key=lambda s: (_mode_order(next(iter(s[1].values()))),
+                                                                       _framework_order(s[0][0]))):  # fmt: skip
+            if len(pts) < 2:
+                continue
+            xs = sorted(pts)
+            ys = [num(pts[x], "excess_mem_mb") for x in xs]
+            growth = slope(xs, ys)
+            n_lo, n_hi = num(pts[xs[0]], "n_trainable"), num(pts[xs[-1]], "n_trainable")
+            layer = None if n_lo is None or n_hi is None else (n_hi - n_lo) / (xs[-1] - xs[0]) * FP32_BYTES / MIB
+            vs = growth / layer if layer else None
+            body.append([fw, label, f"{xs[0]:g} → {xs[-1]:g}", f"{ys[0]:.0f} → {ys[-1]:.0f}",
+                         f"{round(growth, 1) or 0.0:.1f}", "-" if not layer else f"{layer:.1f}",
+                         fmt_ratio(None if vs is None else round(vs, 2) or 0.0)])  # fmt: skip
+        out.append((key, body))
+    return out
+
+
 def failed_table(sel: Selection) -> str:
     latest_ok = {config_key(r): r for r in sel.ok}
     body = []
@@ -577,9 +613,11 @@ def _line_series(series: dict, y_col: str, scale: float = 1.0) -> list[Series]:
     return out
 
 
-def scaling_grid(rows: list[dict], x_col: str, xlabel: str, guide_params: bool = False) -> list[list[Panel]]:
+def scaling_grid(rows: list[dict], x_col: str, xlabel: str, guide_params: bool = False,
+                 logx: int = 0) -> list[list[Panel]]:  # fmt: skip
     """Excess memory and median step time against one column, everything else fixed: one row of two panels per
-    context where some framework x mode was measured at >= 2 values."""
+    context where some framework x mode was measured at >= 2 values. A linear x axis (logx=0) keeps a linear
+    cost a straight line, its slope the cost per layer or per sample."""
     groups = _series_groups(rows, x_col, "excess_mem_mb", variant)
     grid = []
     for key, series in _best_groups(groups, lambda s, pts: len(pts) >= 2):
@@ -603,8 +641,8 @@ def scaling_grid(rows: list[dict], x_col: str, xlabel: str, guide_params: bool =
         title = context_label(key)
         times = [y for s in time_series for y in s.ys]
         grid.append([
-            Panel(title, xlabel, "excess memory (MiB)", memory, logx=2, legend=False),
-            Panel(title, xlabel, "median step time (ms)", time_series, logx=2, logy=_wide_range(times)),
+            Panel(title, xlabel, "excess memory (MiB)", memory, logx=logx, legend=False),
+            Panel(title, xlabel, "median step time (ms)", time_series, logx=logx, logy=_wide_range(times)),
         ])  # fmt: skip
     return grid
 
@@ -714,7 +752,7 @@ def plan_plots(sel: Selection, contexts: dict[Context, Cells]) -> list[Plot]:
              "Activations grow with T (attention scores with T²) in every mode, but backprop keeps every layer's at "
              "once, so its line should climb steepest.",
              "one framework x mode at >= 2 values of seq_len with everything else equal",
-             scaling_grid(rows, "seq_len", "sequence length T")),
+             scaling_grid(rows, "seq_len", "sequence length T", logx=2)),
         Plot("memory_vs_batch", "Memory and step time vs batch size",
              "The slope is the memory per sample (activations); where a line meets the axis is the parameter-sized "
              "part (gradients, tangents, optimizer state), which does not grow with B.",
@@ -744,8 +782,9 @@ def plan_plots(sel: Selection, contexts: dict[Context, Cells]) -> list[Plot]:
 FRAMEWORK_COLORS = {"torch": "#ee4c2c", "jax": "#4285f4"}  # PyTorch's orange-red, a Google blue
 FRAMEWORK_LINES = {"torch": ("-", "o"), "jax": ("--", "s")}
 MODE_COLORS = {"inference": "#7f7f7f", "backprop": "#1f77b4", "backprop+remat": "#17becf", "jvp": "#ff7f0e",
-               "jvp[naive]": "#d62728", "jvp[dual]": "#bcbd22", "jacfwd": "#2ca02c", "mezo": "#9467bd"}  # fmt: skip
-_MORE_COLORS = ("#8c564b", "#e377c2", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2")
+               "jvp[naive]": "#d62728", "jvp[dual]": "#bcbd22",
+               "jvp[lazy]": "#8c564b", "jacfwd": "#2ca02c", "mezo": "#9467bd"}  # fmt: skip
+_MORE_COLORS = ("#e377c2", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2")
 
 
 def _mode_color(label: str) -> str:
@@ -829,7 +868,11 @@ def _draw_panel(ax, p: Panel) -> None:
         elif all(float(x).is_integer() for s in p.series for x in s.xs):  # steps, layers: no 2.5th step
             from matplotlib.ticker import MaxNLocator
 
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            xs = sorted({x for s in p.series if not s.guide for x in s.xs})
+            if len(xs) <= 12:  # a sweep's few values (1, 2, 4, 8 layers) as the ticks
+                ax.set_xticks(xs, [f"{x:g}" for x in xs])
+            else:
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if p.legend:
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         elif any(s.guide for s in p.series):  # the lines are explained beside the next panel, the guide here
@@ -931,7 +974,8 @@ def render(sel: Selection, contexts: dict[Context, Cells], plots: list[Plot], so
                 "with parameters that still required grad, so autograd also recorded the whole dual computation "
                 "for a backward pass that never comes, keeping every layer's primal and tangent activations alive. "
                 "bench's torch jvp (`jvp_impl=func`) and the dual-number version (`jvp_impl=dual`, the seed's "
-                "approach 2) detach the parameters first and hold about one layer's activations at a time. "
+                "approach 2) detach the parameters first and hold about one layer's activations at a time, plus "
+                "the whole tangent; `jvp_impl=lazy` draws each module's tangent as the pass reaches it. "
                 "The last column is each row's excess memory as a multiple of backprop's.", ""]  # fmt: skip
         for key, body in naive:
             out += [f"{context_label(key)}", "",
@@ -943,6 +987,18 @@ def render(sel: Selection, contexts: dict[Context, Cells], plots: list[Plot], so
                 "Per framework at the deepest model recorded (`+experiment=mode_targets` records BERT-base shapes at "
                 "8 and 12 layers); *MISSED* rows are explained in README's section on the modes.", "",
                 md_table(targets.HEAD, targets.cells(checks), "lllrrl"), ""]
+
+    growth = depth_growth(sel.ok)
+    if growth:
+        out += ["## Memory growth with depth", "",
+                "Excess memory from the shallowest to the deepest model of a sweep over `model.num_layers`, its "
+                "growth per layer (least squares over every depth) and that growth as a multiple of one layer's "
+                "trainable parameters in fp32, the size of one layer's gradient or tangent. About 0×: flat in "
+                "depth. About 1×: one parameter-sized buffer per layer (a tangent held whole, as torch's "
+                "`torch.func.jvp` needs). Above 1×: activations kept for every layer (backprop, which also "
+                "holds a gradient). Differences under ~30 MiB are allocator noise on CPU.", ""]  # fmt: skip
+        for key, body in growth:
+            out += [f"{context_label(key)}", "", md_table(GROWTH_HEAD, body), ""]
 
     drawn = [p for p in plots if p.drawn]
     skipped = [p for p in plots if not p.drawn]

@@ -23,7 +23,7 @@ MODES = ("inference", "backprop", "jvp", "jacfwd", "mezo")
 TRAINABLE_SCOPES = ("all", "head", "bias", "last_k")
 OPTIMIZERS = ("sgd", "adamw")
 # torch only: how the forward-mode pass is built (issue 3; "naive" reproduces seed 000's pathology).
-JVP_IMPLS = ("func", "dual", "naive")
+JVP_IMPLS = ("func", "lazy", "dual", "naive")
 
 # A batch is a dict of numpy arrays, identical bytes for both frameworks (bench/data.py makes them).
 #   input_ids, token_type_ids, attention_mask: (B, T) int32;  labels: (B,) int32
@@ -152,7 +152,7 @@ class StepSpec:
     optimizer: OptimizerSpec = OptimizerSpec()
     remat: bool = False  # activation checkpointing per encoder layer (backprop)
     num_tangents: int = 1  # jvp: K tangents per step, looped (memory does not grow with K)
-    jvp_impl: str = "func"  # torch: func | dual | naive
+    jvp_impl: str = "func"  # torch: func | lazy | dual | naive
     jacfwd_chunk: int | str = "auto"  # jacfwd: basis directions pushed forward together (vmapped); see below
     mezo_eps: float = 1e-3  # MeZO perturbation scale (Malladi et al. 2023 use 1e-3)
     grad_accum: int = 1  # micro-batches per optimizer update

@@ -15,7 +15,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.report import build_report, group_contexts, load_rows, main, plan_plots, select, summary_table, variant
+from bench.report import (
+    build_report,
+    depth_growth,
+    group_contexts,
+    load_rows,
+    main,
+    plan_plots,
+    select,
+    summary_table,
+    variant,
+)
 from bench.sinks import CsvSink, read_rows
 from bench.tables import num
 
@@ -315,6 +325,19 @@ def test_failed_rows_are_never_plotted(full):
     # the crashed 12-layer backprop is not a point of the depth plot
     depth = next(p for p in plots if p.name == "memory_vs_depth").grid[0][0]
     assert all(s.xs == [1.0, 2.0, 4.0, 8.0] for s in depth.series)
+
+
+def test_depth_growth_is_the_slope_per_layer_against_a_layers_parameters(full):
+    sel = select(load_rows([full["csv"]]))
+    (key, body), = depth_growth(sel.ok)
+    table = {(r[0], r[1]): r for r in body}
+    layer_mb = 7_087_872 * 4 / MIB  # the cost model: backprop keeps 8 MiB of activations per layer and a gradient
+    assert table["torch", "backprop"][2] == "1 → 8"  # the crashed 12-layer row is not a point
+    assert float(table["torch", "backprop"][4]) == pytest.approx(8 + layer_mb, abs=0.05)
+    assert table["torch", "backprop"][5] == f"{layer_mb:.1f}"
+    assert table["jax", "jvp"][6] == f"{2 * layer_mb / layer_mb:.2f}×"  # two parameter-sized buffers per layer
+    assert table["jax", "mezo"][4] == "0.0" and table["jax", "mezo"][6] == "0.00×"  # flat in depth
+    assert "## Memory growth with depth" in full["md"] and "| torch | jvp | 1 → 8 |" in full["md"]
 
 
 def test_scaling_plots_show_what_the_sweeps_varied(full):

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -159,19 +160,52 @@ def test_jvp_directional_derivative_is_grad_dot_v_and_a_finite_difference(framew
 
 
 def test_torch_jvp_impls_agree():
-    """func, dual (forward_ad) and naive (params requiring grad) compute the same loss and d."""
+    """func, lazy (duals made per module), dual (forward_ad) and naive (params requiring grad) compute the same
+    loss and d; lazy leaves the module's own parameters in place."""
     v = None
     results = {}
-    for impl in ("func", "dual", "naive"):
+    for impl in ("func", "lazy", "dual", "naive"):
         t = make("torch", "jvp", jvp_impl=impl)
         v = v or random_tangent(shapes("torch", t))
         tangent = tangent_for("torch", t, v)
         b = t.to_device(BATCH)[0]
+        before = dict(t.model.named_parameters())
         loss, d = tsteps.directional_derivative(t.model, t.params, b, tangent, impl)
         results[impl] = (float(loss), float(d))
         assert t.params["classifier.bias"].requires_grad == (impl == "naive")
-    assert results["dual"] == pytest.approx(results["func"], rel=1e-5)
-    assert results["naive"] == pytest.approx(results["func"], rel=1e-5)
+        after = dict(t.model.named_parameters())
+        assert after.keys() == before.keys() and all(after[n] is p for n, p in before.items())
+    for impl in ("lazy", "dual", "naive"):
+        assert results[impl] == pytest.approx(results["func"], rel=1e-5), impl
+
+
+def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(monkeypatch):
+    """jvp_impl=lazy draws each tensor's tangent when its module runs: the same seeded directions as func, so the
+    same step, with at most one module's tangents alive at once (func: every tensor's)."""
+    alive, most = [0], {}
+    draw = tsteps.direction
+
+    def counted(p, seed):
+        t = draw(p, seed)
+        alive[0] += 1
+        weakref.finalize(t, lambda: alive.__setitem__(0, alive[0] - 1))
+        return t
+
+    monkeypatch.setattr(tsteps, "direction", counted)
+    trainers = {impl: make("torch", "jvp", jvp_impl=impl) for impl in ("func", "lazy")}
+    for impl, t in trainers.items():
+        alive[0], most[impl] = 0, 0
+        hooks = [m.register_forward_hook(lambda *_, i=impl: most.__setitem__(i, max(most[i], alive[0])))
+                 for m in t.model.modules()]  # fmt: skip
+        grads = t.gradient(t.to_device(BATCH))[1]
+        for h in hooks:
+            h.remove()
+        t.apply(grads)
+    assert most["func"] == len(trainers["func"].params)
+    assert 1 <= most["lazy"] <= 3  # a module's weight and bias (LayerNorm, Linear); BERT's largest owns two
+    for n, p in trainers["func"].params.items():
+        np.testing.assert_allclose(trainers["lazy"].params[n].detach().numpy(), p.detach().numpy(), rtol=1e-6,
+                                   atol=1e-7, err_msg=n)  # fmt: skip
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

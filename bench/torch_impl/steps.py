@@ -20,6 +20,8 @@ forward-mode pass, so the update reuses it (`TangentGradient`) rather than payin
 
 from __future__ import annotations
 
+from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +30,7 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch.func import functional_call, jvp, vmap
 
-from bench.spec import BertSpec, StepSpec, is_trainable, jacfwd_chunk_for
+from bench.spec import JVP_IMPLS, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for
 
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -78,6 +80,23 @@ def direction(p: torch.Tensor, seed: int) -> torch.Tensor:
 
 def sample_tangent(params: dict[str, torch.Tensor], seed: int, step: int, k: int) -> dict[str, torch.Tensor]:
     return {n: direction(p, direction_seed(seed, step, k, i)) for i, (n, p) in enumerate(params.items())}
+
+
+@dataclass
+class SeededTangent:
+    """Tangent k of `step` drawn tensor by tensor when asked for (tangent[name]), never held whole: the same
+    values as sample_tangent(params, seed, step, k)."""
+
+    params: dict[str, torch.Tensor]
+    seed: int
+    step: int
+    k: int
+
+    def __post_init__(self):
+        self.index = {name: i for i, name in enumerate(self.params)}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return direction(self.params[name], direction_seed(self.seed, self.step, self.k, self.index[name]))
 
 
 @dataclass
@@ -141,6 +160,8 @@ def directional_derivative(model, params, batch, tangent, impl: str = "func"):
            whole dual computation for a backward that never comes: seed 000's pathology, impl="naive").
     dual   torch.autograd.forward_ad dual tensors (make_dual / unpack_dual): the seed's "approach 2".
     naive  func, with params that require grad: reproduces the pathology on purpose.
+    lazy   dual tensors made module by module as the forward pass reaches them (lazy_duals): a module's tangent
+           is drawn just before it runs and dropped after, so the tangent is never resident whole.
     Only the loss leaves the function (not the logits): nothing else is kept alive.
     """
     if impl in ("func", "naive"):
@@ -151,18 +172,58 @@ def directional_derivative(model, params, batch, tangent, impl: str = "func"):
             duals = {n: fwAD.make_dual(p, tangent[n]) for n, p in params.items()}
             primal, d = fwAD.unpack_dual(loss_fn(model, batch, duals))
         return primal, d
-    raise ValueError(f"jvp_impl={impl!r}: accepted func, dual, naive")
+    if impl == "lazy":
+        with fwAD.dual_level(), lazy_duals(model, params, tangent):
+            primal, d = fwAD.unpack_dual(loss_fn(model, batch))
+        return primal, d
+    raise ValueError(f"jvp_impl={impl!r}: accepted {', '.join(JVP_IMPLS)}")
+
+
+@contextmanager
+def lazy_duals(model, params: dict[str, torch.Tensor], tangent):
+    """Within a dual_level: each module owning parameters of `params` swaps them for dual tensors (parameter,
+    tangent[name]) in a forward pre-hook and back in a forward hook. Forward mode keeps no graph, so once the
+    module has run its tangents are garbage: the pass holds one module's tangent (BERT: at most the word
+    embeddings') instead of every layer's."""
+    owned = defaultdict(list)
+    for prefix, module in model.named_modules():
+        for attr, p in module.named_parameters(recurse=False):
+            name = f"{prefix}.{attr}" if prefix else attr
+            if name in params:
+                owned[module].append((attr, name, p))
+
+    def swap_in(module, args):
+        for attr, name, _ in owned[module]:
+            module._parameters[attr] = fwAD.make_dual(params[name], tangent[name])
+
+    def swap_out(module, args, output=None):
+        for attr, _, p in owned[module]:
+            module._parameters[attr] = p
+
+    handles = [h for m in owned for h in (m.register_forward_pre_hook(swap_in), m.register_forward_hook(swap_out))]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        for module in owned:  # an exception mid-pass must not leave a dual behind
+            swap_out(module, ())
 
 
 def forward_gradient(model, params, micro_batches, *, num_tangents, seed, step, impl="func", tangents=None):
     """Forward gradient: K tangents looped (memory does not grow with K); each tangent is dropped after its pass
     and regenerated from its seed when the update needs it. With one tangent, it is kept for the update instead:
     it was resident during the forward-mode pass (the step's peak), and regenerating n normals with torch's CPU
-    generator costs ~15% of a MiniLM step."""
+    generator costs ~15% of a MiniLM step. impl="lazy" never holds a tangent whole: each tensor of it is drawn
+    when its module runs, and again when the update reaches it."""
     K = len(tangents) if tangents is not None else num_tangents
+    lazy = impl == "lazy" and tangents is None
     coeffs, total = [], 0.0
     for k in range(K):
-        v = tangents[k] if tangents is not None else sample_tangent(params, seed, step, k)
+        if tangents is not None:
+            v = tangents[k]
+        else:
+            v = SeededTangent(params, seed, step, k) if lazy else sample_tangent(params, seed, step, k)
         d_k = 0.0
         for batch in micro_batches:  # grad of the mean loss = mean of the micro-batch grads
             loss, d = directional_derivative(model, params, batch, v, impl)
@@ -170,7 +231,7 @@ def forward_gradient(model, params, micro_batches, *, num_tangents, seed, step, 
             if k == 0:
                 total = total + loss / len(micro_batches)
         coeffs.append(float(d_k) / K)
-        if K == 1 and tangents is None:
+        if K == 1 and tangents is None and not lazy:
             return total, TangentGradient([v], coeffs, in_place=True)
         del v
     if tangents is not None:
