@@ -41,6 +41,7 @@ class SweepCallback(Callback):
             # every row of this sweep's trials (one per op and shape); resumed trials show their earlier rows
             rows = [r for r in read_rows(Path(config.results_dir) / "ops.csv") if r.get("config_hash") in hashes]
             print(summary_table(rows), flush=True)
+            print(next_step(config, "bench.ops_report"), flush=True)
             return
         from bench.report import summary_table
 
@@ -48,6 +49,15 @@ class SweepCallback(Callback):
         latest = {r["config_hash"]: r for r in read_rows(Path(config.results_dir) / "runs.csv")}
         rows = [latest[h] for h in hashes if h in latest]
         print(summary_table(rows), flush=True)
+        print(next_step(config, "bench.report"), flush=True)
+
+
+def next_step(config, module: str) -> str:
+    """The command that turns the sweep's CSV into tables and plots (the defaults when results_dir is)."""
+    results = Path(config.results_dir)
+    csv = results / results_file(config)
+    args = "" if results == Path("results") else f" {csv} --out {results}"
+    return f"bench: rows in {csv}; tables and plots: python -m {module}{args}"
 
 
 def results_file(config) -> str:

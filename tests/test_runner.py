@@ -58,8 +58,13 @@ def test_multirun_records_every_trial_ok_with_plausible_numbers(tmp_path):
     assert len({r["weights_digest"] for r in rs}) == 1
     assert len({r["data_fingerprint"] for r in rs}) == 1
     assert len({r["sweep_id"] for r in rs}) == 1
-    # the sweep prints progress and a summary table at the end
+    # the sweep prints progress and a summary table at the end, then the command for its report, which works
     assert "[4/4]" in out.stdout and "excess MiB" in out.stdout
+    command = out.stdout.strip().splitlines()[-1].split("tables and plots: ")[1]
+    assert command == f"python -m bench.report {tmp_path / 'runs.csv'} --out {tmp_path}"
+    report = subprocess.run([sys.executable, *command.split()[1:]], capture_output=True, text=True, cwd=REPO)
+    assert report.returncode == 0, report.stderr
+    assert "| jax | backprop |" in (tmp_path / "report.md").read_text()
 
 
 @pytest.mark.slow
