@@ -743,9 +743,11 @@ def plan_plots(sel: Selection, contexts: dict[Context, Cells]) -> list[Plot]:
              [[p] for p in bar_panels(contexts, "step_time_median_s", "median step time (ms)", 1e3,
                                       ("step_time_p10_s", "step_time_p90_s"), log_ok=True)]),
         Plot("memory_vs_depth", "Memory and step time vs depth",
-             "One line per framework (solid torch, dashed jax) and mode (colour): a line that climbs with the number "
-             "of layers stores something per layer (backprop's activations), while jvp and MeZO should rise no "
-             "faster than the dotted grey line, one fp32 copy of the trainable parameters.",
+             "One line per framework (solid torch, dashed jax) and mode (colour), on a linear depth axis: a line "
+             "that climbs with the number of layers stores something per layer (backprop's activations and "
+             "gradient). The dotted grey line is one fp32 copy of the trainable parameters: a forward gradient "
+             "that holds its tangent whole (torch's default jvp) climbs parallel to it, one that never does "
+             "(JAX's jvp, torch's jvp[lazy]) and MeZO stay flat. The growth table above gives the slopes.",
              "one framework x mode at >= 2 values of num_layers with everything else equal",
              scaling_grid(rows, "num_layers", "encoder layers", guide_params=True)),
         Plot("memory_vs_seq_len", "Memory and step time vs sequence length",
