@@ -277,18 +277,15 @@ def validate(cfg) -> None:
         return
     if str(c.get("threads", "all")) != "all":
         raise ConfigError(f"threads={c['threads']}: applies to scenario=ops only; the model scenario accepts all")
+    _validate_process(c)
     m = c["model"]
-    _choice("framework", c["framework"], FRAMEWORKS)
     _choice("mode", c["mode"], MODES)
     _choice("trainable", c["trainable"], TRAINABLE_SCOPES)
     _choice("optimizer", c["optimizer"]["name"], OPTIMIZERS)
     _choice("jvp_impl", c["jvp_impl"], JVP_IMPLS)
     _choice("dtype", c["dtype"], DTYPES)
-    _choice("device", c["device"], DEVICES)
     _choice("attn_implementation", c["attn_implementation"], ATTN_IMPLEMENTATIONS)
-    _choice("logger", c["logger"]["name"], LOGGERS)
-    _choice("logger.mode", c["logger"]["mode"], ("offline", "online", "disabled"))
-    for name in ("batch_size", "seq_len", "steps", "grad_accum", "num_tangents", "timeout_s"):
+    for name in ("batch_size", "seq_len", "steps", "grad_accum", "num_tangents"):
         _at_least(name, c[name], 1)
     _at_least("warmup_steps", c["warmup_steps"], 1)  # the first step compiles; it must never be timed
     for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size"):
@@ -301,8 +298,6 @@ def validate(cfg) -> None:
     _at_least("optimizer.lr", c["optimizer"]["lr"], 0)
     if c["mezo_eps"] <= 0:
         raise ConfigError(f"mezo_eps={c['mezo_eps']}: must be > 0")
-    if c["max_host_mem_mb"] is not None:
-        _at_least("max_host_mem_mb", c["max_host_mem_mb"], 1)
     if c["max_timed_s"] is not None:
         _at_least("max_timed_s", c["max_timed_s"], 0)
     if c["jacfwd_chunk"] != "auto" and (not isinstance(c["jacfwd_chunk"], int) or c["jacfwd_chunk"] < 1):
@@ -340,6 +335,17 @@ def validate(cfg) -> None:
             resolve_checkpoint(m["checkpoint"])
         except WeightsError as e:
             raise ConfigError(str(e)) from e
+
+
+def _validate_process(c: dict) -> None:
+    """What every trial's process reads, whatever the scenario: framework, device, logger and limits."""
+    _choice("framework", c["framework"], FRAMEWORKS)
+    _choice("device", c["device"], DEVICES)
+    _choice("logger", c["logger"]["name"], LOGGERS)
+    _choice("logger.mode", c["logger"]["mode"], ("offline", "online", "disabled"))
+    _at_least("timeout_s", c["timeout_s"], 1)
+    if c["max_host_mem_mb"] is not None:
+        _at_least("max_host_mem_mb", c["max_host_mem_mb"], 1)
 
 
 def timed_steps(c: dict) -> int:
@@ -428,15 +434,9 @@ def _positive_int(v) -> bool:
 def validate_ops(c: dict) -> None:
     """The keys scenario=ops reads; the model keys are not looked at."""
     o = c["ops"]
-    _choice("framework", c["framework"], FRAMEWORKS)
-    _choice("device", c["device"], DEVICES)
+    _validate_process(c)
     _choice("dtype", c["dtype"], OPS_DTYPES)
     _choice("threads", str(c["threads"]), THREADS)
-    _choice("logger", c["logger"]["name"], LOGGERS)
-    _choice("logger.mode", c["logger"]["mode"], ("offline", "online", "disabled"))
-    _at_least("timeout_s", c["timeout_s"], 1)
-    if c["max_host_mem_mb"] is not None:
-        _at_least("max_host_mem_mb", c["max_host_mem_mb"], 1)
     names = _as_list(o["names"])
     for name in names:
         if name not in OP_NAMES:

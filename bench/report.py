@@ -32,7 +32,8 @@ from pathlib import Path
 from bench import targets
 from bench.sinks import REQUIRED_COLUMNS
 from bench.spec import FRAMEWORKS, JVP_IMPLS, MODES, TRAINABLE_SCOPES
-from bench.tables import OneLineParser, fixed_width, fmt_ratio, md_table, num
+from bench.tables import FP32_BYTES, OneLineParser, fixed_width, fmt_ratio, md_table, num
+from bench.trackers import MiB
 
 DEFAULT_CSV = Path("results") / "runs.csv"
 DEFAULT_OUT = Path("results")
@@ -40,8 +41,6 @@ PLOT_DIR = "plots"  # under --out; report.md links plots/<name>.png, so the fold
 MAX_PANELS = 4  # contexts per figure: more panels no longer read at report size (the tables have every context)
 MAX_CURVES = 8  # training runs per curve plot, for the same reason
 SEED_SWEEP = "seed_agnews"  # conf/experiment/seed_agnews.yaml: the seed study's AG-News experiment
-FP32_BYTES = 4  # bench runs fp32 only (bench.config.DTYPES): the size of one parameter-sized buffer
-MIB = 2**20
 FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}
 
 
@@ -299,9 +298,13 @@ def _without_device(key: Context) -> Context:
     return tuple((c, v) for c, v in key if c not in ("device", "device_name"))
 
 
+def _row_order(row: dict) -> tuple:
+    """Mode, then framework: the order of every table's rows and every plot's lines."""
+    return (_mode_order(row), _framework_order(row.get("framework", "")))
+
+
 def _cell_order(item) -> tuple:
-    (fw, _), row = item
-    return (_mode_order(row), _framework_order(fw))
+    return _row_order(item[1])
 
 
 # ------------------------------------------------------------------------------------------------ formatting
@@ -339,7 +342,7 @@ def _error_line(row: dict, limit: int = 160) -> str:
 
 # ---------------------------------------------------------------------------------------------------- tables
 
-# (column title, CSV column, scale, formatter)
+# (column title, CSV column, formatter)
 TABLE_METRICS = (
     ("peak MiB", "peak_mem_mb", _fmt_mem),
     ("excess MiB", "excess_mem_mb", _fmt_mem),
@@ -460,12 +463,6 @@ def naive_jvp_contexts(contexts: dict[Context, Cells]) -> list[tuple[Context, li
     return out
 
 
-def slope(xs: list[float], ys: list[float]) -> float:
-    """Least-squares slope of ys against xs (>= 2 distinct xs): the growth per unit of x."""
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-
-
 GROWTH_HEAD = ["framework", "mode", "layers", "excess MiB", "growth MiB/layer", "a layer's params MiB",
                "growth / layer's params"]  # fmt: skip
 
@@ -476,18 +473,14 @@ def depth_growth(rows: list[dict]) -> list[tuple[Context, list[list]]]:
     trainable parameters in fp32, the size of one layer's gradient or tangent. Near 0: flat in depth; near 1:
     one parameter-sized buffer per layer (jvp's tangent); above: activations kept per layer (backprop)."""
     out = []
-    for key, series in _best_groups(_series_groups(rows, "num_layers", "excess_mem_mb", variant),
-                                    lambda s, pts: len(pts) >= 2):  # fmt: skip
+    groups = _series_groups(rows, "num_layers", "excess_mem_mb", variant)
+    for key, series in _best_groups(groups, lambda s, pts: len(pts) >= 2, limit=None):
         body = []
-        for (fw, label), pts in sorted(series.items(), key=lambda s: (_mode_order(next(iter(s[1].values()))),
-                                                                       _framework_order(s[0][0]))):  # fmt: skip
-            if len(pts) < 2:
-                continue
-            xs = sorted(pts)
+        for fw, label, xs, pts in _trends(series):
             ys = [num(pts[x], "excess_mem_mb") for x in xs]
-            growth = slope(xs, ys)
+            growth = targets.slope(xs, ys)
             n_lo, n_hi = num(pts[xs[0]], "n_trainable"), num(pts[xs[-1]], "n_trainable")
-            layer = None if n_lo is None or n_hi is None else (n_hi - n_lo) / (xs[-1] - xs[0]) * FP32_BYTES / MIB
+            layer = None if n_lo is None or n_hi is None else (n_hi - n_lo) / (xs[-1] - xs[0]) * FP32_BYTES / MiB
             vs = growth / layer if layer else None
             body.append([fw, label, f"{xs[0]:g} → {xs[-1]:g}", f"{ys[0]:.0f} → {ys[-1]:.0f}",
                          f"{round(growth, 1) or 0.0:.1f}", "-" if not layer else f"{layer:.1f}",
@@ -593,24 +586,28 @@ def _series_groups(rows: list[dict], x_col: str, y_col: str, label_of, keep: tup
     return groups
 
 
-def _best_groups(groups: dict, qualifies) -> list[tuple[Context, dict]]:
-    """The groups where some series qualifies (e.g. has >= 2 points), the most points first, at most MAX_PANELS."""
+def _best_groups(groups: dict, qualifies, limit: int | None = MAX_PANELS) -> list[tuple[Context, dict]]:
+    """The groups where some series qualifies (e.g. has >= 2 points), the most points first; at most `limit`
+    (a figure's panels; a table takes them all)."""
     found = [(key, series) for key, series in groups.items() if any(qualifies(s, pts) for s, pts in series.items())]
     found.sort(key=lambda g: (-sum(len(p) for p in g[1].values()), _context_order(g[0])))
-    return found[:MAX_PANELS]
+    return found[:limit]
+
+
+def _trends(series: dict) -> list[tuple[str, str, list[float], dict]]:
+    """(framework, label, its xs sorted, {x: row}) per series measured at >= 2 values, in table order: a lone point
+    (another sweep's row that shares the context) shows no trend."""
+    trends = [(fw, label, sorted(pts), pts) for (fw, label), pts in series.items() if len(pts) >= 2]
+    return sorted(trends, key=lambda t: _row_order(next(iter(t[3].values()))))
 
 
 def _line_series(series: dict, y_col: str, scale: float = 1.0) -> list[Series]:
-    """One line per (framework, label) measured at >= 2 values: a lone point (another sweep's row that shares
-    the context) shows no trend."""
-    out = []
-    for (fw, label), pts in sorted(series.items(), key=lambda s: (_mode_order(next(iter(s[1].values()))),
-                                                                  _framework_order(s[0][0]))):  # fmt: skip
-        if len(pts) < 2:
-            continue
-        xs = sorted(pts)
-        out.append(Series(fw, label, xs, [num(pts[x], y_col) * scale for x in xs]))
-    return out
+    """One line per trend (_trends): y_col at each x where the row has it."""
+    lines = []
+    for fw, label, xs, pts in _trends(series):
+        xs = [x for x in xs if num(pts[x], y_col) is not None]
+        lines.append(Series(fw, label, xs, [num(pts[x], y_col) * scale for x in xs]))
+    return lines
 
 
 def scaling_grid(rows: list[dict], x_col: str, xlabel: str, guide_params: bool = False,
@@ -629,15 +626,11 @@ def scaling_grid(rows: list[dict], x_col: str, xlabel: str, guide_params: bool =
                 for x, r in pts.items():
                     n = num(r, "n_trainable")
                     if n is not None:
-                        sizes[x] = max(sizes.get(x, 0.0), n * FP32_BYTES / MIB)
+                        sizes[x] = max(sizes.get(x, 0.0), n * FP32_BYTES / MiB)
             if len(sizes) >= 2:
                 xs = sorted(sizes)
                 memory.append(Series("", "", xs, [sizes[x] for x in xs], guide="one fp32 copy of the trainable params"))
-        time_series = []
-        for s in _line_series(series, "excess_mem_mb"):
-            pts = series[s.framework, s.mode]
-            xs = [x for x in s.xs if num(pts[x], "step_time_median_s") is not None]
-            time_series.append(Series(s.framework, s.mode, xs, [num(pts[x], "step_time_median_s") * 1e3 for x in xs]))
+        time_series = _line_series(series, "step_time_median_s", 1e3)
         title = context_label(key)
         times = [y for s in time_series for y in s.ys]
         grid.append([
@@ -713,7 +706,7 @@ def curves_grid(rows: list[dict]) -> list[list[Panel]]:
         count = Counter(context_key(r) for r, _ in runs)
         best = min(count, key=lambda k: (-count[k], _context_order(k)))
         runs = [(r, h) for r, h in runs if context_key(r) == best]
-    runs.sort(key=lambda rh: (_mode_order(rh[0]), _framework_order(rh[0].get("framework", ""))))
+    runs.sort(key=lambda rh: _row_order(rh[0]))
     runs = runs[:MAX_CURVES]
     title = context_label(context_key(runs[0][0])) if len({context_key(r) for r, _ in runs}) == 1 else SEED_SWEEP
     loss = [Series(r.get("framework", ""), mode_label(r), *_finite_points(h["loss"])) for r, h in runs]
@@ -861,16 +854,15 @@ def _draw_panel(ax, p: Panel) -> None:
                         linewidth=1.8, label=s.label)  # fmt: skip
             else:
                 ax.plot(s.xs, s.ys, color=color, linestyle=style, marker=marker, markersize=4, label=s.label)
+        xs = sorted({x for s in p.series if not s.guide for x in s.xs})
         if p.logx:
             ax.set_xscale("log", base=p.logx)
-            xs = sorted({x for s in p.series if not s.guide for x in s.xs})
             if p.logx == 2 and 0 < len(xs) <= 12:  # the measured values as ticks: 1, 2, 4, 8 layers...
                 ax.set_xticks(xs, [f"{x:g}" for x in xs])
                 ax.minorticks_off()
         elif all(float(x).is_integer() for s in p.series for x in s.xs):  # steps, layers: no 2.5th step
             from matplotlib.ticker import MaxNLocator
 
-            xs = sorted({x for s in p.series if not s.guide for x in s.xs})
             if len(xs) <= 12:  # a sweep's few values (1, 2, 4, 8 layers) as the ticks
                 ax.set_xticks(xs, [f"{x:g}" for x in xs])
             else:

@@ -12,7 +12,7 @@ mode's gradient estimate and the exact gradient (measure_grad_cosine).
 Statuses: ok | oom (CUDA OOM, XLA RESOURCE_EXHAUSTED, MemoryError, host limit) | crashed (the child died: signal,
 abort, "Fatal Python error") | timeout | error (an exception: the message is in the row) | skipped (resume).
 
-scenario=ops goes through the same parent and child (run_ops_job, bench/ops/measure.py): one trial is one
+scenario=ops goes through the same parent and child (record_ops, bench/ops/measure.py): one trial is one
 framework x every op and shape, and it writes one row per op and shape to ops.csv. Rows finished before a trial
 died are kept; the op it died in, and those it never reached, get the trial's status.
 """
@@ -47,58 +47,65 @@ LOG_TAIL_LINES = 12  # stderr lines kept in the row of a crashed trial
 
 
 def run_job(cfg) -> dict:
-    from bench.sinks import CsvSink, read_rows
-
+    """One Hydra job: skip it if resume finds it recorded ok, else spawn the trial and record its rows. A model
+    trial writes one runs.csv row; an ops trial (scenario=ops) one ops.csv row per op and shape."""
     validate(cfg)
     c = to_container(cfg)
-    if c.get("scenario") == "ops":
-        return run_ops_job(cfg, c)
+    ops = c.get("scenario") == "ops"
     results_dir = Path(c["results_dir"])
-    csv_path = results_dir / "runs.csv"
+    csv_path = results_dir / ("ops.csv" if ops else "runs.csv")
     index, total, sweep_id = _progress_info(c)
-    label = trial_label(c)
+    progress = f"[{index}/{total}] {ops_label(c) if ops else trial_label(c)}"
     h = config_hash(cfg)
     if c["resume"]:
-        done = [r for r in read_rows(csv_path) if r.get("config_hash") == h and r.get("status") == "ok"]
-        if done:
-            print(f"[{index}/{total}] {label}: skipped (recorded ok as {done[-1]['run_id']})", flush=True)
-            return {**done[-1], "status": "skipped"}
-    outcome, ids = launch(c, c["mode"], f"[{index}/{total}] {label}", results_dir)
-    row = make_row(c, outcome, **ids, sweep_id=sweep_id, config_hash=h)
-    CsvSink(csv_path).write(row)
-    save_history(results_dir, row["run_id"], outcome.get("history"))
-    if c["logger"]["name"] == "wandb":
-        log_wandb(c, row, outcome.get("history", {}), results_dir)
-    print(f"[{index}/{total}] {label}: {describe(row)}", flush=True)
-    return row
-
-
-def run_ops_job(cfg, c: dict) -> dict:
-    """scenario=ops: one trial = one framework x every op and shape of c["ops"], in one spawned process (a torch
-    trial never shares a process with jax); one ops.csv row per op and shape."""
-    from bench.sinks import OPS_CSV_COLUMNS, CsvSink, read_rows
-
-    results_dir = Path(c["results_dir"])
-    csv_path = results_dir / "ops.csv"
-    index, total, sweep_id = _progress_info(c)
-    label = ops_label(c)
-    h = config_hash(cfg)
-    if c["resume"]:
-        recorded = [r for r in read_rows(csv_path) if r.get("config_hash") == h]
-        last = recorded[-1]["run_id"] if recorded else None
-        if last and all(r["status"] == "ok" for r in recorded if r["run_id"] == last):
-            print(f"[{index}/{total}] {label}: skipped (recorded ok as {last})", flush=True)
-            return {"run_id": last, "status": "skipped"}
-    outcome, ids = launch(c, "ops", f"[{index}/{total}] {label}", results_dir)
+        run_id = recorded_ok(csv_path, h)
+        if run_id:
+            print(f"{progress}: skipped (recorded ok as {run_id})", flush=True)
+            return {"run_id": run_id, "status": "skipped"}
+    outcome, ids = launch(c, "ops" if ops else c["mode"], progress, results_dir)
     ids.update(sweep_id=sweep_id, config_hash=h)
+    record = record_ops if ops else record_trial
+    print(f"{progress}: {record(c, outcome, ids, csv_path)}", flush=True)
+    return {"run_id": ids["run_id"], "status": outcome["status"]}
+
+
+def recorded_ok(csv_path: Path, config_hash: str) -> str | None:
+    """The run_id of the latest run of this configuration whose every row is ok (a model trial writes one row,
+    an ops trial one per op and shape), or None."""
+    from bench.sinks import read_rows
+
+    runs: dict[str, bool] = {}
+    for r in read_rows(csv_path):
+        if r.get("config_hash") == config_hash:
+            runs[r["run_id"]] = runs.get(r["run_id"], True) and r.get("status") == "ok"
+    ok = [run_id for run_id, all_ok in runs.items() if all_ok]
+    return ok[-1] if ok else None
+
+
+def record_trial(c: dict, outcome: dict, ids: dict, csv_path: Path) -> str:
+    """scenario=model: the trial's runs.csv row, its history JSON and W&B run; returns the progress line's end."""
+    from bench.sinks import CsvSink
+
+    row = make_row(c, outcome, **ids)
+    CsvSink(csv_path).write(row)
+    save_history(csv_path.parent, row["run_id"], outcome.get("history"))
+    if c["logger"]["name"] == "wandb":
+        log_wandb(c, row, outcome.get("history", {}), csv_path.parent)
+    return describe(row)
+
+
+def record_ops(c: dict, outcome: dict, ids: dict, csv_path: Path) -> str:
+    """scenario=ops: one ops.csv row per op and shape (a torch trial never shares a process with jax) and one W&B
+    run; returns the progress line's end."""
+    from bench.sinks import OPS_CSV_COLUMNS, CsvSink
+
     rows = make_ops_rows(c, outcome, **ids)
     sink = CsvSink(csv_path, OPS_CSV_COLUMNS)
     for row in rows:
         sink.write(row)
     if c["logger"]["name"] == "wandb":
-        log_wandb_ops(c, rows, results_dir)
-    print(f"[{index}/{total}] {label}: {describe_ops(outcome, rows, ids['wall_time_s'])}", flush=True)
-    return {"run_id": ids["run_id"], "status": outcome["status"], "rows": len(rows)}
+        log_wandb_ops(c, rows, csv_path.parent)
+    return describe_ops(outcome, rows, ids["wall_time_s"])
 
 
 def launch(c: dict, kind: str, progress: str, results_dir: Path) -> tuple[dict, dict]:

@@ -33,23 +33,23 @@ class SweepCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         from bench.sinks import read_rows
 
-        info = sweep_info(config.hydra.sweep.dir)
-        hashes = info.get("config_hashes", [])
+        hashes = sweep_info(config.hydra.sweep.dir).get("config_hashes", [])
+        rows = read_rows(Path(config.results_dir) / results_file(config))
         if config.get("scenario") == "ops":
             from bench.ops_report import summary_table
 
+            module = "bench.ops_report"
             # every row of this sweep's trials (one per op and shape); resumed trials show their earlier rows
-            rows = [r for r in read_rows(Path(config.results_dir) / "ops.csv") if r.get("config_hash") in hashes]
-            print(summary_table(rows), flush=True)
-            print(next_step(config, "bench.ops_report"), flush=True)
-            return
-        from bench.report import summary_table
+            rows = [r for r in rows if r.get("config_hash") in hashes]
+        else:
+            from bench.report import summary_table
 
-        # The latest row of each trial of this sweep: resumed trials show their earlier result.
-        latest = {r["config_hash"]: r for r in read_rows(Path(config.results_dir) / "runs.csv")}
-        rows = [latest[h] for h in hashes if h in latest]
+            module = "bench.report"
+            # the latest row of each trial of this sweep: resumed trials show their earlier result
+            latest = {r["config_hash"]: r for r in rows}
+            rows = [latest[h] for h in hashes if h in latest]
         print(summary_table(rows), flush=True)
-        print(next_step(config, "bench.report"), flush=True)
+        print(next_step(config, module), flush=True)
 
 
 def next_step(config, module: str) -> str:

@@ -1,10 +1,12 @@
-"""Text shared by the readers of results CSVs (report.py, ops_report.py, targets.py): a cell as a number,
+"""What the readers of results CSVs share (report.py, ops_report.py, targets.py): fp32's size, a cell as a number,
 markdown and fixed-width tables, and a command-line parser whose errors are one line."""
 
 from __future__ import annotations
 
 import argparse
 import math
+
+FP32_BYTES = 4  # bench's models run fp32 only (bench.config.DTYPES): the size of one parameter-sized buffer
 
 
 def num(row: dict, key: str) -> float | None:

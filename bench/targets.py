@@ -5,7 +5,7 @@
 
 The targets (per framework, at the deepest model recorded, same batch/sequence/device, trainable=all):
     jvp excess      <= 0.6 x backprop excess
-    jvp growth      <= 1.2 x one encoder layer's tangent bytes per layer (from two depths)
+    jvp growth      <= 1.2 x one encoder layer's tangent bytes per layer (least squares over the depths)
     mezo excess     <= 1.1 x inference excess + the largest parameter tensor
     jvp step time   <= 1.1 x backprop step time
 Why each bound: a forward-mode pass holds one layer's primal and tangent activations at a time plus one tangent
@@ -20,11 +20,12 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 
-from bench.config import model_preset
-from bench.tables import OneLineParser, fixed_width, num
+import numpy as np
 
-MiB = 2**20
-FLOAT_BYTES = 4  # fp32, the only dtype
+from bench.config import model_preset
+from bench.spec import param_shapes
+from bench.tables import FP32_BYTES, OneLineParser, fixed_width, num
+from bench.trackers import MiB
 
 
 @dataclass
@@ -43,16 +44,18 @@ class Check:
         return "met" if self.measured <= self.limit else "MISSED"
 
 
-def layer_params(hidden: int, intermediate: int) -> int:
-    """Parameters of one post-LN BERT encoder layer: Q, K, V, O projections, the feed-forward pair, 2 LayerNorms."""
-    return 4 * (hidden * hidden + hidden) + 2 * hidden * intermediate + intermediate + hidden + 4 * hidden
-
-
 def model_sizes(row: dict) -> tuple[float, float]:
-    """(one layer's tangent MiB, the largest parameter tensor MiB) for the row's model."""
+    """(one encoder layer's tangent MiB, the largest parameter tensor MiB) for the row's model, in fp32."""
     spec, _ = model_preset(row["model"], hidden_size=int(row["hidden_size"]), num_layers=int(row["num_layers"]))
-    largest = max(spec.vocab_size * spec.hidden_size, spec.hidden_size * spec.intermediate_size)
-    return (layer_params(spec.hidden_size, spec.intermediate_size) * FLOAT_BYTES / MiB, largest * FLOAT_BYTES / MiB)
+    sizes = {name: int(np.prod(shape)) for name, shape in param_shapes(spec).items()}
+    layer = sum(n for name, n in sizes.items() if name.startswith("bert.encoder.layer.0."))
+    return layer * FP32_BYTES / MiB, max(sizes.values()) * FP32_BYTES / MiB
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys against xs (>= 2 distinct xs): the growth per unit of x (MiB per layer)."""
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
 def check(rows: list[dict]) -> list[Check]:
@@ -87,11 +90,11 @@ def check(rows: list[dict]) -> list[Check]:
         jvp_depths = sorted(d for d in depths if "jvp" in depths[d])
         if len(jvp_depths) >= 2:
             lo, hi = jvp_depths[0], jvp_depths[-1]
-            slope = (num(depths[hi]["jvp"], "excess_mem_mb") - num(depths[lo]["jvp"], "excess_mem_mb")) / (hi - lo)
+            growth = slope(jvp_depths, [num(depths[d]["jvp"], "excess_mem_mb") for d in jvp_depths])
             tangent = model_sizes(depths[hi]["jvp"])[0]
             checks.append(Check(fw, f"{ctx} L{lo}->L{hi}",
                                 f"jvp growth per layer <= 1.2 x a layer's tangent ({tangent:.1f} MiB)",
-                                slope, 1.2 * tangent, "MiB/layer"))
+                                growth, 1.2 * tangent, "MiB/layer"))
     return checks
 
 

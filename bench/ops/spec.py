@@ -135,14 +135,6 @@ class Problem:
         }
 
 
-def parse_shape(shape) -> Shape:
-    """An int n -> (n, n); [rows, cols] -> (rows, cols)."""
-    if isinstance(shape, int):
-        return (shape, shape)
-    rows, cols = shape
-    return (int(rows), int(cols))
-
-
 def shape_name(shape: Shape) -> str:
     return f"{shape[0]}x{shape[1]}"
 

@@ -214,29 +214,41 @@ def forward_gradient(model, params, micro_batches, *, num_tangents, seed, step, 
     """Forward gradient: K tangents looped (memory does not grow with K); each tangent is dropped after its pass
     and regenerated from its seed when the update needs it. With one tangent, it is kept for the update instead:
     it was resident during the forward-mode pass (the step's peak), and regenerating n normals with torch's CPU
-    generator costs ~15% of a MiniLM step. impl="lazy" never holds a tangent whole: each tensor of it is drawn
-    when its module runs, and again when the update reaches it."""
-    K = len(tangents) if tangents is not None else num_tangents
-    lazy = impl == "lazy" and tangents is None
-    coeffs, total = [], 0.0
-    for k in range(K):
-        if tangents is not None:
-            v = tangents[k]
-        else:
-            v = SeededTangent(params, seed, step, k) if lazy else sample_tangent(params, seed, step, k)
-        d_k = 0.0
-        for batch in micro_batches:  # grad of the mean loss = mean of the micro-batch grads
-            loss, d = directional_derivative(model, params, batch, v, impl)
-            d_k = d_k + d / len(micro_batches)
-            if k == 0:
-                total = total + loss / len(micro_batches)
-        coeffs.append(float(d_k) / K)
-        if K == 1 and tangents is None and not lazy:
-            return total, TangentGradient([v], coeffs, in_place=True)
-        del v
+    generator costs ~15% of a MiniLM step. impl="lazy" never holds a tangent whole, so it always regenerates."""
     if tangents is not None:
-        return total, TangentGradient(tangents, coeffs)
-    return total, SeededGradient(params, coeffs, seed, step)
+        K = len(tangents)
+        losses, ds = zip(*(_dir_deriv(model, params, micro_batches, v, impl) for v in tangents))
+        return losses[0], TangentGradient(tangents, [float(d) / K for d in ds])
+    if num_tangents == 1 and impl != "lazy":
+        v = sample_tangent(params, seed, step, 0)
+        loss, d = _dir_deriv(model, params, micro_batches, v, impl)
+        return loss, TangentGradient([v], [float(d)], in_place=True)
+    loss, coeffs = forward_gradient_coeffs(
+        model, params, micro_batches, num_tangents=num_tangents, seed=seed, step=step, impl=impl
+    )
+    return loss, SeededGradient(params, coeffs, seed, step)
+
+
+def _dir_deriv(model, params, micro_batches, v, impl):
+    loss, d = 0.0, 0.0
+    for batch in micro_batches:  # grad of the mean loss = mean of the micro-batch grads
+        l_b, d_b = directional_derivative(model, params, batch, v, impl)
+        loss, d = loss + l_b / len(micro_batches), d + d_b / len(micro_batches)
+    return loss, d
+
+
+def forward_gradient_coeffs(model, params, micro_batches, *, num_tangents, seed, step, impl="func"):
+    """(loss, c) with c_k = (grad . v_k) / K for the K seeded tangents: the forward gradient is sum_k c_k v_k,
+    built by `SeededGradient` where the update needs it. Each tangent is dropped after its pass (lazy: drawn
+    tensor by tensor as the pass reaches it, never whole)."""
+    loss, coeffs = 0.0, []
+    for k in range(num_tangents):
+        v = SeededTangent(params, seed, step, k) if impl == "lazy" else sample_tangent(params, seed, step, k)
+        l_k, d_k = _dir_deriv(model, params, micro_batches, v, impl)
+        del v  # before the next tangent is drawn: one resident at a time
+        loss = l_k if k == 0 else loss
+        coeffs.append(float(d_k) / num_tangents)
+    return loss, coeffs
 
 
 def jacfwd_gradient(model, params, micro_batches, *, chunk: int, seed: int, step: int, trunk: bool = False):
