@@ -49,8 +49,9 @@ ops-report: $(STAMP)  ## ops plots and tables from results/ops.csv -> results/op
 report: $(STAMP)  ## tables and plots from results/runs.csv -> results/report.md
 	$(PY) -m bench.report
 
-lint: $(STAMP)  ## ruff
+lint: $(STAMP)  ## ruff, and the import contracts in pyproject.toml (layers, no cycles, no framework in the parent)
 	$(PY) -m ruff check bench tests
+	$(VENV)/bin/lint-imports
 
 clean:  ## remove results, Hydra outputs and caches (keeps .venv)
 	rm -rf results outputs multirun .pytest_cache .ruff_cache

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from tokenizers import BertWordPieceTokenizer
 
-from bench.config import ConfigError, available
+from bench.errors import ConfigError
 from bench.spec import BATCH_KEYS, Batch
 
 DATA_NAMES = ("synthetic", "ag_news")
@@ -81,7 +81,7 @@ def validate(spec: DataSpec, batch_size: int | None = None, seq_len: int | None 
     """Raise a one-line ConfigError for any value this module cannot serve. How many rows a CSV really has is
     only known once it is read, so those limits are checked when it is loaded."""
     if spec.name not in DATA_NAMES:
-        raise ConfigError(f"data={spec.name}: unknown data source; accepted: {', '.join(available('data'))}")
+        raise ConfigError(f"data={spec.name}: unknown data source; accepted: {', '.join(sorted(DATA_NAMES))}")
     for option in ("num_train", "num_eval"):
         n = getattr(spec, option)
         if n is None and spec.name == "synthetic":

@@ -40,6 +40,8 @@ EXTRA_COLUMNS = (
     "wall_time_s", "hostname", "python_version",
     "grad_accum", "last_k", "jacfwd_chunk", "data_fingerprint", "jaxlib_version", "flax_version",
     "transformers_version", "epochs", "total_train_time_s", "eval_loss", "steps_timed", "max_timed_s",
+    # knobs that change the measured numbers (the report never merges rows that differ in one)
+    "attn_implementation", "mezo_eps", "dropout", "lr", "momentum", "weight_decay", "beta1", "beta2", "adam_eps",
 )  # fmt: skip
 CSV_COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 
@@ -71,10 +73,13 @@ class CsvSink:
     leaves the row either absent or whole. The header is written only into a new or empty file; existing rows
     are never rewritten.
 
-    An existing file written under another schema (an older CSV_COLUMNS): rows are appended under the file's
-    own header as long as it has a column for every value the row sets (values the file has no column for and
-    that are empty are dropped, its extra columns stay empty). Otherwise SchemaError names the file and the
-    missing columns: start a new results file rather than mix schemas in one.
+    An existing file written under another schema: when its header is an earlier version of this one (the same
+    columns in the same order, with columns added since at the end), its header line is widened to the current
+    one before the row is appended (the rows already there are kept byte for byte and read the new columns as
+    empty; the file is replaced atomically). Otherwise rows are appended under the file's own header as long as
+    it has a column for every value the row sets (values the file has no column for and that are empty are
+    dropped, its extra columns stay empty); if not, SchemaError names the file and the missing columns: start a
+    new results file rather than mix schemas in one.
     """
 
     def __init__(self, path: str | os.PathLike[str], columns: Sequence[str] = CSV_COLUMNS):
@@ -93,6 +98,7 @@ class CsvSink:
             )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
+            self._widen_header(row)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 data = self._encode(row, fd)
@@ -101,6 +107,30 @@ class CsvSink:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+    def _widen_header(self, row: Mapping[str, Any]) -> None:
+        """An earlier version of this schema (its header a prefix of ours) gets our header, if the row needs it."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return
+        header, _ = _read_header(self.path)
+        n = len(header)
+        if n >= len(self.columns) or header != list(self.columns[:n]):
+            return
+        if all(_cell(row.get(c)) == "" for c in self.columns[n:]):
+            return
+        with open(self.path, "rb") as f:
+            f.readline()  # the old header
+            body = f.read()
+        tmp = self.path.with_name(f".{self.path.name}.widen-{os.getpid()}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(_csv_line(self.columns) + body)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, self.path.stat().st_mode & 0o777)
+            os.replace(tmp, self.path)  # atomic: a reader sees the old file or the widened one
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def _encode(self, row: Mapping[str, Any], fd: int) -> bytes:
         if os.fstat(fd).st_size == 0:

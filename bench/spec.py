@@ -12,17 +12,26 @@ the same tensors.
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import asdict, dataclass
+from types import ModuleType
 from typing import Any, Protocol
 
 import numpy as np
 
 FRAMEWORKS = ("torch", "jax")
+# What each framework package provides, module by module (bench/<framework>_impl/<module>.py, the same names in
+# both): device (devices, numerics, memory trackers), steps (the modes, Trainer, make_trainer), ops (the op
+# micro-benchmarks' builders). A trial imports only the modules its scenario needs: an ops trial never loads
+# the BERT model code.
+IMPL_MODULES = ("device", "steps", "ops")
 MODES = ("inference", "backprop", "jvp", "jacfwd", "mezo")
 TRAINABLE_SCOPES = ("all", "head", "bias", "last_k")
 OPTIMIZERS = ("sgd", "adamw")
-# torch only: how the forward-mode pass is built (issue 3; "naive" reproduces seed 000's pathology).
+# torch only (HF's attn_implementation): sdpa is PyTorch's fused attention, which has no forward-mode AD rule.
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
+# torch only: how the forward-mode pass is built ("naive" reproduces the UMass forward-AD study's pathology).
 JVP_IMPLS = ("func", "lazy", "dual", "naive")
 
 # A batch is a dict of numpy arrays, identical bytes for both frameworks (bench/data.py makes them).
@@ -168,18 +177,50 @@ def jacfwd_chunk_for(chunk: int | str, framework: str, device_kind: str) -> int:
     return 8 if (framework, device_kind) == ("jax", "cpu") else 256
 
 
+def implementation(framework: str, module: str) -> ModuleType:
+    """bench.<framework>_impl.<module>: the one place a framework's name becomes code (AlgoPerf's convention:
+    the runner finds the framework by name and fails loudly on anything else). Imported on demand, so a process
+    imports only the framework its trial runs."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework={framework}: accepted {' | '.join(FRAMEWORKS)}")
+    if module not in IMPL_MODULES:
+        raise ValueError(f"{module}: not a framework module; accepted {' | '.join(IMPL_MODULES)}")
+    return importlib.import_module(f"bench.{framework}_impl.{module}")
+
+
 class Trainer(Protocol):
-    """What each framework's `make_trainer` returns; the runner only ever talks to this."""
+    """What each framework's `steps.make_trainer(spec, weights, step_spec, device)` returns. The runner and the
+    tests only ever talk to this; torch_impl/steps.py and jax_impl/steps.py implement it with the same names."""
 
-    n_params: int
-    n_trainable: int
+    n_params: int  # every parameter of the model
+    n_trainable: int  # the parameters the trainable scope trains
+    jacfwd_chunk: int  # jacfwd: basis directions per vmapped pass (jacfwd_chunk=auto resolved for this device)
 
-    def step(self, batch: Any) -> Any:
-        """One update (or one forward for inference) on a device batch; returns the loss before the update,
-        as a device scalar (not synced)."""
-
-    def to_device(self, batch: Batch) -> Any:
-        """Copy a numpy batch to the device."""
+    def to_device(self, micro_batches: list[Batch]) -> Any:
+        """Copy numpy micro-batches (one update's worth) to the device."""
 
     def sync(self, value: Any = None) -> None:
         """Wait for the device to finish (torch.cuda.synchronize / block_until_ready)."""
+
+    def compile(self, micro_batches: Any) -> None:
+        """Compile the timed step for these batch shapes ahead of time (JAX); a no-op where nothing compiles."""
+
+    def step(self, micro_batches: Any) -> Any:
+        """One update (or one forward for inference) on device batches; returns the loss before the update,
+        as a device scalar (not synced)."""
+
+    def gradient(self, micro_batches: Any, tangents: Any = None) -> tuple[Any, Any]:
+        """(loss, the mode's gradient or estimate over the trainable parameters), without updating; `tangents`
+        replaces jvp's seeded ones (tests)."""
+
+    def apply(self, grads: Any) -> None:
+        """The optimizer update with `grads`."""
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """The model's current weights as {hf_name: numpy, torch layout}."""
+
+    def evaluate(self, micro_batches: Any) -> tuple[float, float]:
+        """(mean loss, accuracy) over held-out device batches, dropout off; never on the timed path."""
+
+    def gradient_check(self, micro_batches: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(the mode's estimate, the exact gradient by reverse mode), tensor by tensor as numpy, dropout off."""

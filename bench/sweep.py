@@ -10,14 +10,15 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from bench.preflight import compose_trials
+from bench.scenarios import config_hash, scenario_of
+from bench.sinks import read_rows
+
 SWEEP_FILE = "bench_sweep.json"
 
 
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        from bench.__main__ import compose_trials
-        from bench.config import config_hash
-
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -28,40 +29,30 @@ class SweepCallback(Callback):
         info = {"sweep_id": config.sweep_id or sweep_dir.name, "total": total, "config_hashes": hashes}
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(info))
         print(f"bench: sweep {info['sweep_id']}: {total if total is not None else '?'} trials -> "
-              f"{Path(config.results_dir) / results_file(config)}", flush=True)
+              f"{results_path(config)}", flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        from bench.sinks import read_rows
-
+        scenario = scenario_of_sweep(config)
         hashes = sweep_info(config.hydra.sweep.dir).get("config_hashes", [])
-        rows = read_rows(Path(config.results_dir) / results_file(config))
-        if config.get("scenario") == "ops":
-            from bench.ops_report import summary_table
-
-            module = "bench.ops_report"
-            # every row of this sweep's trials (one per op and shape); resumed trials show their earlier rows
-            rows = [r for r in rows if r.get("config_hash") in hashes]
-        else:
-            from bench.report import summary_table
-
-            module = "bench.report"
-            # the latest row of each trial of this sweep: resumed trials show their earlier result
-            latest = {r["config_hash"]: r for r in rows}
-            rows = [latest[h] for h in hashes if h in latest]
-        print(summary_table(rows), flush=True)
-        print(next_step(config, module), flush=True)
+        rows = scenario.sweep_rows(read_rows(results_path(config)), hashes)
+        print(scenario.summary(rows), flush=True)
+        print(next_step(config), flush=True)
 
 
-def next_step(config, module: str) -> str:
+def next_step(config) -> str:
     """The command that turns the sweep's CSV into tables and plots (the defaults when results_dir is)."""
-    results = Path(config.results_dir)
-    csv = results / results_file(config)
+    results, csv = Path(config.results_dir), results_path(config)
     args = "" if results == Path("results") else f" {csv} --out {results}"
-    return f"bench: rows in {csv}; tables and plots: python -m {module}{args}"
+    return f"bench: rows in {csv}; tables and plots: python -m {scenario_of_sweep(config).report_module}{args}"
 
 
-def results_file(config) -> str:
-    return "ops.csv" if config.get("scenario") == "ops" else "runs.csv"
+def scenario_of_sweep(config):
+    """The sweep's scenario (one per sweep: `scenario` is never swept, its trials write one results file)."""
+    return scenario_of({"scenario": config.get("scenario")})
+
+
+def results_path(config) -> Path:
+    return Path(config.results_dir) / scenario_of_sweep(config).results_file
 
 
 def sweep_info(sweep_dir) -> dict:

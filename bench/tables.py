@@ -1,5 +1,6 @@
-"""What the readers of results CSVs share (report.py, ops_report.py, targets.py): fp32's size, a cell as a number,
-markdown and fixed-width tables, and a command-line parser whose errors are one line."""
+"""What the readers of results CSVs share (report.py, plots.py, ops_report.py, targets.py): fp32's size, a cell as a
+number, a number as short text, markdown and fixed-width tables, and a command-line parser whose errors are one
+line."""
 
 from __future__ import annotations
 
@@ -19,6 +20,21 @@ def num(row: dict, key: str) -> float | None:
     except (TypeError, ValueError):
         return None
     return x if math.isfinite(x) else None
+
+
+def fmt_value(v: float | None, scale: float = 1.0) -> str:
+    """About three significant figures, never scientific notation for the sizes a benchmark produces."""
+    if v is None:
+        return "-"
+    v *= scale
+    a = abs(v)
+    if a >= 100 or a == 0:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 0.1:
+        return f"{v:.2f}"
+    return f"{v:.2g}"
 
 
 def fmt_ratio(v: float | None) -> str:

@@ -3,7 +3,8 @@
     python -m bench -m +experiment=mode_targets     # BERT-base shapes, 8 and 12 layers, both frameworks
     python -m bench.targets [results/runs.csv ...]  # prints the check; exit 0 even when a target is missed
 
-The targets (per framework, at the deepest model recorded, same batch/sequence/device, trainable=all):
+The targets (per framework, at the deepest model recorded; the plain modes, trainable=all, compared within one
+context: same data, optimizer and hyperparameters, batch, sequence, dtype, dropout and device):
     jvp excess      <= 0.6 x backprop excess
     jvp growth      <= 1.2 x one encoder layer's tangent bytes per layer (least squares over the depths)
     mezo excess     <= 1.1 x inference excess + the largest parameter tensor
@@ -23,9 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.config import model_preset
+from bench.results import OPTIMIZER_KNOBS, Context, ReportError, context_key, context_label, load_rows, variant
 from bench.spec import param_shapes
 from bench.tables import FP32_BYTES, OneLineParser, fixed_width, num
 from bench.trackers import MiB
+
+# Always in a check's "where"; the other context columns only where the checked contexts differ in them.
+WHERE_COLUMNS = ("model", "num_layers", "batch_size", "seq_len", "device")
 
 
 @dataclass
@@ -58,41 +63,53 @@ def slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
+def where(key: Context, layers: str, keys: list[Context]) -> str:
+    """A context as a check names it: "bert_base (12 layers) · B8 T128 · cpu", plus the columns in which the
+    checked contexts differ (e.g. "sgd (lr 0.0001)", "dropout 0"), so that no two checks read alike."""
+    varying = {c for c, v in key if any(dict(k).get(c) != v for k in keys)}
+    if varying & {"optimizer", *OPTIMIZER_KNOBS}:
+        varying |= {"optimizer", *OPTIMIZER_KNOBS}  # a hyperparameter is shown against its optimizer's defaults
+    shown = [(c, v) for c, v in key if c in WHERE_COLUMNS or c in varying]
+    return context_label((*shown, ("num_layers", layers)))
+
+
 def check(rows: list[dict]) -> list[Check]:
-    """Every target that the rows hold the trials for, per framework and context (model, B, T, device)."""
-    ok = [r for r in rows if r.get("status") == "ok" and r.get("trainable", "all") == "all"
-          and str(r.get("remat")).lower() != "true" and r.get("jvp_impl") in (None, "", "func")
-          and r.get("num_tangents") in (None, "", "1")]  # fmt: skip
+    """Every target that the rows hold the trials for, per framework and context (bench.results' context less the
+    depth: model, data, optimizer and its hyperparameters, B, T, dtype, dropout, device). The targets are stated
+    for the plain modes, so only rows whose variant() is the bare mode count: trainable=all, no remat, one tangent,
+    torch's jvp_impl=func, mezo_eps and attn_implementation at their defaults."""
+    ok = [r for r in rows if r.get("status") == "ok" and variant(r) == r.get("mode")
+          and num(r, "num_layers") is not None and num(r, "hidden_size") is not None]  # older CSVs may lack them
     # latest row per (framework, context, layers, mode)
     by = {}
     for r in ok:
-        ctx = f"{r['model']} B{r['batch_size']} T{r['seq_len']} {r['device']}"
-        by[(r["framework"], ctx, int(r["num_layers"]), r["mode"])] = r
+        by[(r["framework"], context_key(r, drop=("num_layers",)), int(r["num_layers"]), r["mode"])] = r
     groups = defaultdict(dict)
     for (fw, ctx, layers, mode), r in by.items():
         groups[(fw, ctx)].setdefault(layers, {})[mode] = r
+    contexts = sorted({ctx for _, ctx in groups})
     checks = []
     for (fw, ctx), depths in sorted(groups.items()):
         deepest = max(depths)
         at = depths[deepest]
-        where = f"{ctx} L{deepest}"
+        here = where(ctx, str(deepest), contexts)
         x = lambda mode, key, at=at: num(at[mode], key) if mode in at else None  # noqa: E731
         bp, jv, inf, mz = (x(m, "excess_mem_mb") for m in ("backprop", "jvp", "inference", "mezo"))
         if bp is not None and jv is not None:
-            checks.append(Check(fw, where, "jvp excess <= 0.6 x backprop excess", jv, 0.6 * bp, "MiB"))
+            checks.append(Check(fw, here, "jvp excess <= 0.6 x backprop excess", jv, 0.6 * bp, "MiB"))
         if inf is not None and mz is not None:
             largest = model_sizes(at["mezo"])[1]
-            checks.append(Check(fw, where, f"mezo excess <= 1.1 x inference + largest tensor ({largest:.0f} MiB)",
+            checks.append(Check(fw, here, f"mezo excess <= 1.1 x inference + largest tensor ({largest:.0f} MiB)",
                                 mz, 1.1 * inf + largest, "MiB"))
         tb, tj = x("backprop", "step_time_median_s"), x("jvp", "step_time_median_s")
         if tb is not None and tj is not None:
-            checks.append(Check(fw, where, "jvp step time <= 1.1 x backprop step time", tj, 1.1 * tb, "s"))
+            checks.append(Check(fw, here, "jvp step time <= 1.1 x backprop step time", tj, 1.1 * tb, "s"))
         jvp_depths = sorted(d for d in depths if "jvp" in depths[d])
         if len(jvp_depths) >= 2:
             lo, hi = jvp_depths[0], jvp_depths[-1]
             growth = slope(jvp_depths, [num(depths[d]["jvp"], "excess_mem_mb") for d in jvp_depths])
             tangent = model_sizes(depths[hi]["jvp"])[0]
-            checks.append(Check(fw, f"{ctx} L{lo}->L{hi}",
+            checks.append(Check(fw, where(ctx, f"{lo}→{hi}", contexts),
                                 f"jvp growth per layer <= 1.2 x a layer's tangent ({tangent:.1f} MiB)",
                                 growth, 1.2 * tangent, "MiB/layer"))
     return checks
@@ -115,8 +132,6 @@ def cells(checks: list[Check]) -> list[list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.report import ReportError, load_rows
-
     p = OneLineParser("bench.targets", "python -m bench.targets [csv ...]", description=__doc__.splitlines()[0])
     p.add_argument("csv", nargs="*", default=["results/runs.csv"], help="results CSVs (default results/runs.csv)")
     args = p.parse_args(argv)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from bench.config import CONF_DIR, ConfigError
+from bench.config import CONF_DIR
 from bench.data import (
     DataSpec,
     batches,
@@ -25,6 +25,7 @@ from bench.data import (
     read_ag_news_csv,
     vocab_path,
 )
+from bench.errors import ConfigError
 from bench.spec import BATCH_KEYS
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.ops.spec import OP_NAMES, OPS, broadcast_to, make_problem, relative_error, tolerance
+from bench.ops_spec import OP_NAMES, OPS, broadcast_to, make_problem, relative_error, tolerance
 from bench.sinks import OPS_CSV_COLUMNS, CsvSink, read_rows
+from bench.spec import implementation
 
 REPO = Path(__file__).resolve().parent.parent
 SHAPE = (3, 5)  # not square: a derivative that mixes up rows and cols (transpose, matmul, broadcast) fails here
@@ -21,11 +22,11 @@ EXACT = 1e-12  # float64 and a handful of roundings (sizes <= 5): anything above
 
 
 def impl_of(framework: str):
-    if framework == "torch":
-        from bench.ops import torch_ops as impl
-    else:
-        from bench.ops import jax_ops as impl
-    return impl
+    return implementation(framework, "ops")
+
+
+def device_of(framework: str):
+    return implementation(framework, "device")
 
 
 @contextlib.contextmanager
@@ -43,7 +44,7 @@ def precision(framework: str, dtype: str):
 def run_op(framework: str, name: str, shape, dtype: str, compile: bool = False, device: str = "cpu"):  # noqa: A002
     """(problem, {primal, jvp: (out, tangent), vjp: (out, cotangents), backward}) as float64 numpy."""
     impl = impl_of(framework)
-    device = impl.resolve_device(device)
+    device = device_of(framework).resolve_device(device)
     p = make_problem(name, shape, dtype)
     with precision(framework, dtype):
         x, t = impl.to_device(p.primals, dtype, device), impl.to_device(p.tangents, dtype, device)
@@ -60,7 +61,7 @@ def run_op(framework: str, name: str, shape, dtype: str, compile: bool = False, 
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the analytic derivatives in bench/ops/spec.py, against finite differences
+# the analytic derivatives in bench/ops_spec.py, against finite differences
 
 
 @pytest.mark.parametrize("name", OP_NAMES)
@@ -123,8 +124,9 @@ def test_max_splits_the_derivative_at_ties_in_both_frameworks():
     want = OPS["max"].vjp((x, x.T.copy()), np.ones_like(x))
     for framework in ("torch", "jax"):
         impl = impl_of(framework)
-        args = impl.to_device((x, x.T.copy()), "fp32", impl.resolve_device("cpu"))
-        (ct,) = impl.to_device((np.ones_like(x),), "fp32", impl.resolve_device("cpu"))
+        cpu = device_of(framework).resolve_device("cpu")
+        args = impl.to_device((x, x.T.copy()), "fp32", cpu)
+        (ct,) = impl.to_device((np.ones_like(x),), "fp32", cpu)
         _, cts = impl.to_numpy(impl.build("max", (2, 2)).vjp(args, ct))
         assert relative_error(cts, want) == 0, framework  # 1/2 each on the diagonal
 
@@ -143,7 +145,7 @@ def test_torch_compile_matches_the_analytic_derivative(name):
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_cuda_jvp_and_vjp_match_the_analytic_derivative(framework):
     try:
-        impl_of(framework).resolve_device("cuda")
+        device_of(framework).resolve_device("cuda")
     except RuntimeError as e:  # a CPU build of torch or jaxlib on a GPU host
         pytest.skip(str(e))
     for name in ("matmul", "exp", "sum"):
@@ -156,7 +158,7 @@ def test_cuda_jvp_and_vjp_match_the_analytic_derivative(framework):
 def test_time_calls_samples_enough_calls_per_sample():
     import time
 
-    from bench.trackers import time_calls
+    from bench.timing import time_calls
 
     calls = []
 
@@ -249,8 +251,8 @@ def test_bad_ops_config_is_one_line_and_nothing_runs(tmp_path, args, expected):
 
 def test_model_trials_keep_their_identity():
     """The ops keys are not part of a model trial's identity: resume=true still finds rows recorded before."""
-    from bench.__main__ import compose_trials
-    from bench.config import config_hash, trial_identity
+    from bench.preflight import compose_trials
+    from bench.scenarios import config_hash, trial_identity
 
     def composed(*overrides):
         trials, _ = compose_trials(list(overrides), multirun=False)

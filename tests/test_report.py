@@ -1,5 +1,6 @@
-"""The report (bench/report.py) built from results CSVs these tests write with the real CsvSink: tables, ratios, the
-seed table, real PNG plots, failed trials listed and never plotted, and the command line's errors."""
+"""The report (bench/report.py, with bench/results.py and bench/plots.py) built from results CSVs these tests write
+with the real CsvSink: tables, ratios, the UMass study's table, real PNG plots, failed trials listed and never
+plotted, rows that differ in a knob kept apart, and the command line's errors."""
 
 from __future__ import annotations
 
@@ -15,18 +16,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.report import (
-    build_report,
-    depth_growth,
+from bench.plots import plan_plots
+from bench.report import build_report, depth_growth, main
+from bench.results import (
+    OPTIMIZER_DEFAULTS,
+    context_key,
+    context_label,
     group_contexts,
+    knob,
     load_rows,
-    main,
-    plan_plots,
     select,
     summary_table,
     variant,
 )
-from bench.sinks import CsvSink, read_rows
+from bench.sinks import CSV_COLUMNS, CsvSink, read_rows
 from bench.tables import num
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,7 +43,8 @@ _clock = itertools.count()
 
 # What identifies a configuration in these tests (the runner hashes the whole composed config the same way).
 IDENTITY = ("framework", "mode", "model", "num_layers", "data", "trainable", "optimizer", "batch_size", "seq_len",
-            "steps", "epochs", "seed", "remat", "num_tangents", "jvp_impl", "last_k")  # fmt: skip
+            "steps", "epochs", "seed", "remat", "num_tangents", "jvp_impl", "last_k", "attn_implementation",
+            "mezo_eps", "dropout", "lr", "momentum", "weight_decay", "beta1", "beta2", "adam_eps")  # fmt: skip
 
 MINILM = dict(model="minilm_l6", num_layers=6, hidden_size=384, batch_size=8, seq_len=128, n_params=22_714_756,
               n_trainable=22_714_756)  # fmt: skip
@@ -160,13 +164,13 @@ def grad_quality_rows() -> list[dict]:
     return rows
 
 
-def seed_rows() -> list[dict]:
-    seed = dict(sweep_id="seed_agnews", model="bert_base", num_layers=12, hidden_size=768, optimizer="adamw",
+def study_rows() -> list[dict]:
+    study = dict(sweep_id="seed_agnews", model="bert_base", num_layers=12, hidden_size=768, optimizer="adamw",
                 steps=625, epochs=5, warmup_steps=2, n_params=bert_params(12), n_trainable=bert_params(12))  # fmt: skip
     numbers = {("torch", "backprop"): (2100.0, 1200.0, 310.0, 0.91), ("torch", "jvp"): (1500.0, 600.0, 290.0, 0.42),
                ("jax", "backprop"): (2300.0, 1400.0, 250.0, 0.90), ("jax", "jvp"): (1700.0, 800.0, 240.0, 0.44)}
     return [trial(fw, mode, peak_mem_mb=peak, excess_mem_mb=excess, total_train_time_s=total, eval_accuracy=acc,
-                  eval_loss=0.5, **seed) for (fw, mode), (peak, excess, total, acc) in numbers.items()]  # fmt: skip
+                  eval_loss=0.5, **study) for (fw, mode), (peak, excess, total, acc) in numbers.items()]  # fmt: skip
 
 
 def pathology_rows() -> list[dict]:
@@ -179,8 +183,15 @@ def pathology_rows() -> list[dict]:
             trial("torch", "jvp", jvp_impl="dual", excess_mem_mb=470.0, **ctx)]  # fmt: skip
 
 
-def write_csv(path: Path, rows: list[dict]) -> Path:
-    sink = CsvSink(path)
+# Knobs the runner records in runs.csv; an older CSV has none of these columns.
+KNOB_COLUMNS = ("attn_implementation", "mezo_eps", "dropout", "lr", "momentum", "weight_decay", "beta1", "beta2",
+                "adam_eps")  # fmt: skip
+COLUMNS = CSV_COLUMNS + tuple(c for c in KNOB_COLUMNS if c not in CSV_COLUMNS)
+OLD_COLUMNS = tuple(c for c in CSV_COLUMNS if c not in KNOB_COLUMNS)
+
+
+def write_csv(path: Path, rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> Path:
+    sink = CsvSink(path, columns)
     for r in rows:
         sink.write(r)
     return path
@@ -200,9 +211,10 @@ def write_history(results: Path, row: dict, steps: int, eval_every: int) -> None
 
 @pytest.fixture(scope="module")
 def full(tmp_path_factory):
-    """Every experiment's rows in one CSV (failures included), with the seed runs' history JSONs, and its report."""
+    """Every experiment's rows in one CSV (failures included), with the UMass study runs' history JSONs, and its
+    report."""
     results = tmp_path_factory.mktemp("results")
-    rows = main_context() + scaling_rows() + grad_quality_rows() + seed_rows() + pathology_rows()
+    rows = main_context() + scaling_rows() + grad_quality_rows() + study_rows() + pathology_rows()
     csv_path = write_csv(results / "runs.csv", rows)
     for r in rows:
         if r.get("sweep_id") == "seed_agnews":
@@ -285,8 +297,8 @@ def test_ratios_that_matter(full):
     assert "jacfwd[head]: jax / torch" not in section  # jax's jacfwd failed: nothing to divide
 
 
-def test_seed_table_in_the_seed_studys_order(full):
-    section = full["md"].split("## The seed study's table", 1)[1].split("\n## ", 1)[0]
+def test_study_table_in_the_umass_studys_order(full):
+    section = full["md"].split("## The UMass forward-AD study's table", 1)[1].split("\n## ", 1)[0]
     lines = [line for line in section.splitlines() if line.startswith("| ")]
     assert lines[0].startswith("|  | Peak memory (MiB) | Excess memory (MiB) | Total training time (s) | Eval accuracy")
     names = [line.split(" | ")[0].strip("| ") for line in lines[1:]]  # [0] is the header; "|:---" the rule
@@ -368,7 +380,7 @@ def test_scaling_plots_show_what_the_sweeps_varied(full):
 
 
 def test_pathology_is_explained_where_naive_jvp_rows_exist(full):
-    section = full["md"].split("## Seed 000's jvp pathology", 1)[1].split("\n## ", 1)[0]
+    section = full["md"].split("## The UMass study's jvp pathology", 1)[1].split("\n## ", 1)[0]
     assert "require" in section and "detach" in section
     assert "| jvp[naive] | ok | " in section and "| 2.00× |" in section  # 1800 / 900
 
@@ -397,7 +409,7 @@ def test_single_framework_csv_builds_and_names_the_skipped_plots(tmp_path):
     assert "jax / torch" not in md and "| torch: jvp / backprop |" in md
     assert "| torch | jvp[naive] | **oom** |" in md and str(int(POISON)) not in md
     assert "No rows of sweep `seed_agnews`" in md
-    assert "## Seed 000's jvp pathology" in md  # a naive row, even a failed one, gets the explanation
+    assert "## The UMass study's jvp pathology" in md  # a naive row, even a failed one, gets the explanation
     assert md.count("\n| 2026") == 1  # the one failed row in the failed-trials table
 
 
@@ -481,6 +493,102 @@ def test_out_that_is_a_file_is_refused(tmp_path, capsys):
     assert main([str(csv_path), "--out", str(tmp_path / "afile")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--out=" in err[0] and "is a file" in err[0]
+
+
+# ------------------------------------------------------------------------------------- knobs keep rows apart
+
+
+def context_section(md: str, heading: str) -> str:
+    """The table under the context heading that is exactly `heading`."""
+    return "\n".join(first_table(md.split(f"\n### {heading}\n", 1)[1]))
+
+
+DEFAULT_HEADING = "minilm_l6 (6 layers, hidden 384) · synthetic · B8 T128 · sgd · fp32 · cpu (AMD EPYC x2)"
+
+
+def test_rows_that_differ_only_in_attn_implementation_both_appear(tmp_path):
+    rows = [trial("torch", "backprop", attn_implementation="eager", excess_mem_mb=400.0),
+            trial("torch", "backprop", attn_implementation="sdpa", excess_mem_mb=333.0),  # later: it used to win
+            trial("jax", "backprop", attn_implementation="eager", excess_mem_mb=520.0)]  # fmt: skip
+    rep = build_report([write_csv(tmp_path / "runs.csv", rows)], tmp_path / "out")
+    md = rep.path.read_text()
+    table = context_section(md, DEFAULT_HEADING)  # one context: attention is part of the mode's name
+    assert "| torch | backprop | " in table and "| 400 |" in table
+    assert "| torch | backprop(attn=sdpa) | " in table and "| 333 |" in table
+    assert "| backprop: jax / torch |" in md  # eager against eager
+    bars = next(p for p in rep.plots if p.name == "excess_memory").grid[0][0]
+    assert bars.categories == ["backprop", "backprop(attn=sdpa)"]
+
+
+def test_rows_that_differ_only_in_learning_rate_both_appear(tmp_path):
+    rows = [trial("torch", "backprop", lr="1e-3", excess_mem_mb=400.0),  # the default, written another way
+            trial("torch", "backprop", lr=0.0001, excess_mem_mb=444.0),
+            trial("torch", "jvp", lr=0.001, excess_mem_mb=200.0)]  # fmt: skip
+    md = build_report([write_csv(tmp_path / "runs.csv", rows)], tmp_path / "out").path.read_text()
+    default = context_section(md, DEFAULT_HEADING)
+    assert "| torch | backprop | " in default and "| 400 |" in default and "| torch | jvp | " in default
+    low = context_section(md, DEFAULT_HEADING.replace("· sgd ·", "· sgd (lr 0.0001) ·"))
+    assert "| torch | backprop | " in low and "| 444 |" in low and "| jvp |" not in low
+    assert "| torch: jvp / backprop | " in md.split("(lr 0.0001)")[0]  # the ratio stays within one learning rate
+
+
+@pytest.mark.parametrize(
+    ("column", "default", "other", "shown"),
+    [("attn_implementation", "eager", "sdpa", "backprop(attn=sdpa)"),
+     ("mezo_eps", "0.001", "1e-4", "mezo(eps=0.0001)"),
+     ("dropout", "0.1", "0", "· fp32 · dropout 0 ·"),
+     ("lr", "1e-3", "0.01", "sgd (lr 0.01)"),
+     ("momentum", "0", "0.9", "sgd (momentum 0.9)"),
+     ("weight_decay", "0.0", "0.01", "sgd (weight decay 0.01)"),
+     ("beta1", "0.9", "0.8", "sgd (beta1 0.8)"),
+     ("beta2", "0.999", "0.99", "sgd (beta2 0.99)"),
+     ("adam_eps", "1e-08", "1e-6", "sgd (eps 1e-06)")],
+)  # fmt: skip
+def test_every_knob_separates_rows_and_names_its_value(column, default, other, shown):
+    mode = "mezo" if column == "mezo_eps" else "backprop"
+    a, b = trial("torch", mode, **{column: default}), trial("torch", mode, **{column: other})
+    contexts = group_contexts(select([a, b]))
+    named = [f"{context_label(key)} | {label}" for key, cells in contexts.items() for _, label in cells]
+    assert len(named) == 2, named  # two cells: the later row no longer hides the earlier one
+    assert named[0] == f"{DEFAULT_HEADING} | {mode}"  # at the default (however written): the usual label
+    assert shown in named[1], named
+    assert knob(a, column) == knob({"optimizer": "sgd"}, column)
+
+
+def test_a_csv_without_the_knob_columns_builds_and_meets_a_newer_one(tmp_path):
+    old = write_csv(tmp_path / "old" / "runs.csv", [trial("torch", "backprop", excess_mem_mb=400.0)], OLD_COLUMNS)
+    assert not set(KNOB_COLUMNS) & set(load_rows([old])[0])
+    new = write_csv(tmp_path / "new" / "runs.csv",
+                    [trial("jax", "backprop", excess_mem_mb=520.0, attn_implementation="eager", lr=0.001,
+                           dropout=0.1, mezo_eps=0.001)])  # fmt: skip
+    md = build_report([old], tmp_path / "out-old").path.read_text()
+    assert "| torch | backprop | " in context_section(md, DEFAULT_HEADING)
+    md = build_report([old, new], tmp_path / "out").path.read_text()
+    table = context_section(md, DEFAULT_HEADING)  # a missing knob reads as its default: one context
+    assert "| torch | backprop | " in table and "| jax | backprop | " in table
+    assert "| backprop: jax / torch | " in md
+
+
+def test_optimizer_defaults_are_the_presets_in_conf():
+    import yaml
+
+    for name, defaults in OPTIMIZER_DEFAULTS.items():
+        preset = yaml.safe_load((REPO / "conf" / "optimizer" / f"{name}.yaml").read_text())
+        for key, value in preset.items():
+            column = {"eps": "adam_eps"}.get(key, key)
+            if column in defaults:
+                assert defaults[column] == pytest.approx(float(value)), (name, key)
+    rows = [trial("jax", "backprop", optimizer="adamw", lr=5e-5, weight_decay=0.01),
+            trial("jax", "backprop", optimizer="adamw")]  # the preset's values, and an older row without them
+    assert context_key(rows[0]) == context_key(rows[1])
+
+
+def test_reading_rows_needs_no_matplotlib():
+    # the sweep process prints results.summary_table and `python -m bench.targets` reads rows: neither draws
+    code = "import sys, bench.results, bench.targets, bench.report; print('matplotlib' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
 
 
 # ------------------------------------------------------------------------------------- what sweeps still use

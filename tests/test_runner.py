@@ -190,7 +190,7 @@ EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_experiment_composes_and_validates(name):
-    from bench.__main__ import preflight
+    from bench.preflight import preflight
 
     assert preflight([f"+experiment={name}"], multirun=True) >= 2  # each one is a sweep
 

@@ -75,6 +75,23 @@ def test_older_schema_file_is_appended_under_its_header_or_refused(tmp_path):
     assert len(read_rows(path)) == 2
 
 
+def test_an_earlier_version_of_the_schema_gets_the_new_columns_and_keeps_its_rows(tmp_path):
+    """runs.csv written before columns were added at the end of CSV_COLUMNS: its header widens, its rows stay."""
+    path = tmp_path / "runs.csv"
+    old = CSV_COLUMNS[:-3]
+    CsvSink(path, old).write({"run_id": "r0", "framework": "torch", "peak_mem_mb": 1.5})
+    CsvSink(path).write({"run_id": "r1", "framework": "jax", old[-1]: "x"})  # nothing new set: header stays
+    before = path.read_bytes()
+    assert before.split(b"\n")[0].decode().split(",") == list(old) and len(read_rows(path)) == 2
+    CsvSink(path).write({"run_id": "r2", CSV_COLUMNS[-1]: 0.5})
+    lines = path.read_bytes().split(b"\n")
+    assert lines[0].decode().split(",") == list(CSV_COLUMNS)
+    assert lines[1:3] == before.split(b"\n")[1:3]  # the old rows, byte for byte
+    r0, r1, r2 = read_rows(path)
+    assert r0["run_id"] == "r0" and r0["peak_mem_mb"] == "1.5" and r0[CSV_COLUMNS[-1]] == ""
+    assert r2[CSV_COLUMNS[-1]] == "0.5" and not list(tmp_path.glob(".runs.csv.widen-*"))
+
+
 def test_a_cut_off_last_line_does_not_swallow_the_next_row(tmp_path):
     path = tmp_path / "runs.csv"
     CsvSink(path).write({"run_id": "a"})

@@ -25,7 +25,7 @@ from bench import data
 from bench.config import model_preset
 from bench.jax_impl import steps as jsteps
 from bench.jax_impl.params import from_hf, to_hf
-from bench.spec import OptimizerSpec, StepSpec, is_trainable
+from bench.spec import OptimizerSpec, StepSpec, implementation, is_trainable
 from bench.torch_impl import steps as tsteps
 from bench.weights import build_weights
 
@@ -60,8 +60,7 @@ BATCH = batches(1)
 def make(framework, mode="backprop", spec=TINY, weights=WEIGHTS, **kw):
     kw.setdefault("optimizer", OptimizerSpec(name="sgd", lr=1e-2))
     ss = StepSpec(mode=mode, **kw)
-    impl = tsteps if framework == "torch" else jsteps
-    return impl.make_trainer(spec, weights, ss, "cpu")
+    return implementation(framework, "steps").make_trainer(spec, weights, ss, "cpu")
 
 
 def as_hf(framework, grads) -> dict[str, np.ndarray]:

@@ -10,9 +10,9 @@ from bench.sinks import CsvSink
 
 def row(framework, mode, layers, excess, step_s, **kw):
     return {"framework": framework, "mode": mode, "model": "bert_base", "batch_size": "8", "seq_len": "128",
-            "device": "cpu", "trainable": "all", "remat": "False", "num_tangents": "1", "jvp_impl": "func",
-            "num_layers": str(layers), "hidden_size": "768", "status": "ok", "excess_mem_mb": str(excess),
-            "step_time_median_s": str(step_s), **kw}  # fmt: skip
+            "device": "cpu", "optimizer": "sgd", "trainable": "all", "remat": "False", "num_tangents": "1",
+            "jvp_impl": "func", "num_layers": str(layers), "hidden_size": "768", "status": "ok",
+            "excess_mem_mb": str(excess), "step_time_median_s": str(step_s), **kw}  # fmt: skip
 
 
 def test_bert_base_layer_tangent_and_largest_tensor():
@@ -42,3 +42,16 @@ def test_cli_prints_the_table_and_rejects_a_missing_csv(tmp_path, capsys):
     assert "MISSED" in capsys.readouterr().out  # 700 > 0.6 x 1000
     assert targets.main([str(tmp_path / "nope.csv")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_rows_that_differ_in_a_knob_are_checked_apart():
+    rows = [row("torch", "backprop", 12, 1000, 3.0), row("torch", "jvp", 12, 550, 3.0),
+            row("torch", "backprop", 12, 100, 3.0, lr="0.0001"),  # another learning rate: its own context
+            row("torch", "backprop", 12, 100, 3.0, attn_implementation="sdpa")]  # fmt: skip (sdpa: not plain)
+    checks = [c for c in targets.check(rows) if c.target.startswith("jvp excess")]
+    assert [(c.measured, c.limit, c.verdict) for c in checks] == [(550, pytest.approx(600), "met")]
+    assert checks[0].context == "bert_base (12 layers) · B8 T128 · sgd · cpu"  # the contexts differ in lr only
+    jax = [row("jax", m, 12, e, 3.0, lr=lr) for lr in ("1e-3", "0.01") for m, e in (("backprop", 1000), ("jvp", 100))]
+    where = {c.context: c.verdict for c in targets.check(jax) if c.target.startswith("jvp excess")}
+    assert where == {"bert_base (12 layers) · B8 T128 · sgd · cpu": "met",
+                     "bert_base (12 layers) · B8 T128 · sgd (lr 0.01) · cpu": "met"}  # fmt: skip

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from bench import trackers
+from bench.timing import StepTimer, TimingStats, timed
 from bench.trackers import (
     HostMemWatchdog,
     HostRssTracker,
@@ -21,9 +22,6 @@ from bench.trackers import (
     MemoryResult,
     MiB,
     NvmlTracker,
-    StepTimer,
-    TimingStats,
-    timed,
 )
 
 # RSS moves with the interpreter's own bookkeeping (allocator metadata, page tables, numpy caches); 15 MiB is
@@ -148,7 +146,8 @@ def test_trackers_and_sinks_import_no_framework():
     code = textwrap.dedent(
         """
         import sys, tempfile, os
-        from bench.trackers import HostRssTracker, NvmlTracker, StepTimer
+        from bench.trackers import HostRssTracker, NvmlTracker
+        from bench.timing import StepTimer
         from bench.sinks import CsvSink, WandbSink
         t = HostRssTracker(); t.baseline()
         with t.track():

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from bench.jax_impl.params import load_weights
 from bench.spec import BertSpec
 
 # HF eager attention adds finfo(dtype).min at padded keys (masking_utils.eager_mask); the same constant here
@@ -255,8 +256,6 @@ def build_model(
     spec: BertSpec, weights: dict[str, np.ndarray], *, remat: bool = False
 ) -> BertForSequenceClassification:
     """BertForSequenceClassification with exactly `weights` (HF names, torch layout); see params.py."""
-    from bench.jax_impl.params import load_weights
-
     # Build abstractly (shapes only, like torch's meta device): a random init would be thrown away
     # immediately.
     model = nnx.eval_shape(lambda: BertForSequenceClassification(spec, rngs=nnx.Rngs(0), remat=remat))

@@ -19,6 +19,8 @@ torch mirror, so a K-tangent loop holds one tangent at a time and the estimate i
 
 from __future__ import annotations
 
+import copy
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +28,10 @@ import optax
 from flax import nnx
 from jax.flatten_util import ravel_pytree
 
-from bench.spec import BertSpec, StepSpec, is_trainable, jacfwd_chunk_for
+from bench.jax_impl.device import resolve_device, use_fp32
+from bench.jax_impl.model import build_model
+from bench.jax_impl.params import export_weights, hf_name
+from bench.spec import ATTN_IMPLEMENTATIONS, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for
 
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -255,8 +260,6 @@ class Trainer:
     """One mode on one model: `step(update)` = gradient + apply; the runner only uses this class."""
 
     def __init__(self, model, step_spec: StepSpec, device=None):
-        from bench.jax_impl.params import hf_name
-
         self.spec, self.device = step_spec, device or jax.devices()[0]
         s = step_spec
         num_layers = len(model.bert.encoder.layer)
@@ -411,8 +414,6 @@ class Trainer:
         return loss
 
     def weights(self) -> dict[str, np.ndarray]:
-        from bench.jax_impl.params import export_weights
-
         return export_weights(nnx.merge(self.graphdef, self.params, self.frozen))
 
     # -- after the measurements: accuracy and gradient quality (never on the timed path) ----------------------
@@ -439,8 +440,6 @@ class Trainer:
         batches at the current weights, dropout off as in torch_impl (the same function for both). The estimate
         goes through the mode's own dispatch (_gradient_fn) over the deterministic loss, on a shallow copy of the
         trainer so the timed step's compiled program and loss are untouched; the weights are not changed."""
-        import copy
-
         probe = copy.copy(self)
         probe.loss_of = make_loss_fn(self.graphdef, self.frozen, train=False)
         probe.trunk = make_trunk_head_fns(self.graphdef, self.frozen, train=False) if self.trunk else None
@@ -453,8 +452,15 @@ class Trainer:
         return leaves(estimate), leaves(exact)
 
 
-def make_trainer(spec: BertSpec, weights, step_spec: StepSpec, device: str = "cpu") -> Trainer:
-    from bench.jax_impl.model import build_model
-
-    dev = jax.devices("gpu" if device == "cuda" else device)[0]
-    return Trainer(build_model(spec, weights, remat=step_spec.mode == "backprop" and step_spec.remat), step_spec, dev)
+def make_trainer(
+    spec: BertSpec, weights, step_spec: StepSpec, device="cpu", *, attn_implementation: str = "eager"
+) -> Trainer:
+    """The one way to build a trainer, for the runner and the tests alike (torch_impl.steps.make_trainer mirrors
+    it): the model with exactly `weights` on `device` (auto | cpu | cuda, or a jax.Device), fp32 numerics.
+    Attention is always the eager formula here (jax has no other); the keyword exists so both read the same."""
+    if attn_implementation != ATTN_IMPLEMENTATIONS[0]:
+        raise ValueError(f"attn_implementation={attn_implementation}: torch only; framework=jax accepts eager")
+    device = resolve_device(device)
+    use_fp32()
+    remat = step_spec.mode == "backprop" and step_spec.remat
+    return Trainer(build_model(spec, weights, remat=remat), step_spec, device)

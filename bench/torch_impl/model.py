@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from transformers import BertConfig, BertForSequenceClassification
 
-from bench.spec import BertSpec, param_shapes
-
-# Eager attention by default: PyTorch's fused SDPA kernels have no forward-mode AD rule (NotImplementedError
-# under torch.func.jvp / forward_ad), and the same attention math in both frameworks keeps parity exact.
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
+from bench.spec import ATTN_IMPLEMENTATIONS, BertSpec, param_shapes
+from bench.weights import check_weights, normalize_name
 
 
 def hf_config(spec: BertSpec, attn_implementation: str = "eager"):
-    from transformers import BertConfig
-
+    # Eager attention by default: PyTorch's fused SDPA kernels have no forward-mode AD rule (NotImplementedError
+    # under torch.func.jvp / forward_ad), and the same attention math in both frameworks keeps parity exact.
     if attn_implementation not in ATTN_IMPLEMENTATIONS:
         raise ValueError(
             f"attn_implementation={attn_implementation!r}: accepted {', '.join(ATTN_IMPLEMENTATIONS)}"
@@ -46,8 +44,6 @@ def build_model(
     attn_implementation: str = "eager",
 ):
     """HF BertForSequenceClassification with exactly `weights` (HF names, torch layout)."""
-    from transformers import BertForSequenceClassification
-
     # Build on the meta device: HF's own random init would be thrown away immediately.
     with torch.device("meta"):
         model = BertForSequenceClassification(hf_config(spec, attn_implementation))
@@ -57,8 +53,6 @@ def build_model(
 
 def load_weights(model, weights: dict[str, np.ndarray], device: str | torch.device = "cpu") -> None:
     """Copy the numpy weights into the model (strict: every key checked, all problems reported together)."""
-    from bench.weights import check_weights
-
     check_weights(weights, _spec_of(model))
     state = {k: torch.tensor(weights[k], device=device) for k in param_shapes(_spec_of(model))}
     model.load_state_dict(state, strict=False, assign=True)  # strictness is check_weights' job
@@ -94,8 +88,6 @@ def export_weights(model) -> dict[str, np.ndarray]:
 
 def weights_from_state_dict(state_dict) -> dict[str, np.ndarray]:
     """A torch state_dict (tensors, HF names) as the shared numpy dict, e.g. to feed jax_impl.params."""
-    from bench.weights import normalize_name
-
     return {
         normalize_name(k): v.detach().cpu().float().numpy().copy()
         for k, v in state_dict.items()

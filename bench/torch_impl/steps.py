@@ -31,6 +31,8 @@ import torch.nn.functional as F
 from torch.func import functional_call, jvp, vmap
 
 from bench.spec import JVP_IMPLS, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for
+from bench.torch_impl.device import resolve_device, use_fp32
+from bench.torch_impl.model import build_model, export_weights
 
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -157,8 +159,9 @@ def directional_derivative(model, params, batch, tangent, impl: str = "func"):
     """(loss, d) with d = grad(loss) . tangent, by one forward-mode pass.
 
     func   torch.func.jvp over a functional call; params must not require grad (else autograd records the
-           whole dual computation for a backward that never comes: seed 000's pathology, impl="naive").
-    dual   torch.autograd.forward_ad dual tensors (make_dual / unpack_dual): the seed's "approach 2".
+           whole dual computation for a backward that never comes: the UMass forward-AD study's pathology,
+           impl="naive").
+    dual   torch.autograd.forward_ad dual tensors (make_dual / unpack_dual): the study's "approach 2".
     naive  func, with params that require grad: reproduces the pathology on purpose.
     lazy   dual tensors made module by module as the forward pass reaches them (lazy_duals): a module's tangent
            is drawn just before it runs and dropped after, so the tangent is never resident whole.
@@ -433,8 +436,6 @@ class Trainer:
         return loss
 
     def weights(self) -> dict[str, np.ndarray]:
-        from bench.torch_impl.model import export_weights
-
         return export_weights(self.model)
 
     # -- after the measurements: accuracy and gradient quality (never on the timed path) ----------------------
@@ -484,8 +485,10 @@ class Trainer:
 
 
 def make_trainer(
-    spec: BertSpec, weights, step_spec: StepSpec, device: str = "cpu", attn_implementation: str = "eager"
+    spec: BertSpec, weights, step_spec: StepSpec, device="cpu", *, attn_implementation: str = "eager"
 ) -> Trainer:
-    from bench.torch_impl.model import build_model
-
+    """The one way to build a trainer, for the runner and the tests alike (jax_impl.steps.make_trainer mirrors
+    it): the model with exactly `weights` on `device` (auto | cpu | cuda, or a torch.device), fp32 numerics."""
+    device = resolve_device(device)
+    use_fp32()
     return Trainer(build_model(spec, weights, device, attn_implementation), step_spec, device)

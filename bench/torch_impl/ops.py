@@ -1,5 +1,6 @@
 """The ops in PyTorch: the primal, forward mode (torch.func.jvp) and reverse mode (torch.func.vjp), eager or under
-torch.compile. Mirror of jax_ops.py: same names, same order."""
+torch.compile. Mirror of jax_impl/ops.py: same names, same order. The framework-neutral definitions (inputs,
+numpy primal and analytic derivatives) are in bench/ops_spec.py; the trial's loop is bench/scenarios/ops.py."""
 
 from __future__ import annotations
 
@@ -10,19 +11,18 @@ import torch
 from torch.func import jvp as func_jvp
 from torch.func import vjp as func_vjp
 
-from bench.ops.spec import Shape, Transforms
-from bench.torch_impl.backend import device_name, resolve_device  # noqa: F401 (part of this module's interface)
+from bench.ops_spec import Shape, Transforms
+from bench.torch_impl.device import use_fp32
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.bfloat16}
 
 
 def setup(threads: str, dtype: str) -> int:
     """Threads and numerics for the trial; returns the intra-op thread count. OMP_NUM_THREADS came with the
-    process's environment (bench/runner.py trial_env), before torch was imported."""
+    process's environment (bench/scenarios/ops.py env), before torch was imported."""
     n = 1 if threads == "1" else len(os.sched_getaffinity(0))
     torch.set_num_threads(n)
-    # fp32 means true fp32 in both frameworks: no TF32 matmuls (jax_ops pins "highest" precision)
-    torch.backends.cuda.matmul.allow_tf32 = False
+    use_fp32()
     return torch.get_num_threads()
 
 

@@ -199,7 +199,7 @@ def relative_error(got, want) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# what each framework builds for one op at one shape (torch_ops.build, jax_ops.build)
+# what each framework builds for one op at one shape (torch_impl/ops.py build, jax_impl/ops.py build)
 
 
 @dataclass(frozen=True)

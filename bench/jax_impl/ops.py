@@ -1,5 +1,5 @@
 """The ops in JAX: the primal, forward mode (jax.jvp) and reverse mode (jax.vjp), each under jax.jit. Mirror of
-torch_ops.py: same names, same order."""
+torch_impl/ops.py: same names, same order."""
 
 from __future__ import annotations
 
@@ -9,20 +9,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench.jax_impl.backend import device_name, resolve_device  # noqa: F401 (part of this module's interface)
-from bench.ops.spec import Shape, Transforms
+from bench.jax_impl.device import use_fp32
+from bench.ops_spec import Shape, Transforms
 
 DTYPES = {"fp32": jnp.float32, "fp64": jnp.float64, "bf16": jnp.bfloat16}
 
 
 def setup(threads: str, dtype: str) -> int:
     """Threads and numerics for the trial; returns the intra-op thread count. XLA_FLAGS
-    (--xla_cpu_multi_thread_eigen=false for threads=1) came with the process's environment (bench/runner.py
-    trial_env): XLA reads it once, when its CPU client starts."""
+    (--xla_cpu_multi_thread_eigen=false for threads=1) came with the process's environment (bench/scenarios/ops.py
+    env): XLA reads it once, when its CPU client starts."""
     if dtype == "fp64":
         jax.config.update("jax_enable_x64", True)  # without it jnp.float64 arrays are silently float32
-    # fp32 means true fp32 in both frameworks: XLA would use TF32 for f32 matmuls on Ampere+ GPUs by default
-    jax.config.update("jax_default_matmul_precision", "highest")
+    use_fp32()
     return 1 if threads == "1" else len(os.sched_getaffinity(0))
 
 

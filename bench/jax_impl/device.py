@@ -1,0 +1,45 @@
+"""What a JAX trial needs of its device, whatever the scenario: the device itself, fp32 numerics and the memory
+trackers. Mirror of torch_impl/device.py."""
+
+from __future__ import annotations
+
+import jax
+
+from bench.trackers import HostRssTracker, JaxDeviceTracker, MemoryTracker, NvmlTracker
+
+
+def resolve_device(requested):
+    """device=auto | cpu | cuda as a jax.Device; `auto` takes the GPU when jax sees one."""
+    if not isinstance(requested, str):
+        return requested
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if requested == "auto":
+        return gpus[0] if gpus else jax.devices("cpu")[0]
+    if requested == "cuda":
+        if not gpus:
+            raise RuntimeError("device=cuda: jax sees no GPU (install jax[cuda12]; accepted here: cpu, auto)")
+        return gpus[0]
+    return jax.devices("cpu")[0]
+
+
+def device_kind(device) -> str:
+    """cpu | cuda: the row's `device`."""
+    return "cuda" if device.platform == "gpu" else "cpu"
+
+
+def device_name(device) -> str:
+    """GPU model name (CPU names come from bench.system.cpu_name)."""
+    return device.device_kind
+
+
+def use_fp32() -> None:
+    """dtype=fp32 means true fp32 in both frameworks: XLA would use TF32 for f32 matmuls on Ampere+ GPUs by
+    default; torch does not."""
+    jax.config.update("jax_default_matmul_precision", "highest")
+
+
+def memory_trackers(device) -> list[MemoryTracker]:
+    """Primary tracker first: XLA's allocator peak on GPU, the process RSS high-water mark on CPU."""
+    if device.platform == "gpu":
+        return [JaxDeviceTracker(device), NvmlTracker()]
+    return [HostRssTracker()]

@@ -1,0 +1,108 @@
+"""Preflight: every trial a command line names (all combinations of a -m sweep, including the sweep an
+experiment config declares) is composed with Hydra's compose API and validated, before Hydra starts anything.
+Bad input gets one clear line and a non-zero exit before any process starts or any row is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from bench.config import CONF_DIR, GROUPS, available, register_configs
+from bench.errors import ConfigError
+from bench.scenarios import validate
+
+MAX_PREFLIGHT = 2000  # sweeps larger than this are validated per job instead (composition takes ~20 ms each)
+
+
+
+def one_line(e: BaseException) -> str:
+    """Hydra/OmegaConf errors span lines and causes; keep the first two meaningful lines."""
+    lines = []
+    while e is not None:
+        lines += [ln.strip() for ln in str(e).splitlines()
+                  if ln.strip() and not ln.strip().startswith(("full_key", "object_type", "reference_type"))]
+        e = e.__cause__
+    return "; ".join(lines[:2]) or "invalid configuration"
+
+
+def _check_group(key: str, value: str) -> None:
+    group = key.lstrip("+~")
+    if group in GROUPS and value not in ("null", "None") and value not in available(group):
+        raise ConfigError(f"{group}={value}: unknown option; accepted: {', '.join(available(group))}")
+
+
+@contextlib.contextmanager
+def _hydra_context():
+    """Hydra's compose API needs an initialised GlobalHydra (inside a running app, callbacks, it already is) and
+    the schema in its ConfigStore (registering twice is harmless)."""
+    register_configs()
+    if GlobalHydra.instance().is_initialized():
+        yield
+    else:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            yield
+
+
+def _compose(overrides: list[str], **kw):
+    try:
+        return compose("config", overrides=overrides, **kw)
+    except Exception as e:  # noqa: BLE001 (Hydra raises several types; all become one line)
+        raise ConfigError(one_line(e)) from e
+
+
+def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
+    """All trials (as override lists) that `python -m bench [-m] overrides...` would run."""
+    parser = OverridesParser.create()
+    try:
+        parsed = parser.parse_overrides(overrides)
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(one_line(e)) from e
+    fixed, sweeps, hydra_overrides = [], {}, []
+    for o in parsed:
+        key = o.get_key_element()
+        if o.key_or_group.startswith("hydra"):
+            hydra_overrides.append(o.input_line)
+        elif o.is_sweep_override():
+            if not multirun:
+                raise ConfigError(f"{o.input_line}: a sweep needs -m (python -m bench -m {o.input_line} ...)")
+            sweeps[o.key_or_group] = [f"{key}={v}" for v in o.sweep_string_iterator()]
+        else:
+            fixed.append(o.input_line)
+        for v in (o.sweep_string_iterator() if o.is_sweep_override() else [o.value()]):
+            _check_group(key, str(v))
+    if multirun:  # an experiment config may declare its own sweep (hydra.sweeper.params)
+        with _hydra_context():
+            base = _compose(fixed + [opts[0] for opts in sweeps.values()] + hydra_overrides,
+                            return_hydra_config=True)
+        for k, v in (base.hydra.sweeper.get("params") or {}).items():
+            (o,) = parser.parse_overrides([f"{k}={v}"])
+            if o.key_or_group not in sweeps and not any(f.split("=")[0].lstrip("+~") == k for f in fixed):
+                values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [str(o.value())]
+                for value in values:
+                    _check_group(k, value)
+                sweeps[o.key_or_group] = [f"{k}={value}" for value in values]
+    return [fixed + list(combo) for combo in itertools.product(*sweeps.values())]
+
+
+def compose_trials(overrides: list[str], multirun: bool, limit: int = MAX_PREFLIGHT):
+    """(override list, composed config) for every trial of the command line, up to `limit`."""
+    trials = expand_sweep(overrides, multirun)
+    with _hydra_context():
+        return [(combo, _compose(combo)) for combo in trials[:limit]], len(trials)
+
+
+def preflight(overrides: list[str], multirun: bool) -> int:
+    """Compose and validate every trial; raise ConfigError (one line) at the first bad one. Returns the count."""
+    trials, total = compose_trials(overrides, multirun)
+    for combo, cfg in trials:
+        try:
+            validate(cfg)
+        except ConfigError as e:
+            varying = [c for c in combo if c not in overrides]
+            raise ConfigError(f"{e} (trial {' '.join(varying)})" if varying else str(e)) from e
+    return total

@@ -1,0 +1,401 @@
+"""Reading results CSVs and choosing the rows a comparison shows: what report.py, plots.py and targets.py share.
+
+Which rows count. A configuration (config_hash) measured several times is shown by its latest ok row: a re-run
+after a fix should replace the old numbers, not be averaged with them. Rows whose status is not ok are kept apart
+(`Selection.failed`) and never enter a number or a plot.
+
+Which rows are compared. A context is what stays fixed in one comparison: model and its size, data, optimizer and
+its hyperparameters, batch, sequence length, dtype, dropout, device (CONTEXT_COLUMNS). Within a context there is
+one cell per framework x mode, the mode as variant() names it: remat, tangents K, torch's jvp_impl, mezo_eps,
+attn_implementation and the trainable scope are part of that name (backprop+remat, jvp(K=4), jvp[naive],
+mezo(eps=0.0001), backprop(attn=sdpa), jacfwd[head]). So two rows that differ in any knob that changes the
+measured numbers land in different cells, and their labels say how they differ. A knob at its default is left
+out of the label, so the usual label stays short; a CSV written before a knob had a column reads as the default.
+
+Nothing here imports matplotlib: the sweep process prints summary_table() at its end, and bench.targets reads rows
+through load_rows().
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.sinks import REQUIRED_COLUMNS
+from bench.spec import FRAMEWORKS, JVP_IMPLS, MODES, TRAINABLE_SCOPES
+from bench.tables import fixed_width, num
+
+STUDY_SWEEP = "seed_agnews"  # conf/experiment/seed_agnews.yaml: the UMass forward-AD study's AG-News experiment
+FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}
+
+
+# ------------------------------------------------------------------------------------------------------ knobs
+
+# Knobs that change the measured numbers beyond the shape of a trial, with the value a run has when its config
+# does not set it (bench/config.py). A row from a CSV written before the knob had a column reads as this default:
+# what those runs used, since no conf/experiment/ overrides these.
+KNOB_DEFAULTS = {"attn_implementation": "eager", "mezo_eps": 1e-3, "dropout": 0.1}
+OPTIMIZER_KNOBS = ("lr", "momentum", "weight_decay", "beta1", "beta2", "adam_eps")  # adam_eps: optimizer.eps
+# Each optimizer preset's hyperparameters: conf/optimizer/<name>.yaml over OptimizerConfig's defaults
+# (tests/test_report.py checks them against conf/). An optimizer not named here falls back to the schema's.
+SCHEMA_OPTIMIZER = {"lr": 1e-3, "momentum": 0.0, "weight_decay": 0.0, "beta1": 0.9, "beta2": 0.999, "adam_eps": 1e-8}
+OPTIMIZER_DEFAULTS = {"sgd": SCHEMA_OPTIMIZER, "adamw": {**SCHEMA_OPTIMIZER, "lr": 5e-5, "weight_decay": 0.01}}
+KNOB_NAMES = {"weight_decay": "weight decay", "adam_eps": "eps"}  # as a label shows them; the rest by column
+
+
+def _number_text(x: float) -> str:
+    """A float as short text that reads back as the same float: 0.001, 5e-05, 0.1 (never 0.1000000001 as 0.1)."""
+    short = f"{x:g}"
+    return short if float(short) == x else repr(x)
+
+
+def _canonical(value) -> str:
+    text = str(value).strip()
+    try:
+        return _number_text(float(text))  # "0.001" and "1e-3" are one value: CSV cells are text
+    except ValueError:
+        return text
+
+
+def knob_default(column: str, optimizer: str = "") -> str:
+    """The knob's value when a run does not set it, as canonical text; an optimizer's own for its hyperparameters."""
+    if column in OPTIMIZER_KNOBS:
+        return _canonical(OPTIMIZER_DEFAULTS.get(optimizer, SCHEMA_OPTIMIZER)[column])
+    return _canonical(KNOB_DEFAULTS[column])
+
+
+def knob(row: dict, column: str) -> str:
+    """The row's value of a knob as canonical text (numbers compared by value); its default where the cell is
+    empty or the CSV has no such column."""
+    value = row.get(column)
+    if value in (None, ""):
+        return knob_default(column, row.get("optimizer", "") or "")
+    return _canonical(value)
+
+
+def _non_default(row: dict, column: str) -> str:
+    """The knob's value where it is not the default, else ""."""
+    value = knob(row, column)
+    return "" if value == knob_default(column, row.get("optimizer", "") or "") else value
+
+
+# ------------------------------------------------------------------------------------------------ mode names
+
+
+def variant(row: dict) -> str:
+    """The mode as a reader names it: backprop+remat, jvp(K=4), jvp[naive], jacfwd[head], mezo(eps=0.0001),
+    backprop(attn=sdpa)... The knobs a mode's numbers depend on are in it, each only when not at its default."""
+    mode = row.get("mode", "")
+    name = mode
+    if str(row.get("remat")).lower() == "true":
+        name += "+remat"
+    settings = []
+    if mode == "jvp":
+        k = row.get("num_tangents")
+        if k not in (None, "", "1", 1):
+            settings.append(f"K={k}")
+    if mode == "mezo" and _non_default(row, "mezo_eps"):  # only MeZO perturbs: other modes never read mezo_eps
+        settings.append(f"eps={knob(row, 'mezo_eps')}")
+    if _non_default(row, "attn_implementation"):
+        settings.append(f"attn={knob(row, 'attn_implementation')}")
+    if settings:
+        name += f"({', '.join(settings)})"
+    if mode == "jvp" and row.get("framework") == "torch" and row.get("jvp_impl") not in (None, "", "func"):
+        name += f"[{row['jvp_impl']}]"
+    if row.get("trainable") not in (None, "", "all"):
+        name += f"[{row['trainable']}]"
+    return name
+
+
+def mode_label(row: dict) -> str:
+    """variant() without the trainable scope: for plots whose x axis is the scope's size."""
+    return variant({**row, "trainable": "all"})
+
+
+def summary_table(rows: list[dict]) -> str:
+    """A fixed-width table of trials: what `make bench` and every sweep print at the end."""
+    if not rows:
+        return "(no trials recorded)"
+    head = ["framework", "mode", "model", "status", "excess MiB", "peak MiB", "step ms", "compile s",
+            "samples/s", "loss first->last"]  # fmt: skip
+    body = []
+    for r in rows:
+        def f(key, fmt, scale=1.0, r=r):
+            v = num(r, key)
+            return "-" if v is None else format(v * scale, fmt)
+
+        loss = "-" if num(r, "loss_first") is None else f"{f('loss_first', '.4f')}->{f('loss_last', '.4f')}"
+        body.append([r.get("framework", ""), variant(r), r.get("model", ""), r.get("status", ""),
+                     f("excess_mem_mb", ".0f"), f("peak_mem_mb", ".0f"), f("step_time_median_s", ".1f", 1e3),
+                     f("compile_time_s", ".1f"), f("samples_per_s", ".1f"), loss])  # fmt: skip
+    lines = [fixed_width(head, body)]
+    failed = [r for r in rows if r.get("status") not in ("ok", "skipped")]
+    for r in failed:
+        lines.append(f"  {r.get('run_id', '')}: {r.get('status')}: {r.get('error', '')}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------- reading
+
+
+class ReportError(Exception):
+    """Bad input for the report; the message is one line naming the option, the value and what is accepted."""
+
+
+_ACCEPTED_CSV = "accepted: a results CSV written by `python -m bench`, e.g. results/runs.csv"
+
+
+def load_rows(paths: list[str | Path]) -> list[dict[str, str]]:
+    """Every row of the given results CSVs, in file order, each with "_source" (its CSV's path) added. A run_id
+    seen before (the same file given twice) is read once."""
+    rows: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for p in paths:
+        path = Path(p)
+        for r in _read_csv(path):
+            if r.get("run_id"):
+                if r["run_id"] in seen:
+                    continue
+                seen.add(r["run_id"])
+            rows.append({**r, "_source": str(path)})
+    return rows
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    if path.is_dir():
+        raise ReportError(f"csv={path}: is a folder ({_ACCEPTED_CSV})")
+    try:
+        with open(path, newline="", encoding="utf-8") as f:  # read-only: the report never changes a CSV
+            reader = csv.DictReader(f, restval="")
+            header = reader.fieldnames
+            if not header:
+                raise ReportError(f"csv={path}: empty file ({_ACCEPTED_CSV})")
+            missing = [c for c in REQUIRED_COLUMNS if c not in header]
+            if missing:
+                shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                raise ReportError(
+                    f"csv={path}: not a bench results CSV, its header lacks {shown} "
+                    f"({_ACCEPTED_CSV}, with the columns of bench.sinks.REQUIRED_COLUMNS)"
+                )
+            # cells beyond the header (a hand-edited line) land under the key None: not ours to read
+            return [{k: v for k, v in r.items() if k is not None} for r in reader]
+    except FileNotFoundError:
+        raise ReportError(f"csv={path}: no such file ({_ACCEPTED_CSV}; `make bench` writes one)") from None
+    except UnicodeDecodeError:
+        raise ReportError(f"csv={path}: not UTF-8 text ({_ACCEPTED_CSV})") from None
+    except csv.Error as e:
+        raise ReportError(f"csv={path}: malformed CSV: {e} ({_ACCEPTED_CSV})") from None
+    except OSError as e:
+        raise ReportError(f"csv={path}: cannot read it: {e.strerror} ({_ACCEPTED_CSV})") from None
+
+
+def read_history(row: dict) -> dict | None:
+    """The trial's per-step series (runner.save_history): <csv folder>/history/<run_id>.json, or None when absent
+    or unreadable (a report from a CSV copied without its folder still builds, without training curves)."""
+    run_id, source = row.get("run_id", ""), row.get("_source")
+    if not run_id or not source or Path(run_id).name != run_id:  # a run_id is a file name, never a path
+        return None
+    try:
+        history = json.loads((Path(source).parent / "history" / f"{run_id}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return history if isinstance(history, dict) else None
+
+
+# ---------------------------------------------------------------------------------------------- choosing rows
+
+# What identifies a configuration when a row has no config_hash (written before the column existed).
+_IDENTITY_COLUMNS = ("framework", "mode", "model", "num_layers", "hidden_size", "data", "trainable", "last_k",
+                     "optimizer", *OPTIMIZER_KNOBS, "batch_size", "grad_accum", "seq_len", "steps", "epochs", "seed",
+                     "remat", "num_tangents", "jvp_impl", "mezo_eps", "attn_implementation", "dropout", "dtype",
+                     "device")  # fmt: skip
+
+
+def started(row: dict) -> str:
+    return row.get("started_at") or ""  # ISO 8601 in UTC: sorts as text
+
+
+def config_key(row: dict) -> str | tuple:
+    return row.get("config_hash") or tuple(row.get(c, "") for c in _IDENTITY_COLUMNS)
+
+
+@dataclass
+class Selection:
+    ok: list[dict]  # the latest ok row of each configuration, oldest first
+    failed: list[dict]  # every row whose status is not ok, oldest first
+    repeats: int  # older ok rows of repeated configurations, set aside
+
+
+def select(rows: list[dict]) -> Selection:
+    latest: dict = {}
+    ok = [r for r in rows if r.get("status") == "ok"]
+    for r in sorted(ok, key=started):  # a stable sort: among equal timestamps the later line wins
+        latest[config_key(r)] = r
+    return Selection(
+        ok=sorted(latest.values(), key=started),
+        failed=sorted((r for r in rows if r.get("status") != "ok"), key=started),
+        repeats=len(ok) - len(latest),
+    )
+
+
+# --------------------------------------------------------------------------------------------------- contexts
+
+# What stays fixed within one comparison table; the framework and the mode (variant(): the trainable scope and
+# the mode's own knobs included) vary within it.
+CONTEXT_COLUMNS = ("model", "num_layers", "hidden_size", "data", "optimizer", *OPTIMIZER_KNOBS, "batch_size",
+                   "grad_accum", "seq_len", "dtype", "dropout", "device", "device_name")  # fmt: skip
+_CONTEXT_KNOBS = (*OPTIMIZER_KNOBS, "dropout")
+
+Context = tuple  # ((column, value), ...)
+Cells = dict  # (framework, variant) -> row
+
+
+def context_key(row: dict, drop: tuple[str, ...] = (), keep: tuple[str, ...] = ()) -> Context:
+    """The row's context: CONTEXT_COLUMNS less `drop`, plus `keep` (e.g. trainable, for a plot per scope). Knobs
+    are canonical (knob()): "0.001" and "1e-3", or an empty cell and the default, are one context. Values are
+    text, as a CSV has them, also for a row the runner has not written yet."""
+    return tuple((c, knob(row, c) if c in _CONTEXT_KNOBS else str(row.get(c, "") or ""))
+                 for c in (*CONTEXT_COLUMNS, *keep) if c not in drop)  # fmt: skip
+
+
+def context_label(key: Context) -> str:
+    """minilm_l6 (6 layers, hidden 384) · synthetic · B8 T128 · sgd · fp32 · cpu (AMD EPYC x2); a knob away from
+    its default is named after what it belongs to: "sgd (lr 0.0001, momentum 0.9)", "fp32 · dropout 0"."""
+    c = dict(key)
+    model = c.get("model", "") or "?"
+    layers = c.get("num_layers")
+    size = [f"{layers} layer{'' if layers == '1' else 's'}" if layers else "",
+            f"hidden {c['hidden_size']}" if c.get("hidden_size") else ""]  # fmt: skip
+    if any(size):
+        model += f" ({', '.join(s for s in size if s)})"
+    shape = " ".join(
+        s for s in (
+            f"B{c['batch_size']}" if c.get("batch_size") else "",
+            f"x{c['grad_accum']} accumulated" if c.get("grad_accum") not in (None, "", "1") else "",
+            f"T{c['seq_len']}" if c.get("seq_len") else "",
+        ) if s
+    )  # fmt: skip
+    trainable = c.get("trainable", "")
+    if trainable == "last_k":
+        trainable = f"last {c.get('last_k') or 'k'} layers"
+    optimizer = c.get("optimizer", "")
+    hyper = [f"{KNOB_NAMES.get(k, k)} {c[k]}" for k in OPTIMIZER_KNOBS
+             if k in c and c[k] != knob_default(k, optimizer)]  # fmt: skip
+    if hyper:
+        optimizer = f"{optimizer or 'optimizer'} ({', '.join(hyper)})"
+    dropout = c.get("dropout", "")
+    device = c.get("device", "")
+    if c.get("device_name"):
+        device += f" ({c['device_name']})"
+    parts = [model, c.get("data", ""), shape, f"trainable {trainable}" if trainable else "", optimizer,
+             c.get("dtype", ""), f"dropout {dropout}" if dropout and dropout != knob_default("dropout") else "",
+             device]  # fmt: skip
+    return " · ".join(p for p in parts if p)
+
+
+def _sortable(v: str) -> tuple:
+    try:
+        return (0, float(v), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(v))
+
+
+def context_order(key: Context) -> tuple:
+    return tuple(_sortable(v) for _, v in key)
+
+
+def mode_order(row: dict) -> tuple:
+    mode = row.get("mode", "")
+    impl = row.get("jvp_impl") if row.get("framework") == "torch" else "func"
+    scope = row.get("trainable") or "all"
+    return (
+        MODES.index(mode) if mode in MODES else len(MODES),
+        TRAINABLE_SCOPES.index(scope) if scope in TRAINABLE_SCOPES else len(TRAINABLE_SCOPES),
+        str(row.get("remat")).lower() == "true",
+        JVP_IMPLS.index(impl) if impl in JVP_IMPLS else len(JVP_IMPLS),
+        num(row, "num_tangents") or 1,
+        mode_label(row),
+    )
+
+
+def framework_order(fw: str) -> tuple:
+    return (FRAMEWORKS.index(fw) if fw in FRAMEWORKS else len(FRAMEWORKS), fw)
+
+
+def row_order(row: dict) -> tuple:
+    """Mode, then framework: the order of every table's rows and every plot's lines."""
+    return (mode_order(row), framework_order(row.get("framework", "")))
+
+
+def cell_order(item) -> tuple:
+    """row_order for a (cell, row) item of Cells."""
+    return row_order(item[1])
+
+
+def group_contexts(sel: Selection) -> dict[Context, Cells]:
+    """{context: {(framework, variant): row}}: the ok row of each cell (the latest, where several
+    configurations share a cell, e.g. different random seeds), else its latest failed row."""
+    out: dict[Context, Cells] = defaultdict(dict)
+    for r in sel.ok:  # oldest first: a later configuration of the same cell replaces an earlier one
+        out[context_key(r)][(r.get("framework", ""), variant(r))] = r
+    for r in sel.failed:
+        key = context_key(r)
+        if key not in out and r.get("device") not in ("cpu", "cuda"):
+            # a trial that died before reporting its device carries the configured one ("auto"): it belongs with
+            # the ok rows that agree on everything else
+            loose = _without_device(key)
+            key = next((k for k in sorted(out, key=context_order) if _without_device(k) == loose), key)
+        cell = (r.get("framework", ""), variant(r))
+        if out[key].get(cell, {}).get("status") != "ok":
+            out[key][cell] = r
+    return dict(out)
+
+
+def richest_first(contexts: dict[Context, Cells]) -> list[Context]:
+    """Contexts that compare the most ways of differentiating first (`make bench`'s before a sweep's slices),
+    then by their values."""
+
+    def order(key):
+        cells = contexts[key]
+        modes = {r.get("mode") for r in cells.values()}
+        frameworks = {fw for fw, _ in cells}
+        return (-len(modes), -len(frameworks), -len(cells), context_order(key))
+
+    return sorted(contexts, key=order)
+
+
+def _without_device(key: Context) -> Context:
+    return tuple((c, v) for c, v in key if c not in ("device", "device_name"))
+
+
+# ----------------------------------------------------------------------------------------------------- series
+
+
+def series_groups(rows: list[dict], x_col: str, y_col: str, label_of, keep: tuple[str, ...] = ()) -> dict:
+    """{context without x_col, plus keep: {(framework, label): {x: row}}}; a later row at the same x replaces an
+    earlier one (rows come oldest first)."""
+    groups: dict = defaultdict(lambda: defaultdict(dict))
+    for r in rows:
+        x, y = num(r, x_col), num(r, y_col)
+        if x is None or y is None:
+            continue
+        groups[context_key(r, drop=(x_col,), keep=keep)][(r.get("framework", ""), label_of(r))][x] = r
+    return groups
+
+
+def best_groups(groups: dict, qualifies, limit: int | None = None) -> list[tuple[Context, dict]]:
+    """The groups where some series qualifies (e.g. has >= 2 points), the most points first; at most `limit`
+    (a figure's panels; a table takes them all)."""
+    found = [(key, series) for key, series in groups.items() if any(qualifies(s, pts) for s, pts in series.items())]
+    found.sort(key=lambda g: (-sum(len(p) for p in g[1].values()), context_order(g[0])))
+    return found[:limit]
+
+
+def trends(series: dict) -> list[tuple[str, str, list[float], dict]]:
+    """(framework, label, its xs sorted, {x: row}) per series measured at >= 2 values, in table order: a lone point
+    (another sweep's row that shares the context) shows no trend."""
+    found = [(fw, label, sorted(pts), pts) for (fw, label), pts in series.items() if len(pts) >= 2]
+    return sorted(found, key=lambda t: row_order(next(iter(t[3].values()))))

@@ -1,0 +1,305 @@
+"""Scenario `ops`: op-level AD micro-benchmarks. One trial is one framework x every op x every shape, in one
+spawned process, and writes one row per op and shape to ops.csv, plus one W&B run.
+
+The op definitions, framework-neutral (inputs for a shape; the primal, jvp and vjp written out in numpy, the
+analytic derivatives every framework is checked against), are bench/ops_spec.py; the ops in each framework are
+bench/torch_impl/ops.py and bench/jax_impl/ops.py. The trial (child side, `measure`): for every op and shape of
+the plan, build the primal, jvp and vjp, time each (warm-up, sync after every call, median of the samples), and
+check the results against the analytic derivative, untimed.
+
+A failing op or shape is one row with status error or oom; the rest still run. Before each measurement,
+`on_progress` receives the rows so far and the op about to run, so a trial that dies (segfault, timeout, host
+memory limit) still leaves its finished rows, and the parent can say which op it died in: the op it ended in
+gets the trial's status and error, each op it never reached the same status with "not reached".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.config import at_least, choice
+from bench.errors import ConfigError
+from bench.ops_report import summary_table
+from bench.ops_spec import OP_NAMES, Shape, make_problem, relative_error, shape_name, tolerance
+from bench.scenarios.base import Scenario
+from bench.sinks import OPS_CSV_COLUMNS, WandbSink
+from bench.spec import implementation
+from bench.system import classify, cpu_name, error_line, host_facts, maybe_inject_fault, thread_env
+from bench.timing import time_calls
+
+DTYPES = ("fp32", "fp64", "bf16")
+THREADS = ("1", "all")
+# Everything an ops trial's measurements depend on (the ops node aside, model keys do not matter to it).
+IDENTITY_KEYS = ("scenario", "framework", "device", "dtype", "threads", "seed", "ops")
+SUMMARY_KEYS = ("run_id", "sweep_id", "framework", "execution", "dtype", "threads", "num_threads", "device",
+                "device_name", "git_sha")  # fmt: skip
+SUMMARY_METRICS = ("primal_s", "jvp_s", "vjp_s", "vjp_backward_s", "jvp_over_primal", "vjp_over_primal", "status")
+
+
+class OpsScenario(Scenario):
+    name = "ops"
+    results_file = "ops.csv"
+    columns = OPS_CSV_COLUMNS
+    report_module = "bench.ops_report"
+
+    # -- parent side -------------------------------------------------------------------------------------------
+    def validate(self, c: dict) -> None:
+        validate(c)
+
+    def identity_keys(self, c: dict) -> tuple[str, ...]:
+        return IDENTITY_KEYS
+
+    def identity(self, c: dict) -> dict:
+        ident = {k: c[k] for k in IDENTITY_KEYS}
+        ident["threads"] = str(ident["threads"])
+        if c["framework"] == "jax":  # always jitted: ops.compile changes nothing
+            ident["ops"] = {**ident["ops"], "compile": False}
+        return ident
+
+    def kind(self, c: dict) -> str:
+        return "ops"
+
+    def label(self, c: dict) -> str:
+        return f"{c['framework']} ops {execution(c)} {c['dtype']} threads={c['threads']} device={c['device']}"
+
+    def env(self, c: dict) -> dict[str, str]:
+        return thread_env(str(c["threads"]))
+
+    def rows(self, c: dict, outcome: dict, ids: dict) -> list[dict]:
+        return make_rows(c, outcome, ids)
+
+    def describe(self, outcome: dict, rows: list[dict]) -> str:
+        ok = sum(r["status"] == "ok" for r in rows)
+        text = f"{ok}/{len(rows)} ok in {rows[0]['wall_time_s']:.1f} s"
+        if outcome["status"] != "ok":
+            return f"{outcome['status'].upper()} {outcome.get('error') or ''}  ({text})".strip()
+        bad = [r for r in rows if r["status"] != "ok"]
+        return text + "".join(f"\n    {r['op']} {r['shape']}: {r['status']}: {r.get('error')}" for r in bad[:5])
+
+    def log_wandb(self, c: dict, rows: list[dict], outcome: dict, results_dir: Path) -> None:
+        """One W&B run per ops trial: the config, and a summary keyed op/shape/metric ("matmul/1024x1024/vjp_s")."""
+        lg, first = c["logger"], rows[0]
+        summary = {k: first[k] for k in SUMMARY_KEYS}
+        summary["rows_ok"] = sum(r["status"] == "ok" for r in rows)
+        summary["rows"] = len(rows)
+        for r in rows:
+            for k in SUMMARY_METRICS:
+                summary[f"{r['op']}/{r['shape']}/{k}"] = r.get(k)
+        WandbSink(
+            project=lg["project"],
+            group=first["sweep_id"],
+            name=first["run_id"],
+            config={k: c[k] for k in self.config_keys(c)},
+            mode=lg["mode"],
+            dir=results_dir,
+            entity=lg["entity"],
+            tags=[c["framework"], "ops", *lg["tags"]],
+            job_type="ops",
+        ).write(summary)
+
+    def sweep_rows(self, rows: list[dict], hashes: list[str]) -> list[dict]:
+        # every row of this sweep's trials (one per op and shape); resumed trials show their earlier rows
+        return [r for r in rows if r.get("config_hash") in hashes]
+
+    def summary(self, rows: list[dict]) -> str:
+        return summary_table(rows)
+
+    # -- child side --------------------------------------------------------------------------------------------
+    def measure(self, c: dict, on_progress: Callable[[dict], None]) -> dict:
+        return measure(c, on_progress)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# validation and the plan
+
+
+def as_list(value) -> list:
+    """A list option given as one value (ops.names=matmul, ops.sizes=1024) is a list of one."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def plan(c: dict) -> list[tuple[str, Shape]]:
+    """(op, (rows, cols)) in the order an ops trial measures them: op by op, the square sizes, then the shapes."""
+    o = c["ops"]
+    names = as_list(o["names"]) or list(OP_NAMES)
+    shapes = [(n, n) for n in as_list(o["sizes"])] + [(s[0], s[1]) for s in as_list(o["shapes"])]
+    shapes = list(dict.fromkeys(shapes))  # sizes=[64] and shapes=[[64,64]] name one measurement
+    return [(name, shape) for name in names for shape in shapes]
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def validate(c: dict) -> None:
+    """The keys scenario=ops reads; the model keys are not looked at."""
+    o = c["ops"]
+    choice("dtype", c["dtype"], DTYPES)
+    choice("threads", str(c["threads"]), THREADS)
+    names = as_list(o["names"])
+    for name in names:
+        if name not in OP_NAMES:
+            raise ConfigError(f"ops.names={name}: unknown op; accepted: {', '.join(OP_NAMES)}")
+        if names.count(name) > 1:
+            raise ConfigError(f"ops.names: {name} is listed {names.count(name)} times; accepted: each op once")
+    for n in as_list(o["sizes"]):
+        if not _positive_int(n):
+            raise ConfigError(f"ops.sizes={n}: accepted integers >= 1 (square sizes n, e.g. ops.sizes=[64,1024])")
+    for s in as_list(o["shapes"]):
+        if not (isinstance(s, (list, tuple)) and len(s) == 2 and all(_positive_int(v) for v in s)):
+            raise ConfigError(
+                f"ops.shapes={o['shapes']}: accepted a list of [rows, cols] pairs of integers >= 1, e.g. "
+                "ops.shapes=[[64,4096]]"
+            )
+    if not as_list(o["sizes"]) and not as_list(o["shapes"]):
+        raise ConfigError("ops.sizes=[] and ops.shapes=[]: nothing to measure; accepted: at least one size or shape")
+    at_least("ops.warmup", o["warmup"], 1)  # the first call compiles; it must never be timed
+    at_least("ops.repeats", o["repeats"], 1)
+    at_least("ops.min_sample_s", o["min_sample_s"], 0)
+    for name in ("compile", "check"):
+        if not isinstance(o[name], bool):
+            raise ConfigError(f"ops.{name}={o[name]}: accepted true | false")
+
+
+def execution(c: dict) -> str:
+    """How the functions run: jax always jitted; torch eager or torch.compile'd."""
+    if c["framework"] == "jax":
+        return "jit"
+    return "compile" if c["ops"]["compile"] else "eager"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# parent side: rows
+
+
+def make_rows(c: dict, outcome: dict, ids: dict) -> list[dict]:
+    """One row per op and shape of the plan, in its order. A trial that ended early (crashed, timeout, oom, or an
+    error before the first op) leaves its finished rows; the op it ended in gets its status and error, and each
+    op it never reached the same status with "not reached"."""
+    common = {
+        **ids,
+        "framework": c["framework"],
+        "execution": outcome.get("execution", execution(c)),
+        "dtype": c["dtype"],
+        "threads": str(c["threads"]),
+        "num_threads": outcome.get("num_threads"),
+        "device": outcome.get("device", c["device"]),
+        "device_name": outcome.get("device_name"),
+        "warmup": c["ops"]["warmup"],
+        "repeats": c["ops"]["repeats"],
+        "seed": c["seed"],
+        **{k: v for k, v in host_facts().items() if k in OPS_CSV_COLUMNS},
+    }
+    done = {(r["op"], r["shape"]): r for r in outcome.get("rows", [])}
+    current = tuple(outcome["current"]) if outcome.get("current") else None
+    rows = []
+    for name, shape in plan(c):
+        key = (name, shape_name(shape))
+        if key in done:
+            measured = done[key]
+        elif current is None or key == current:
+            measured = {"status": outcome["status"], "error": outcome.get("error")}
+        else:
+            cause = f"{' '.join(current)} ({outcome['status']})"
+            measured = {"status": outcome["status"], "error": f"not reached: the trial ended in {cause}"}
+        row = {**common, "op": name, "shape": key[1], "rows": shape[0], "cols": shape[1], **measured}
+        rows.append({k: v for k, v in row.items() if k in OPS_CSV_COLUMNS})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# child side: the trial itself
+
+
+def measure(c: dict, on_progress: Callable[[dict], None] | None = None) -> dict:
+    ops, dev = implementation(c["framework"], "ops"), implementation(c["framework"], "device")
+    num_threads = ops.setup(str(c["threads"]), c["dtype"])
+    device = dev.resolve_device(c["device"])
+    kind = dev.device_kind(device)
+    info = {
+        "device": kind,
+        "device_name": dev.device_name(device) if kind == "cuda" else cpu_name(),
+        "num_threads": num_threads,
+        "execution": execution(c),
+    }
+    rows: list[dict] = []
+    for name, shape in plan(c):
+        if on_progress is not None:
+            on_progress({**info, "rows": rows, "current": [name, shape_name(shape)]})
+        maybe_inject_fault(f"op={name}")  # tests: BENCH_INJECT_FAULT=op=matmul:segv
+        row = measure_op(ops, device, name, shape, c)
+        print(describe_op(row), flush=True)  # the trial's log: results/logs/<run_id>.log
+        rows.append(row)
+    return {**info, "status": "ok", "rows": rows}
+
+
+def measure_op(impl, device, name: str, shape: Shape, c: dict) -> dict:
+    """One op at one shape: the row's measurements, status and error. Never raises for what the op does."""
+    o, dtype = c["ops"], c["dtype"]
+    row: dict = {"op": name, "shape": shape_name(shape), "rows": shape[0], "cols": shape[1]}
+    try:
+        problem = make_problem(name, shape, dtype, c["seed"])
+        x = impl.to_device(problem.primals, dtype, device)
+        t = impl.to_device(problem.tangents, dtype, device)
+        (ct,) = impl.to_device((problem.cotangent,), dtype, device)
+        fns = impl.build(name, shape, compile=o["compile"])
+        timing = {"sync": impl.sync(device), "warmup": o["warmup"], "repeats": o["repeats"],
+                  "min_sample_s": o["min_sample_s"]}  # fmt: skip
+        primal = time_calls(fns.primal, x, **timing)
+        jvp = time_calls(fns.jvp, x, t, **timing)
+        vjp = time_calls(fns.vjp, x, ct, **timing)
+        timings = [primal, jvp, vjp]
+        backward = None
+        if fns.backward is not None:
+            _, pullback = fns.forward(x)  # the forward half once, untimed: residuals for the backward half
+            backward = time_calls(fns.backward, pullback, ct, **timing)
+            timings.append(backward)
+        row.update(
+            primal_s=primal.stats.median_s,
+            jvp_s=jvp.stats.median_s,
+            vjp_s=vjp.stats.median_s,
+            vjp_backward_s=None if backward is None else backward.stats.median_s,
+            jvp_over_primal=jvp.stats.median_s / primal.stats.median_s,
+            vjp_over_primal=vjp.stats.median_s / primal.stats.median_s,
+            cpu_util=sum(r.cpu_s for r in timings) / sum(r.wall_s for r in timings),
+            status="ok",
+        )
+        if o["check"]:
+            row.update(check(impl, problem, primal.out, jvp.out, vjp.out, None if backward is None else backward.out))
+    except Exception as e:  # noqa: BLE001 (one op's failure is its row; the others still run)
+        row.update(status=classify(e), error=error_line(e))
+    return row
+
+
+def check(impl, problem, primal_out, jvp_out, vjp_out, backward_out=None) -> dict:
+    """Relative errors against the analytic results (numpy, float64); status error beyond the tolerance."""
+    want = problem.want()
+    out_j, tangent = impl.to_numpy(jvp_out)
+    out_v, cotangents = impl.to_numpy(vjp_out)
+    errors = {
+        "primal_err": relative_error(impl.to_numpy(primal_out), want["primal"]),
+        "jvp_err": max(relative_error(out_j, want["primal"]), relative_error(tangent, want["jvp"])),
+        "vjp_err": max(relative_error(out_v, want["primal"]), relative_error(cotangents, want["vjp"])),
+    }
+    if backward_out is not None:
+        errors["vjp_err"] = max(errors["vjp_err"], relative_error(impl.to_numpy(backward_out), want["vjp"]))
+    tol = tolerance(problem.op, problem.shape, problem.dtype)
+    result: dict = {**errors, "tolerance": tol}
+    bad = [(k, v) for k, v in errors.items() if not v <= tol]  # `not <=`: a NaN is bad too
+    if bad:
+        what = ", ".join(f"{k.removesuffix('_err')} {v:.2e}" for k, v in bad)
+        result.update(status="error", error=f"differs from the analytic result: relative error {what} > {tol:.1e}")
+    return result
+
+
+def describe_op(row: dict) -> str:
+    head = f"{row['op']:<10} {row['shape']:>10}"
+    if row.get("primal_s") is None:
+        return f"{head}  {row['status'].upper()} {row.get('error', '')}"
+    ms = lambda k: "-" if row.get(k) is None else f"{row[k] * 1e3:.4g} ms"
+    text = (f"{head}  primal {ms('primal_s')}  jvp {ms('jvp_s')} ({row['jvp_over_primal']:.2f}x)  "
+            f"vjp {ms('vjp_s')} ({row['vjp_over_primal']:.2f}x)  backward {ms('vjp_backward_s')}")  # fmt: skip
+    return text if row["status"] == "ok" else f"{text}  {row['status'].upper()} {row.get('error', '')}"

@@ -1,0 +1,114 @@
+"""Facts about the host and the process, shared by every scenario and known to nothing of BERT or of ops: the
+CPU's name, installed versions, the git commit, the thread environment, how an exception is classified, and the
+fault injection the failure tests use. Nothing here imports torch or jax."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VERSIONED = ("jax", "jaxlib", "flax", "torch", "transformers")
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or "cpu"
+    return f"{model} x{os.cpu_count()}"
+
+
+def host_facts() -> dict[str, str]:
+    """Where and with what a trial ran: host, Python, git commit and the frameworks' versions."""
+    return {"hostname": platform.node(), "python_version": platform.python_version(), "git_sha": git_sha(),
+            **versions()}  # fmt: skip
+
+
+def versions() -> dict[str, str]:
+    """Installed versions, read from package metadata: importing the frameworks here would defeat isolation."""
+    out = {}
+    for name in VERSIONED:
+        try:
+            out[f"{name}_version"] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[f"{name}_version"] = ""
+    return out
+
+
+def jaxlib_at_least(*version: int) -> bool:
+    """Whether the installed jaxlib is at least `version`, read without importing jax (the parent never does)."""
+    try:
+        release = metadata.version("jaxlib").split(".")
+        return tuple(int("".join(ch for ch in p if ch.isdigit()) or 0) for p in release[:3]) >= version
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def git_sha() -> str:
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        return f"{sha}-dirty" if sha and dirty else sha
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def thread_env(threads: str) -> dict[str, str]:
+    """threads=1 | all, as the trial's environment: read when the libraries load, so set before the child imports
+    torch or jax. OpenMP sizes torch's intra-op pool (and numpy's BLAS) from OMP_NUM_THREADS;
+    --xla_cpu_multi_thread_eigen=false makes XLA:CPU run its matmuls on the calling thread instead of Eigen's
+    pool. The child also calls torch.set_num_threads (torch_impl/ops.py setup)."""
+    n = "1" if threads == "1" else str(len(os.sched_getaffinity(0)))
+    env = {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
+    flags = os.environ.get("XLA_FLAGS", "")
+    if threads == "1":
+        flags = f"{flags} --xla_cpu_multi_thread_eigen=false".strip()
+    if flags:
+        env["XLA_FLAGS"] = flags
+    return env
+
+
+def classify(e: BaseException) -> str:
+    """A trial's exception as its status: oom (CUDA OOM, XLA RESOURCE_EXHAUSTED, MemoryError) or error."""
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, MemoryError) or "OutOfMemoryError" in type(e).__name__:
+        return "oom"
+    if "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower():
+        return "oom"
+    return "error"
+
+
+def error_line(e: BaseException, limit: int = 500) -> str:
+    """An exception as one line for a CSV cell: its type and its message, whitespace folded, cut at `limit`."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:limit]}"
+
+
+def maybe_inject_fault(where: str) -> None:
+    """BENCH_INJECT_FAULT=<where>:<segv|abort|exit|oom> makes the trial fail for real at `where`; the tests use
+    it to check that every failure is recorded with the right status and the sweep goes on."""
+    spec = os.environ.get("BENCH_INJECT_FAULT", "")
+    if not spec.startswith(where + ":"):
+        return
+    kind = spec.split(":", 1)[1]
+    if kind == "segv":
+        ctypes.string_at(0)  # a real segmentation fault
+    elif kind == "abort":
+        os.abort()
+    elif kind == "exit":
+        os._exit(3)
+    elif kind == "oom":
+        raise MemoryError("injected")

@@ -1,0 +1,43 @@
+"""What a PyTorch trial needs of its device, whatever the scenario: the device itself, fp32 numerics and the
+memory trackers. Mirror of jax_impl/device.py."""
+
+from __future__ import annotations
+
+import torch
+
+from bench.trackers import HostRssTracker, MemoryTracker, NvmlTracker, TorchCudaTracker
+
+
+def resolve_device(requested: str | torch.device) -> torch.device:
+    """device=auto | cpu | cuda as a torch.device; `auto` takes the GPU when torch sees one."""
+    if isinstance(requested, torch.device):
+        return requested
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device=cuda: torch sees no CUDA device (accepted here: cpu, auto)")
+    return torch.device(requested)
+
+
+def device_kind(device: torch.device) -> str:
+    """cpu | cuda: the row's `device`."""
+    return "cuda" if device.type == "cuda" else "cpu"
+
+
+def device_name(device: torch.device) -> str:
+    """GPU model name (CPU names come from bench.system.cpu_name)."""
+    return torch.cuda.get_device_name(device)
+
+
+def use_fp32() -> None:
+    """dtype=fp32 means true fp32 in both frameworks: no TF32 matmuls (torch's default already; jax_impl pins
+    "highest" matmul precision)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def memory_trackers(device: torch.device) -> list[MemoryTracker]:
+    """Primary tracker first: the caching allocator's peak on CUDA, the process RSS high-water mark on CPU."""
+    if device.type == "cuda":
+        return [TorchCudaTracker(device), NvmlTracker()]
+    return [HostRssTracker()]

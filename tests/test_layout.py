@@ -1,0 +1,108 @@
+"""The layout holds: the import contracts (layers, no cycles, no framework in the parent process) pass, no module
+is too long to read, no private name crosses a module boundary, bench modules are imported at the top of a module,
+the two framework packages implement the same interface, and scenarios and frameworks are found by name."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import scenarios
+from bench.errors import ConfigError
+from bench.scenarios.base import Scenario
+from bench.spec import FRAMEWORKS, IMPL_MODULES, Trainer, implementation
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+MAX_LINES = 600  # STYLE.md: a module past ~600 lines is usually two modules
+# What the runner and the scenarios call on each framework module (bench/<framework>_impl/<module>.py); the two
+# must agree on names and parameters. Helpers particular to a framework (torch's lazy duals, JAX's key folding)
+# may differ.
+IMPL_API = {
+    "device": ("resolve_device", "device_kind", "device_name", "use_fp32", "memory_trackers"),
+    "steps": ("make_trainer", "make_optimizer", "backprop_gradient", "directional_derivative", "forward_gradient",
+              "forward_gradient_coeffs", "jacfwd_gradient", "spsa_gradient", "perturb", "sample_tangent",
+              "direction"),  # fmt: skip
+    "ops": ("setup", "sync", "to_device", "to_numpy", "functions", "build"),
+}
+
+
+def modules(root: Path):
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_import_contracts_hold():
+    """pyproject.toml's [tool.importlinter] contracts, as `make lint` checks them."""
+    exe = Path(sys.executable).with_name("lint-imports")
+    proc = subprocess.run([str(exe)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "0 broken" in proc.stdout
+
+
+@pytest.mark.parametrize("path", modules(BENCH), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_module_is_too_long(path):
+    assert len(path.read_text().splitlines()) <= MAX_LINES
+
+
+def test_no_private_name_is_imported_across_modules():
+    found = []
+    for path in modules(BENCH) + modules(REPO / "tests"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bench"):
+                found += [f"{path.name}: from {node.module} import {a.name}" for a in node.names
+                          if a.name.startswith("_")]  # fmt: skip
+    assert not found
+
+
+def test_bench_modules_are_imported_at_the_top():
+    """Function-local imports are for keeping a framework (or matplotlib) out of a process that does not need
+    it; a bench module imported inside a function is a cycle being hidden."""
+    found = []
+    for path in modules(BENCH):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                             else [a.name for a in node.names] if isinstance(node, ast.Import) else [])  # fmt: skip
+                    found += [f"{path.name}:{node.lineno} {n}" for n in names if n.split(".")[0] == "bench"]
+    assert not found
+
+
+@pytest.mark.parametrize("module", IMPL_MODULES)
+def test_both_frameworks_implement_the_same_interface(module):
+    torch_mod, jax_mod = (implementation(fw, module) for fw in FRAMEWORKS)
+    for name in IMPL_API[module]:
+        t, j = getattr(torch_mod, name), getattr(jax_mod, name)
+        # the gradients and optimizers take each framework's own objects (a module, a pytree); the rest agree
+        if module != "steps" or name == "make_trainer":
+            assert list(inspect.signature(t).parameters) == list(inspect.signature(j).parameters), name
+
+
+def test_both_trainers_implement_the_whole_protocol():
+    declared = [n for n in vars(Trainer) if not n.startswith("_")] + list(Trainer.__annotations__)
+    for fw in FRAMEWORKS:
+        cls = implementation(fw, "steps").Trainer
+        source = inspect.getsource(cls)
+        missing = [n for n in declared if not hasattr(cls, n) and f"self.{n} =" not in source]
+        assert not missing, (fw, missing)
+
+
+def test_an_unknown_framework_or_scenario_is_an_error():
+    with pytest.raises(ValueError, match="framework=tensorflow: accepted torch | jax"):
+        implementation("tensorflow", "steps")
+    with pytest.raises(ValueError, match="accepted device | steps | ops"):
+        implementation("torch", "model")
+    with pytest.raises(ConfigError, match="scenario=serving: accepted model | ops"):
+        scenarios.scenario_of({"scenario": "serving"})
+
+
+def test_every_scenario_is_a_whole_scenario():
+    files = [s.results_file for s in scenarios.SCENARIOS.values()]
+    assert len(set(files)) == len(files)  # one results file each
+    for name, s in scenarios.SCENARIOS.items():
+        assert isinstance(s, Scenario) and s.name == name and not getattr(s, "__abstractmethods__", None)
