@@ -20,6 +20,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from bench.errors import ConfigError
 from bench.ops_spec import OP_NAMES
+from bench.parallel import global_batch_size
 from bench.spec import FRAMEWORKS, BertSpec, OptimizerSpec, StepSpec
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -134,6 +135,15 @@ class BenchConfig:
     mezo_eps: float = _f(1e-3, "mezo: perturbation scale (Malladi et al. 2023)")
     dtype: str = _f("fp32", "fp32 (scenario=ops: fp32 | fp64 | bf16)")
     device: str = _f("auto", "auto | cpu | cuda")
+    parallel: str = _f(
+        "none", "none | ddp (data parallel) | fsdp (fully sharded); torch: torch.distributed, jax: a Mesh's sharding"
+    )
+    devices: int = _f(1, "devices per node (parallel=ddp|fsdp); batch_size stays the per-device micro-batch")
+    nodes: int = _f(1, "nodes (a multi-node launcher: hydra/launcher=submitit_slurm with hydra.launcher.nodes)")
+    fsdp_reshard_after_forward: bool = _f(
+        True, "parallel=fsdp: free gathered parameters after the forward (FULL_SHARD) or keep them (SHARD_GRAD_OP)"
+    )
+    fsdp_offload: bool = _f(False, "parallel=fsdp, torch on CUDA: parameters and optimizer state in host memory")
     attn_implementation: str = _f("eager", "torch attention: eager | sdpa (sdpa has no forward-mode AD rule)")
     results_dir: str = _f("results", "where runs.csv, logs and W&B runs go")
     resume: bool = _f(False, "skip trials already recorded ok for the same configuration")
@@ -220,10 +230,11 @@ def to_container(cfg) -> dict:
 
 
 def timed_steps(c: dict) -> int:
-    """How many timed steps a trial runs: `steps`, or with `epochs` set, that many passes over data.num_train."""
+    """How many timed steps a trial runs: `steps`, or with `epochs` set, that many passes over data.num_train
+    (in global batches: batch_size x every device)."""
     if c.get("epochs") is None:
         return c["steps"]
-    return c["epochs"] * (c["data"]["num_train"] // c["batch_size"]) // c["grad_accum"]
+    return c["epochs"] * (c["data"]["num_train"] // global_batch_size(c)) // c["grad_accum"]
 
 
 # ---------------------------------------------------------------------------------------------------------------

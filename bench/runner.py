@@ -24,20 +24,25 @@ import tempfile
 import time
 import traceback
 import uuid
+from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from submitit.helpers import TorchDistributedEnvironment
 
 from bench.config import to_container
+from bench.parallel import processes_per_node
 from bench.scenarios import config_hash, scenario_of, validate
 from bench.sinks import CsvSink, read_rows
 from bench.sweep import sweep_info
-from bench.system import REPO, classify, error_line
+from bench.system import REPO, classify, error_line, free_port
 from bench.trackers import HostMemWatchdog
 
 LOG_TAIL_LINES = 12  # stderr lines kept in the row of a crashed trial
+WATCH_INTERVAL_S = 0.05  # how often the parent looks at its trial processes (a poll is a waitpid)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -60,10 +65,14 @@ def run_job(cfg) -> dict:
             print(f"{progress}: skipped (recorded ok as {run_id})", flush=True)
             return {"run_id": run_id, "status": "skipped"}
     run_id = f"{datetime.now():%Y%m%d-%H%M%S}-{c['framework']}-{scenario.kind(c)}-{uuid.uuid4().hex[:6]}"
-    print(f"{progress}: running ({run_id})", flush=True)
+    task = this_task(c)
+    if task.main:
+        print(f"{progress}: running ({run_id})", flush=True)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    outcome = spawn_trial(c, run_id, results_dir)
+    outcome = spawn_trial(c, run_id, results_dir, task)
+    if not task.main:  # another task of a multi-task job: the main one records the trial
+        return {"run_id": run_id, "status": outcome["status"]}
     ids = {"run_id": run_id, "started_at": started, "wall_time_s": time.perf_counter() - t0,
            "sweep_id": sweep_id, "config_hash": h}  # fmt: skip
     rows = scenario.rows(c, outcome, ids)
@@ -100,51 +109,121 @@ def progress_info(c: dict) -> tuple[int, int | str, str]:
     return 1, 1, c["sweep_id"] or Path(hc.run.dir).name
 
 
-def spawn_trial(c: dict, run_id: str, results_dir: Path) -> dict:
-    """Run one trial in a fresh process; never raises for anything the trial does. Returns the child's result,
-    or a status of the parent's making (crashed / timeout / oom from the host-memory watchdog)."""
+@dataclass(frozen=True)
+class Task:
+    """This job's share of a trial's processes. Locally the runner starts every process of the trial; under a
+    multi-task submitit job (hydra/launcher=submitit_* with tasks_per_node and nodes) every task runs this job
+    and starts one process: its own rank, with the rendezvous submitit gives."""
+
+    ranks: tuple[int, ...]  # the ranks this job starts
+    processes: int  # every process of the trial, on every node
+    master_addr: str
+    master_port: int
+
+    @property
+    def main(self) -> bool:
+        return 0 in self.ranks  # the job that records the trial
+
+
+def this_task(c: dict) -> Task:
+    try:
+        env = TorchDistributedEnvironment()  # submitit's: rank, world size, rendezvous (host of rank 0)
+    except RuntimeError:  # not inside a submitit job
+        env = None
+    if env is not None and env.world_size > 1:
+        return Task((env.rank,), env.world_size, env.master_addr, env.master_port)
+    n = processes_per_node(c)  # nodes=1 here: preflight refuses more nodes without a multi-node launcher
+    return Task(tuple(range(n)), n, "127.0.0.1", free_port() if n > 1 else 0)
+
+
+def rank_env(c: dict, task: Task, rank: int) -> dict[str, str]:
+    """The env:// rendezvous of one trial process (torch.distributed reads it; so does jax_impl/parallel.py)."""
+    if task.processes == 1:
+        return {}
+    per_node = max(1, task.processes // c["nodes"])
+    return {"MASTER_ADDR": task.master_addr, "MASTER_PORT": str(task.master_port), "RANK": str(rank),
+            "WORLD_SIZE": str(task.processes), "LOCAL_RANK": str(rank % per_node),
+            "LOCAL_WORLD_SIZE": str(per_node)}  # fmt: skip
+
+
+def spawn_trial(c: dict, run_id: str, results_dir: Path, task: Task) -> dict:
+    """Run this job's processes of one trial, each in a fresh session; never raises for anything they do.
+    Returns the main process's result, or a status of the parent's making: crashed (a process died; the others
+    are killed, since they would wait for it in a collective forever), timeout, oom (the host-memory watchdog,
+    per process)."""
     logs = results_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"{run_id}.log"
+    log_path = lambda r: logs / (f"{run_id}.log" if r == 0 else f"{run_id}.rank{r}.log")
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        payload, result = Path(tmp) / "payload.json", Path(tmp) / "result.json"
+        payload = Path(tmp) / "payload.json"
         payload.write_text(json.dumps(c))
-        env = {**os.environ, **trial_env(c)}
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.runner", str(payload), str(result)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=REPO,
-                start_new_session=True,
-            )
+        result = lambda r: Path(tmp) / f"result.{r}.json"
+        procs: dict[int, subprocess.Popen] = {}
+        with ExitStack() as stack:
+            for r in task.ranks:
+                log = stack.enter_context(open(log_path(r), "wb"))
+                procs[r] = subprocess.Popen(
+                    [sys.executable, "-m", "bench.runner", str(payload), str(result(r))],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, **trial_env(c), **rank_env(c, task, r)},
+                    cwd=REPO,
+                    start_new_session=True,
+                )
+            kill_all = lambda *_: [kill_session(p) for p in procs.values()]
             limit = c["max_host_mem_mb"]
-            with HostMemWatchdog(proc.pid, limit, on_exceed=lambda mb: kill_session(proc)) as watchdog:
-                try:
-                    proc.wait(timeout=c["timeout_s"])
-                    timed_out = False
-                except subprocess.TimeoutExpired:
-                    kill_session(proc)
-                    proc.wait()
-                    timed_out = True
-        out = json.loads(result.read_text()) if result.exists() else {}
-    out.setdefault("host_peak_rss_mb", round(watchdog.max_seen_mb, 1))
-    if watchdog.exceeded.is_set():
+            dogs = {r: stack.enter_context(HostMemWatchdog(p.pid, limit, on_exceed=kill_all)) for r, p in procs.items()}
+            timed_out, first_down = watch(procs, c["timeout_s"], kill_all)
+        outs = {r: json.loads(result(r).read_text()) if result(r).exists() else {} for r in procs}
+    main_rank = min(procs)
+    out = outs[main_rank]
+    out.setdefault("host_peak_rss_mb", round(max(d.max_seen_mb for d in dogs.values()), 1))
+    at = lambda r: f"rank {r}: " if len(procs) > 1 else ""
+    over = [r for r, d in dogs.items() if d.exceeded.is_set()]
+    if over:
+        r = over[0]
         return {
             **out,
             "status": "oom",
-            "peak_mem_mb": watchdog.exceeded_mb,
+            "peak_mem_mb": dogs[r].exceeded_mb,
             "mem_method": "host_rss_watchdog",
-            "error": f"host memory limit max_host_mem_mb={limit} exceeded: rss {watchdog.exceeded_mb:.0f} MiB",
+            "error": f"{at(r)}host memory limit max_host_mem_mb={limit} exceeded: rss {dogs[r].exceeded_mb:.0f} MiB",
         }
     if timed_out:
         return {**out, "status": "timeout", "error": f"no result within timeout_s={c['timeout_s']}"}
+    failed = [r for r in first_down if procs[r].returncode != 0 or outs[r].get("status", "ok") != "ok"]
+    if failed:
+        r = failed[0]  # the first process down is the cause; the others were killed waiting for it
+        if outs[r].get("status") not in (None, "ok"):
+            return {**out, "status": outs[r]["status"], "error": at(r) + outs[r].get("error", "")}
+        rc = procs[r].returncode
+        how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
+        return {**out, "status": "crashed", "error": f"{at(r)}trial process died ({how}): {log_tail(log_path(r))}"}
     if "status" in out:
         return out
-    rc = proc.returncode
-    how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
-    return {**out, "status": "crashed", "error": f"trial process died ({how}): {log_tail(log_path)}"}
+    return {**out, "status": "crashed", "error": f"trial process left no result: {log_tail(log_path(main_rank))}"}
+
+
+def watch(procs: dict[int, subprocess.Popen], timeout_s: float, kill_all) -> tuple[bool, list[int]]:
+    """Wait for every process; once one ends badly (non-zero exit), kill the rest: a collective would wait for
+    it forever. Returns (timed out, ranks in the order they went down)."""
+    deadline = time.monotonic() + timeout_s
+    down: list[int] = []
+    while len(down) < len(procs):
+        for r, p in procs.items():
+            if r not in down and p.poll() is not None:
+                down.append(r)
+                if p.returncode != 0:
+                    kill_all()
+        if len(down) == len(procs):
+            break
+        if time.monotonic() > deadline:
+            kill_all()
+            for p in procs.values():
+                p.wait()
+            return True, down
+        time.sleep(WATCH_INTERVAL_S)
+    return False, down
 
 
 def trial_env(c: dict) -> dict[str, str]:
@@ -195,6 +274,8 @@ def child_main(payload: str, result: str) -> None:
         traceback.print_exc()
         out = {**progress, "status": classify(e), "error": error_line(e)}
     write_result(result, out)
+    if out["status"] != "ok":
+        sys.exit(1)  # the parent stops the trial's other processes: they would wait for this one in a collective
 
 
 def write_result(path: str, out: dict) -> None:

@@ -42,6 +42,9 @@ EXTRA_COLUMNS = (
     "transformers_version", "epochs", "total_train_time_s", "eval_loss", "steps_timed", "max_timed_s",
     # knobs that change the measured numbers (the report never merges rows that differ in one)
     "attn_implementation", "mezo_eps", "dropout", "lr", "momentum", "weight_decay", "beta1", "beta2", "adam_eps",
+    # beyond one device (bench/parallel.py): memory columns above are the largest over devices
+    "parallel", "devices", "nodes", "world_size", "global_batch_size", "fsdp_reshard_after_forward", "fsdp_offload",
+    "comm_bytes_per_step", "comm_bytes_expected", "mem_params_mb", "mem_optimizer_mb",
 )  # fmt: skip
 CSV_COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 

@@ -22,10 +22,10 @@ import numpy as np
 
 FRAMEWORKS = ("torch", "jax")
 # What each framework package provides, module by module (bench/<framework>_impl/<module>.py, the same names in
-# both): device (devices, numerics, memory trackers), steps (the modes, Trainer, make_trainer), ops (the op
-# micro-benchmarks' builders). A trial imports only the modules its scenario needs: an ops trial never loads
-# the BERT model code.
-IMPL_MODULES = ("device", "steps", "ops")
+# both): device (devices, numerics, memory trackers), parallel (a trial's devices and processes: `start(c)` ->
+# World), steps (the modes, Trainer, make_trainer), ops (the op micro-benchmarks' builders). A trial imports only
+# the modules its scenario needs: an ops trial never loads the BERT model code.
+IMPL_MODULES = ("device", "parallel", "steps", "ops")
 MODES = ("inference", "backprop", "jvp", "jacfwd", "mezo")
 TRAINABLE_SCOPES = ("all", "head", "bias", "last_k")
 OPTIMIZERS = ("sgd", "adamw")
@@ -188,13 +188,55 @@ def implementation(framework: str, module: str) -> ModuleType:
     return importlib.import_module(f"bench.{framework}_impl.{module}")
 
 
+class World(Protocol):
+    """A trial's devices and processes, as each framework's `parallel.start(c)` sets them up (torch: a process
+    group of one process per device; JAX: one process owning its node's devices, a Mesh with a `data` axis).
+    parallel=none is a world of one device. bench/parallel.py holds the framework-neutral rules."""
+
+    parallel: str  # none | ddp | fsdp
+    size: int  # devices in the trial (world size)
+    rank: int  # this process's rank among the trial's processes (0 in a one-process trial)
+    main: bool  # this process reports the trial (rank 0)
+    device: Any  # the device this process computes on (JAX: its first; the trainer shards over the mesh)
+
+    def local_batches(self, micro_batches: list[Batch]) -> list[Batch]:
+        """The part of each global micro-batch (batch_size x size rows) that this process feeds its device(s)."""
+
+    def memory_trackers(self) -> list:
+        """This process's memory trackers, primary first (bench.trackers): what device_memory reads."""
+
+    def device_memory(self, trainer: Trainer, trackers: list) -> list[dict]:
+        """This process's devices' memory over the timed steps, one dict each: device, peak_mem_mb,
+        baseline_mem_mb, excess_mem_mb, mem_method; `trackers` are memory_trackers() after the window."""
+
+    def reset_comm(self) -> None:
+        """Start counting the collectives this process issues (the timed window begins)."""
+
+    def comm_bytes_per_step(self, trainer: Trainer, steps: int) -> float | None:
+        """Bytes one device exchanged per step over the `steps` steps since reset_comm(), counted from what the
+        program did (torch: the collectives issued; JAX: the collectives in the compiled step); None for
+        parallel=none."""
+
+    def gather(self, item: dict) -> list[dict] | None:
+        """Every process's `item`, in rank order, on the main process; None on the others."""
+
+    def close(self) -> None:
+        """Leave the process group (torch) / the distributed runtime (multi-process JAX)."""
+
+
 class Trainer(Protocol):
-    """What each framework's `steps.make_trainer(spec, weights, step_spec, device)` returns. The runner and the
-    tests only ever talk to this; torch_impl/steps.py and jax_impl/steps.py implement it with the same names."""
+    """What each framework's `steps.make_trainer(spec, weights, step_spec, device, world=...)` returns. The runner
+    and the tests only ever talk to this; torch_impl/steps.py and jax_impl/steps.py implement it with the same
+    names."""
 
     n_params: int  # every parameter of the model
     n_trainable: int  # the parameters the trainable scope trains
+    n_sharded: int  # the parameters the world's strategy shards over its devices (0 unless parallel=fsdp)
     jacfwd_chunk: int  # jacfwd: basis directions per vmapped pass (jacfwd_chunk=auto resolved for this device)
+
+    def state_bytes(self) -> dict[str, int]:
+        """Bytes of parameters ("params") and optimizer state ("optimizer") held on one device of this process
+        (the largest, where it has several), counted from the tensors themselves."""
 
     def to_device(self, micro_batches: list[Batch]) -> Any:
         """Copy numpy micro-batches (one update's worth) to the device."""

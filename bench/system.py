@@ -5,8 +5,11 @@ fault injection the failure tests use. Nothing here imports torch or jax."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
+import shutil
+import socket
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -39,6 +42,26 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[f"{name}_version"] = ""
     return out
+
+
+@functools.cache
+def cuda_device_count() -> int:
+    """GPUs on this host, by `nvidia-smi -L` (the parent never imports a framework to ask); 0 without a driver."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return 0
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now, for a trial's rendezvous on localhost (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def jaxlib_at_least(*version: int) -> bool:

@@ -15,7 +15,7 @@ import pytest
 from bench import scenarios
 from bench.errors import ConfigError
 from bench.scenarios.base import Scenario
-from bench.spec import FRAMEWORKS, IMPL_MODULES, Trainer, implementation
+from bench.spec import FRAMEWORKS, IMPL_MODULES, Trainer, World, implementation
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
@@ -25,6 +25,7 @@ MAX_LINES = 600  # STYLE.md: a module past ~600 lines is usually two modules
 # may differ.
 IMPL_API = {
     "device": ("resolve_device", "device_kind", "device_name", "use_fp32", "memory_trackers"),
+    "parallel": ("start",),
     "steps": ("make_trainer", "make_optimizer", "backprop_gradient", "directional_derivative", "forward_gradient",
               "forward_gradient_coeffs", "jacfwd_gradient", "spsa_gradient", "perturb", "sample_tangent",
               "direction"),  # fmt: skip
@@ -83,6 +84,14 @@ def test_both_frameworks_implement_the_same_interface(module):
             assert list(inspect.signature(t).parameters) == list(inspect.signature(j).parameters), name
 
 
+def test_both_worlds_implement_the_whole_protocol():
+    declared = [n for n in vars(World) if not n.startswith("_")] + list(World.__annotations__)
+    for fw in FRAMEWORKS:
+        cls = implementation(fw, "parallel").World
+        missing = [n for n in declared if not hasattr(cls, n) and n not in getattr(cls, "__annotations__", {})]
+        assert not missing, (fw, missing)
+
+
 def test_both_trainers_implement_the_whole_protocol():
     declared = [n for n in vars(Trainer) if not n.startswith("_")] + list(Trainer.__annotations__)
     for fw in FRAMEWORKS:
@@ -95,7 +104,7 @@ def test_both_trainers_implement_the_whole_protocol():
 def test_an_unknown_framework_or_scenario_is_an_error():
     with pytest.raises(ValueError, match="framework=tensorflow: accepted torch | jax"):
         implementation("tensorflow", "steps")
-    with pytest.raises(ValueError, match="accepted device | steps | ops"):
+    with pytest.raises(ValueError, match="accepted device | parallel | steps | ops"):
         implementation("torch", "model")
     with pytest.raises(ConfigError, match="scenario=serving: accepted model | ops"):
         scenarios.scenario_of({"scenario": "serving"})

@@ -279,6 +279,7 @@ class Trainer:
         self.optimizer = None if s.mode == "inference" else make_optimizer(s.optimizer)
         platform = "cuda" if self.device.platform == "gpu" else "cpu"
         self.jacfwd_chunk = jacfwd_chunk_for(s.jacfwd_chunk, "jax", platform)
+        self.n_sharded = 0
         # Created by the first update, as torch.optim creates its state lazily: in both frameworks the optimizer
         # state is part of a trial's excess memory, not of its baseline.
         self.opt_state = None
@@ -413,6 +414,19 @@ class Trainer:
         self.step_count += 1
         return loss
 
+    def state_bytes(self) -> dict[str, int]:
+        """Parameters and optimizer state held by one device (the fullest), from the arrays' own shards."""
+
+        def per_device(tree) -> int:
+            held: dict = {}
+            for x in jax.tree.leaves(tree):
+                for shard in x.addressable_shards:
+                    held[shard.device] = held.get(shard.device, 0) + shard.data.nbytes
+            return max(held.values(), default=0)
+
+        return {"params": per_device((self.params, nnx.filter_state(self.frozen, nnx.Param))),
+                "optimizer": per_device(self.opt_state)}  # fmt: skip
+
     def weights(self) -> dict[str, np.ndarray]:
         return export_weights(nnx.merge(self.graphdef, self.params, self.frozen))
 
@@ -453,10 +467,11 @@ class Trainer:
 
 
 def make_trainer(
-    spec: BertSpec, weights, step_spec: StepSpec, device="cpu", *, attn_implementation: str = "eager"
+    spec: BertSpec, weights, step_spec: StepSpec, device="cpu", *, attn_implementation: str = "eager", world=None
 ) -> Trainer:
     """The one way to build a trainer, for the runner and the tests alike (torch_impl.steps.make_trainer mirrors
-    it): the model with exactly `weights` on `device` (auto | cpu | cuda, or a jax.Device), fp32 numerics.
+    it): the model with exactly `weights` on `device` (auto | cpu | cuda, or a jax.Device), fp32 numerics,
+    on `world`'s devices (bench.jax_impl.parallel; None: this device alone).
     Attention is always the eager formula here (jax has no other); the keyword exists so both read the same."""
     if attn_implementation != ATTN_IMPLEMENTATIONS[0]:
         raise ValueError(f"attn_implementation={attn_implementation}: torch only; framework=jax accepts eager")

@@ -9,21 +9,16 @@ cosine between the mode's gradient estimate and the exact gradient (measure_grad
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 import json
-import math
 import os
-import time
-from contextlib import ExitStack
 from pathlib import Path
 
-import numpy as np
-
-from bench import data
-from bench.config import NOT_IDENTITY, at_least, bert_spec, choice, step_spec, timed_steps
+from bench import data, parallel
+from bench.config import NOT_IDENTITY, at_least, bert_spec, choice, timed_steps
 from bench.errors import ConfigError
 from bench.results import summary_table
+from bench.scenarios import model_trial
 from bench.scenarios.base import Scenario
 from bench.sinks import CSV_COLUMNS, WandbSink
 from bench.spec import (
@@ -33,17 +28,17 @@ from bench.spec import (
     OPTIMIZERS,
     TRAINABLE_SCOPES,
     count_params,
-    implementation,
 )
-from bench.system import cpu_name, host_facts, jaxlib_at_least, maybe_inject_fault
-from bench.timing import StepTimer, timed
-from bench.trackers import HostRssTracker
-from bench.weights import WeightsError, build_weights, resolve_checkpoint, weights_digest
+from bench.system import cuda_device_count, host_facts, jaxlib_at_least
+from bench.weights import WeightsError, resolve_checkpoint
 
 DTYPES = ("fp32",)
 # Keys only scenario=ops reads. A model trial's identity leaves them out: it hashes as it did before scenarios
 # existed, so `resume` still finds rows recorded then.
 OTHER_SCENARIOS_KEYS = ("scenario", "threads", "ops")
+# Keys added after rows were recorded, with the value every earlier trial had: at that value a key is left out of
+# the identity, so a single-device trial hashes as it did before multi-device trials existed.
+ADDED_KEYS = {"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True, "fsdp_offload": False}
 # The optimizer's hyperparameters as runs.csv columns (the optimizer's name is the `optimizer` column); `eps` is
 # AdamW's epsilon, named apart from mezo_eps.
 OPTIMIZER_COLUMNS = {"lr": "lr", "momentum": "momentum", "weight_decay": "weight_decay", "beta1": "beta1",
@@ -61,7 +56,10 @@ class ModelScenario(Scenario):
         validate(c)
 
     def identity_keys(self, c: dict) -> tuple[str, ...]:
-        return tuple(k for k in c if k not in NOT_IDENTITY + OTHER_SCENARIOS_KEYS)
+        return tuple(
+            k for k in c
+            if k not in NOT_IDENTITY + OTHER_SCENARIOS_KEYS and not (k in ADDED_KEYS and c[k] == ADDED_KEYS[k])
+        )  # fmt: skip
 
     def kind(self, c: dict) -> str:
         return c["mode"]
@@ -102,7 +100,10 @@ class ModelScenario(Scenario):
             entity=lg["entity"],
             tags=[c["framework"], c["mode"], *lg["tags"]],
             job_type=c["mode"],
-        ).write(row, outcome.get("history", {}))
+        ).write(row, per_step(outcome.get("history", {})))
+
+    def config_keys(self, c: dict) -> tuple[str, ...]:
+        return tuple(k for k in c if k not in OTHER_SCENARIOS_KEYS[1:])  # every key but the ops scenario's
 
     def sweep_rows(self, rows: list[dict], hashes: list[str]) -> list[dict]:
         # the latest row of each trial of the sweep: resumed trials show their earlier result
@@ -114,7 +115,7 @@ class ModelScenario(Scenario):
 
     # -- child side --------------------------------------------------------------------------------------------
     def measure(self, c: dict, on_progress) -> dict:
-        return measure(c)
+        return model_trial.measure(c)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -171,6 +172,7 @@ def validate(c: dict) -> None:
                 f"each (> jacfwd_max_params={c['jacfwd_max_params']:,}); accepted: trainable=head|bias|last_k with "
                 "fewer parameters, or a larger jacfwd_max_params"
             )
+    parallel.validate(c, cuda_device_count())
     validate_outputs(c)
     validate_data(c)
     if m["checkpoint"] is not None:
@@ -193,8 +195,8 @@ def validate_outputs(c: dict) -> None:
         if timed_steps(c) < 1:
             raise ConfigError(
                 f"epochs={c['epochs']}: data.num_train={c['data']['num_train']} holds no full update "
-                f"of batch_size={c['batch_size']} x grad_accum={c['grad_accum']}; accepted: a larger "
-                "data.num_train"
+                f"of batch_size={c['batch_size']} x grad_accum={c['grad_accum']} x {parallel.world_size(c)} "
+                "device(s); accepted: a larger data.num_train"
             )
     at_least("eval_every", c["eval_every"], 0)
     if c["eval_every"] and not c["evaluate"]:
@@ -209,9 +211,9 @@ def validate_data(c: dict) -> None:
     """The data module's own checks, plus whether an ag_news source exists at all (its contents are checked when
     the trial reads it; a bad file is reported as one line naming the file and line)."""
     spec = data.data_spec(c["data"])
-    data.validate(spec, c["batch_size"], c["seq_len"])
+    data.validate(spec, parallel.global_batch_size(c), c["seq_len"])
     if c["evaluate"]:
-        data.validate(spec, c["batch_size"], c["seq_len"], split="test")
+        data.validate(spec, parallel.global_batch_size(c), c["seq_len"], split="test")
     if spec.name == "ag_news":
         if spec.path is not None:
             p = Path(spec.path).expanduser()
@@ -267,6 +269,13 @@ def make_row(c: dict, outcome: dict, ids: dict) -> dict:
         "dtype": c["dtype"],
         "jvp_impl": c["jvp_impl"],
         "attn_implementation": c["attn_implementation"],
+        "parallel": c["parallel"],
+        "devices": c["devices"],
+        "nodes": c["nodes"],
+        "world_size": parallel.world_size(c),
+        "global_batch_size": parallel.global_batch_size(c),
+        "fsdp_reshard_after_forward": c["fsdp_reshard_after_forward"],
+        "fsdp_offload": c["fsdp_offload"],
         "mezo_eps": c["mezo_eps"],
         "dropout": m["dropout"],
         "warmup_steps": c["warmup_steps"],
@@ -292,6 +301,12 @@ def describe(row: dict) -> str:
     )
 
 
+def per_step(history: dict) -> dict:
+    """The history's per-step series (loss, step_time_s, eval_*): what W&B logs step by step; the per-device
+    memory ("devices") stays in the history JSON."""
+    return {k: v for k, v in history.items() if k != "devices"}
+
+
 def save_history(results_dir: Path, run_id: str, history: dict | None) -> Path | None:
     """The trial's per-step series (loss, step_time_s; eval_loss and eval_accuracy with None between evaluations)
     as results_dir/history/<run_id>.json: the report's training curves. W&B gets the same series."""
@@ -301,138 +316,3 @@ def save_history(results_dir: Path, run_id: str, history: dict | None) -> Path |
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(history))
     return path
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# child side: the trial itself
-
-
-def measure(c: dict) -> dict:
-    """Build, warm up, time and measure one trial. Runs in the child process only."""
-    fw, m = c["framework"], c["model"]
-    dev, steps = implementation(fw, "device"), implementation(fw, "steps")
-    device = dev.resolve_device(c["device"])
-    kind = dev.device_kind(device)
-    spec = bert_spec(m)
-    weights = build_weights(spec, c["seed"], m["checkpoint"])
-    digest = weights_digest(weights)
-
-    # Batches: warmup + timed updates of grad_accum micro-batches each, cycling epochs as needed. With `epochs`
-    # set, the timed steps are that many passes' worth of updates; the warmup steps take the first batches of the
-    # stream, so the timed ones start that many batches into epoch 0 and end as far into one more pass.
-    dspec = data.data_spec(c["data"])
-    n_timed = timed_steps(c)
-    n_micro = (c["warmup_steps"] + n_timed) * c["grad_accum"]
-    per_epoch = max(1, (dspec.num_train or n_micro * c["batch_size"]) // c["batch_size"])
-    micro = data.make_batches(
-        dspec, c["batch_size"], c["seq_len"], c["seed"], "train", epochs=math.ceil(n_micro / per_epoch)
-    )[:n_micro]
-    if len(micro) < n_micro:
-        raise ValueError(f"data gave {len(micro)} batches, {n_micro} needed")
-    data_fingerprint = data.fingerprint(micro)[:16]  # the same bytes reach both frameworks
-
-    trainer = steps.make_trainer(spec, weights, step_spec(c), device, attn_implementation=c["attn_implementation"])
-    del weights
-    gc.collect()
-    ga = c["grad_accum"]
-    updates = [trainer.to_device(micro[i * ga : (i + 1) * ga]) for i in range(c["warmup_steps"] + n_timed)]
-    del micro
-    # held-out batches (in dataset order, as every framework sees them) resident before the baseline, like the rest
-    held_out = (
-        trainer.to_device(data.make_batches(dspec, c["batch_size"], c["seq_len"], c["seed"], "test"))
-        if c["evaluate"]
-        else []
-    )
-    every = c["eval_every"]
-    trainer.sync()
-    t0 = time.perf_counter()
-    trainer.compile(updates[0])  # JAX: ahead of time, so the compiler's resident memory is in the baseline
-    aot_compile_s = time.perf_counter() - t0
-    gc.collect()
-
-    trackers = dev.memory_trackers(device)  # primary first; on CUDA: allocator, NVML
-    host = trackers[0] if isinstance(trackers[0], HostRssTracker) else HostRssTracker()
-    if host is not trackers[0]:
-        trackers.append(host)
-    for t in trackers:
-        t.baseline()  # weights, every batch and (JAX) the compiled step; optimizer state comes with step 1
-
-    warm = []
-    for i in range(c["warmup_steps"]):
-        _, dt = timed(trainer.step, updates[i], sync=trainer.sync)
-        warm.append(dt)
-    if every:
-        trainer.evaluate(held_out[:1])  # compile the evaluation before the window, as the warmup does the step
-    maybe_inject_fault("after_warmup")
-
-    timer = StepTimer(sync=trainer.sync)
-    losses = []
-    evals: dict[int, tuple[float, float]] = {}  # timed step index -> (eval loss, eval accuracy)
-    with ExitStack() as stack:
-        for t in trackers:
-            stack.enter_context(t.track())
-        for i in range(n_timed):
-            losses.append(timer(trainer.step, updates[c["warmup_steps"] + i]))
-            if c["max_timed_s"] is not None and sum(timer.times_s) >= c["max_timed_s"]:
-                break  # time budget spent: steps_timed < steps
-            if every and (i + 1) % every == 0 and i + 1 < n_timed:
-                # untimed, but inside the memory window: a no-grad forward at the step's batch size stays below
-                # the peak of any training step, which runs at least that forward
-                evals[i] = trainer.evaluate(held_out)
-    losses = [float(x) for x in losses]  # after the window: the host transfer is not timed
-    n_done = len(losses)  # < n_timed when max_timed_s cut the window short
-    # After the measurements: held-out accuracy at the final weights, then gradient quality on the first batch.
-    if c["evaluate"]:
-        evals[n_done - 1] = trainer.evaluate(held_out)
-    grad_cosine = cosine(*trainer.gradient_check(updates[0])) if c["measure_grad_cosine"] else None
-    stats = timer.stats()
-    primary = trackers[0].result()
-    samples = c["batch_size"] * ga
-    result = {
-        "status": "ok",
-        "device": kind,
-        "device_name": dev.device_name(device) if kind == "cuda" else cpu_name(),
-        "n_params": trainer.n_params,
-        "n_trainable": trainer.n_trainable,
-        "weights_digest": digest,
-        "data_fingerprint": data_fingerprint,
-        "compile_time_s": aot_compile_s + warm[0],
-        "warmup_time_s": aot_compile_s + sum(warm),
-        **stats.to_row(),
-        "samples_per_s": samples / stats.median_s,
-        "tokens_per_s": samples * c["seq_len"] / stats.median_s,
-        **primary.to_row(),
-        "loss_first": losses[0],
-        "loss_last": losses[-1],
-        "steps": n_timed,
-        "steps_timed": n_done,
-        "epochs": c["epochs"],
-        "jacfwd_chunk": trainer.jacfwd_chunk,
-        "total_train_time_s": sum(timer.times_s),
-        "grad_cosine": grad_cosine,
-        "history": {"loss": losses, "step_time_s": timer.times_s},
-    }
-    if c["evaluate"]:
-        result["eval_loss"], result["eval_accuracy"] = evals[n_done - 1]
-        # aligned with the steps (None where no evaluation ran), so W&B logs each point at its step
-        result["history"]["eval_loss"] = [evals[i][0] if i in evals else None for i in range(n_done)]
-        result["history"]["eval_accuracy"] = [evals[i][1] if i in evals else None for i in range(n_done)]
-    for t in trackers[1:]:
-        r = t.result()
-        if isinstance(t, HostRssTracker):
-            result["host_peak_rss_mb"] = r.peak_mb
-        elif t.method.startswith("nvml"):
-            result["nvml_peak_mb"] = r.peak_mb
-    if primary.reserved_peak_mb is not None:
-        result["gpu_peak_reserved_mb"] = primary.reserved_peak_mb
-    return result
-
-
-def cosine(a, b) -> float:
-    """cos(a, b) of two gradients given tensor by tensor (numpy), accumulated in float64: a float32 sum over
-    10^8 entries would lose the small cosines (~1e-4) that a single forward-gradient direction gives."""
-    dot = na = nb = 0.0
-    for x, y in zip(a, b, strict=True):
-        x, y = np.asarray(x, np.float64).ravel(), np.asarray(y, np.float64).ravel()
-        dot, na, nb = dot + float(x @ y), na + float(x @ x), nb + float(y @ y)
-    return dot / math.sqrt(na * nb) if na > 0 and nb > 0 else float("nan")

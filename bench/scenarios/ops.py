@@ -137,6 +137,11 @@ def _positive_int(v) -> bool:
 def validate(c: dict) -> None:
     """The keys scenario=ops reads; the model keys are not looked at."""
     o = c["ops"]
+    if c["parallel"] != "none" or c["devices"] != 1 or c["nodes"] != 1:
+        raise ConfigError(
+            f"parallel={c['parallel']} devices={c['devices']} nodes={c['nodes']}: scenario=ops times single ops on "
+            "one device; accepted: parallel=none devices=1 nodes=1"
+        )
     choice("dtype", c["dtype"], DTYPES)
     choice("threads", str(c["threads"]), THREADS)
     names = as_list(o["names"])

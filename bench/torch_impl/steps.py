@@ -366,6 +366,7 @@ class Trainer:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.optimizer = None if s.mode == "inference" else make_optimizer(trainable, s.optimizer)
         self.jacfwd_chunk = jacfwd_chunk_for(s.jacfwd_chunk, "torch", self.device.type)
+        self.n_sharded = 0
         self.step_count = 0
 
     # -- data ------------------------------------------------------------------------------------------------
@@ -438,6 +439,14 @@ class Trainer:
     def weights(self) -> dict[str, np.ndarray]:
         return export_weights(self.model)
 
+    def state_bytes(self) -> dict[str, int]:
+        """Parameters and optimizer state held by this process's device, from the tensors themselves."""
+        local = lambda t: t.to_local() if hasattr(t, "to_local") else t  # FSDP2's DTensor: this device's shard
+        nbytes = lambda ts: sum(local(t).numel() * local(t).element_size() for t in ts)
+        states = [] if self.optimizer is None else self.optimizer.state.values()
+        return {"params": nbytes(self.model.parameters()),
+                "optimizer": nbytes(v for st in states for v in st.values() if torch.is_tensor(v))}  # fmt: skip
+
     # -- after the measurements: accuracy and gradient quality (never on the timed path) ----------------------
     def evaluate(self, micro_batches) -> tuple[float, float]:
         """(mean loss, accuracy) over held-out device batches, dropout off; the module's mode is restored."""
@@ -485,10 +494,11 @@ class Trainer:
 
 
 def make_trainer(
-    spec: BertSpec, weights, step_spec: StepSpec, device="cpu", *, attn_implementation: str = "eager"
+    spec: BertSpec, weights, step_spec: StepSpec, device="cpu", *, attn_implementation: str = "eager", world=None
 ) -> Trainer:
     """The one way to build a trainer, for the runner and the tests alike (jax_impl.steps.make_trainer mirrors
-    it): the model with exactly `weights` on `device` (auto | cpu | cuda, or a torch.device), fp32 numerics."""
+    it): the model with exactly `weights` on `device` (auto | cpu | cuda, or a torch.device), fp32 numerics,
+    on `world`'s devices (bench.torch_impl.parallel; None: this device alone)."""
     device = resolve_device(device)
     use_fp32()
     return Trainer(build_model(spec, weights, device, attn_implementation), step_spec, device)
