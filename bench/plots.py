@@ -24,14 +24,18 @@ from bench.results import (
     context_key,
     context_label,
     context_order,
+    fmt_bytes,
     framework_order,
+    knob,
     mode_label,
     read_history,
     richest_first,
     row_order,
     series_groups,
+    strategy_order,
     trends,
     variant,
+    world_size,
 )
 from bench.tables import FP32_BYTES, fmt_value, num
 from bench.trackers import MiB
@@ -69,6 +73,7 @@ class Panel:
     logx: int = 0  # log base of the x axis (0: linear)
     logy: bool = False
     legend: bool = True
+    units: str = ""  # "bytes": the y axis and the bars' labels in B, KiB, MiB
 
 
 @dataclass
@@ -234,6 +239,54 @@ def curves_grid(rows: list[dict]) -> list[list[Panel]]:
     return [row]
 
 
+def devices_grid(rows: list[dict]) -> list[list[Panel]]:
+    """Per-device excess memory and the slowest device's step time against the number of devices (per node):
+    scaling_grid over the trials with a parallel strategy, so one row of panels per strategy (a context less
+    its device count) and one line per framework x mode."""
+    grid = scaling_grid([r for r in rows if knob(r, "parallel") != "none"], "devices", "devices")
+    for memory, time in grid:
+        memory.ylabel, time.ylabel = "excess memory per device (MiB)", "median step time, slowest device (ms)"
+    return grid
+
+
+def comm_category(row: dict) -> str:
+    """The way of differentiating as the bytes plot groups it: variant() less torch's jvp_impl, which changes what
+    a jvp holds, not what it exchanges (torch's jvp[lazy] and JAX's jvp stand side by side)."""
+    return variant({**row, "jvp_impl": "func"})
+
+
+def comm_panels(contexts: dict[Context, Cells]) -> list[Panel]:
+    """Bytes one device exchanged per step, grouped bars on a log axis: the ways of differentiating along x, one
+    bar per framework, the expectation (comm_bytes_expected) as a guide per framework. One panel per strategy, at
+    the largest device count it was measured on (> 1): what a device exchanges hardly depends on how many there
+    are (an all-reduce's buffer is the gradient on 2 devices as on 8); strategy order, as the tables."""
+    largest: dict[Context, Context] = {}  # a context less its device counts -> the context with the most devices
+    for key in sorted(contexts, key=context_order):
+        ok = [r for r in contexts[key].values() if r.get("status") == "ok" and num(r, "comm_bytes_per_step")]
+        if not ok or world_size(dict(key)) < 2:
+            continue
+        loose = tuple((c, v) for c, v in key if c not in ("devices", "nodes"))
+        if loose not in largest or world_size(dict(key)) > world_size(dict(largest[loose])):
+            largest[loose] = key
+    panels = []
+    for key in sorted(largest.values(), key=lambda k: (strategy_order(dict(k)), context_order(k))):
+        rows = sorted((r for r in contexts[key].values() if r.get("status") == "ok"
+                       and (num(r, "comm_bytes_per_step") or 0) > 0), key=row_order)  # fmt: skip
+        categories = list(dict.fromkeys(comm_category(r) for r in rows))
+        series, guides = [], []
+        for fw in sorted({r.get("framework", "") for r in rows}, key=framework_order):
+            mine = {comm_category(r): r for r in rows if r.get("framework", "") == fw}  # the latest of a category
+            xs = [float(categories.index(c)) for c in mine]
+            series.append(Series(fw, "", xs, [num(r, "comm_bytes_per_step") for r in mine.values()]))
+            expected = [(x, num(r, "comm_bytes_expected")) for x, r in zip(xs, mine.values())]
+            expected = [(x, y) for x, y in expected if y]
+            if expected:
+                guides.append(Series(fw, "", [x for x, _ in expected], [y for _, y in expected], guide="expected"))
+        panels.append(Panel(context_label(key), "", "bytes exchanged per step per device", series + guides,
+                            categories, logy=True, units="bytes"))  # fmt: skip
+    return panels[:MAX_PANELS]
+
+
 def plan_plots(sel: Selection, contexts: dict[Context, Cells]) -> list[Plot]:
     """Every plot the report knows, with what it would show (an empty grid: no data for it)."""
     rows = sel.ok
@@ -284,6 +337,27 @@ def plan_plots(sel: Selection, contexts: dict[Context, Cells]) -> list[Plot]:
              "evaluated; compare how fast modes learn per step here and per second with the step-time plot.",
              "a history JSON with >= 2 loss values next to the CSV (<csv folder>/history/<run_id>.json)",
              curves_grid(rows)),
+        Plot("memory_vs_devices", "Memory and step time vs devices",
+             "One row of panels per strategy, one line per framework (solid torch, dashed jax) and mode (colour), "
+             "against the devices a trial ran on. batch_size is per device, so every device does the same work and "
+             "a flat line scales perfectly. Left: the largest device's excess memory; what FSDP saves (1/N of the "
+             "parameters and optimizer state) is held before the step begins, so it shows in the table's peak, "
+             "params and optimizer columns, while the excess shows what a step adds (activations, the gradient, "
+             "gathered parameters). Right: the slowest device's step time, which grows with what is exchanged: "
+             "most for backprop's all-reduce of the gradient, hardly for jvp's and MeZO's few scalars.",
+             "one framework x mode with parallel=ddp|fsdp at >= 2 values of devices with everything else equal "
+             "(+experiment=scale_out)",
+             devices_grid(rows)),
+        Plot("comm_bytes", "Bytes exchanged per step per device",
+             "A log axis in bytes, a panel per strategy: each group of bars is one way of differentiating and each "
+             "bar one framework, what one device exchanged in one step as counted from the program; the black tick "
+             "on a bar is the expectation (bench/parallel.py). Backprop's bar is parameter-sized (it all-reduces its "
+             "gradient, 4n bytes); under DDP jvp's and MeZO's are a few bytes, because every device draws the same "
+             "seeded direction and only scalars travel; under FSDP every mode also gathers the parameters for each "
+             "forward pass. A bar well away from its tick exchanged something the formula does not describe.",
+             "an ok row with parallel=ddp|fsdp on >= 2 devices and comm_bytes_per_step "
+             "(+experiment=scale_out or strategy_table)",
+             [[p] for p in comm_panels(contexts)]),
     ]  # fmt: skip
 
 
@@ -295,6 +369,23 @@ MODE_COLORS = {"inference": "#7f7f7f", "backprop": "#1f77b4", "backprop+remat": 
                "jvp[naive]": "#d62728", "jvp[dual]": "#bcbd22",
                "jvp[lazy]": "#8c564b", "jacfwd": "#2ca02c", "mezo": "#9467bd"}  # fmt: skip
 _MORE_COLORS = ("#e377c2", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2")
+
+
+def _byte_axis(ax, values: list[float]) -> None:
+    """Ticks at powers of 32 bytes (1 B, 32 B, 1 KiB, 32 KiB, 1 MiB...), named in binary units."""
+    pos = [v for v in values if v > 0]
+    if not pos:
+        return
+    hi = max(pos) * 8  # room for the bars' labels above the tallest bar
+    ax.set_ylim(1, hi)  # from 1 B, in every panel: a scalar's 8 B and a gradient's MiB on one scale
+    ticks = [2.0**k for k in range(0, 51, 5) if 2.0**k <= hi]
+    names = []
+    for t in ticks:
+        unit = next(((u, size) for u, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)) if t >= size),
+                    ("B", 1))  # fmt: skip
+        names.append(f"{t / unit[1]:g} {unit[0]}")
+    ax.set_yticks(ticks, names)
+    ax.minorticks_off()
 
 
 def _mode_color(label: str) -> str:
@@ -350,8 +441,24 @@ def draw(plot: Plot, path: Path) -> Path:
 
 def _panel_width(p: Panel) -> float:
     if p.categories:
-        return max(5.0, 0.4 * len(p.categories) * max(1, len(p.series)) + 1.0)
+        return max(5.0, 0.4 * len(p.categories) * max(1, sum(not s.guide for s in p.series)) + 1.0)
     return 5.0
+
+
+TITLE_CHAR_WIDTH = 0.062  # inches per character of an 8-point title (DejaVu Sans, on average)
+
+
+def _fit(title: str, width: float) -> str:
+    """A context label broken at its " · " into lines as wide as the panel and a little of the padding beside it
+    (at most two lines: PAD_TOP's room)."""
+    most = int((width + 0.5) / TITLE_CHAR_WIDTH)
+    lines = [""]
+    for part in title.split(" · "):
+        if lines[-1] and len(lines[-1]) + 3 + len(part) > most and len(lines) < 2:
+            lines.append(part)
+        else:
+            lines[-1] = f"{lines[-1]} · {part}" if lines[-1] else part
+    return "\n".join(lines)
 
 
 def _draw_panel(ax, p: Panel) -> None:
@@ -388,7 +495,9 @@ def _draw_panel(ax, p: Panel) -> None:
             ax.legend(handles=guides, fontsize=7, loc="upper left")
     if p.logy:
         ax.set_yscale("log")
-    ax.set_title(p.title, fontsize=8)
+    if p.units == "bytes":
+        _byte_axis(ax, [y for s in p.series for y in s.ys])
+    ax.set_title(_fit(p.title, _panel_width(p)), fontsize=8)
     ax.set_xlabel(p.xlabel, fontsize=9)
     ax.set_ylabel(p.ylabel, fontsize=9)
     ax.tick_params(labelsize=8)
@@ -396,16 +505,24 @@ def _draw_panel(ax, p: Panel) -> None:
 
 
 def _draw_bars(ax, p: Panel) -> None:
-    n = len(p.series)
+    bars = [s for s in p.series if not s.guide]
+    n = len(bars)
     width = 0.8 / n
-    for i, s in enumerate(p.series):
-        xs = [x + (i - (n - 1) / 2) * width for x in s.xs]
+    offset = {}
+    label = fmt_bytes if p.units == "bytes" else fmt_value
+    for i, s in enumerate(bars):
+        offset[s.framework] = (i - (n - 1) / 2) * width
+        xs = [x + offset[s.framework] for x in s.xs]
         err = None
         if s.lo is not None and s.hi is not None:
             err = [[max(0.0, y - lo) for y, lo in zip(s.ys, s.lo)], [max(0.0, hi - y) for y, hi in zip(s.ys, s.hi)]]
-        bars = ax.bar(xs, s.ys, width, yerr=err, capsize=2, label=FRAMEWORK_NAMES.get(s.framework, s.framework),
-                      color=FRAMEWORK_COLORS.get(s.framework, "0.5"), error_kw={"linewidth": 0.8})  # fmt: skip
-        ax.bar_label(bars, labels=[fmt_value(y) for y in s.ys], fontsize=7, padding=2)
+        drawn = ax.bar(xs, s.ys, width, yerr=err, capsize=2, label=FRAMEWORK_NAMES.get(s.framework, s.framework),
+                       color=FRAMEWORK_COLORS.get(s.framework, "0.5"), error_kw={"linewidth": 0.8})  # fmt: skip
+        ax.bar_label(drawn, labels=[label(y) for y in s.ys], fontsize=7, padding=2)
+    for i, g in enumerate(s for s in p.series if s.guide):  # a tick across its framework's bar
+        xs = [x + offset.get(g.framework, 0.0) for x in g.xs]
+        ax.hlines(g.ys, [x - 0.45 * width for x in xs], [x + 0.45 * width for x in xs], colors="black",
+                  linewidth=2, zorder=3, label=g.label if i == 0 else None)  # fmt: skip
     long = max((len(c) for c in p.categories), default=0) > 8
     ax.set_xticks(range(len(p.categories)), p.categories, rotation=25 if long else 0, ha="right" if long else "center")
     ax.margins(y=0.15)  # room for the value labels above the tallest bar

@@ -8,10 +8,11 @@ The CSVs are only ever read.
 
 Which rows count, and which are compared, is bench.results' business: the latest ok row of each configuration;
 one table per context (model and its size, data, optimizer and its hyperparameters, batch, sequence length, dtype,
-dropout, device), one row per framework x mode, the mode named with its own knobs (jvp(K=4), jvp[naive],
-mezo(eps=0.0001), backprop(attn=sdpa)) and trainable scope (jacfwd[head]). Rows that differ in a knob never share
-a cell. Rows whose status is not ok are listed, in their own table and in the cell they would have filled, and
-never enter a number or a plot. bench.plots plans and draws the plots; nothing but `main` prints.
+dropout, device, parallel strategy and devices), one row per framework x mode, the mode named with its own knobs
+(jvp(K=4), jvp[naive], mezo(eps=0.0001), backprop(attn=sdpa)) and trainable scope (jacfwd[head]). Rows that differ
+in a knob never share a cell. Rows whose status is not ok are listed, in their own table and in the cell they
+would have filled, and never enter a number or a plot. Trials beyond one device also get a section of their own
+(bench.parallel_report). bench.plots plans and draws the plots; nothing but `main` prints.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import targets
+from bench import parallel_report, targets
 from bench.ops_report import ops_report
 from bench.plots import MAX_PANELS, PLOT_DIR, Plot, draw, plan_plots
 from bench.results import (
@@ -259,7 +260,8 @@ def render(sel: Selection, contexts: dict[Context, Cells], plots: list[Plot], so
             "of repeats: a re-run replaces older numbers"
             + (f" ({sel.repeats} older ok rows of repeated configurations are set aside)" if sel.repeats else "")
             + ". Rows are grouped by context, what stays fixed in a comparison (the heading: model, data, batch, "
-            "optimizer and its hyperparameters, dtype, dropout, device); within it each framework × mode has a "
+            "optimizer and its hyperparameters, dtype, dropout, device and, beyond one device, the strategy and the "
+            "number of devices); within it each framework × mode has a "
             "cell, the mode named with its own settings (`jvp(K=4)`, `jvp[naive]`, `mezo(eps=0.0001)`, "
             "`backprop(attn=sdpa)`, `jacfwd[head]`). A setting that changes the numbers is always in one or the "
             "other, shown only where it is not the default, so rows that differ in it never share a cell. Where "
@@ -336,6 +338,8 @@ def render(sel: Selection, contexts: dict[Context, Cells], plots: list[Plot], so
                 "holds a gradient). Differences under ~30 MiB are allocator noise on CPU.", ""]  # fmt: skip
         for key, body in growth:
             out += [f"{context_label(key)}", "", md_table(GROWTH_HEAD, body), ""]
+
+    out += parallel_report.section(contexts)
 
     drawn = [p for p in plots if p.drawn]
     skipped = [p for p in plots if not p.drawn]

@@ -5,12 +5,15 @@ after a fix should replace the old numbers, not be averaged with them. Rows whos
 (`Selection.failed`) and never enter a number or a plot.
 
 Which rows are compared. A context is what stays fixed in one comparison: model and its size, data, optimizer and
-its hyperparameters, batch, sequence length, dtype, dropout, device (CONTEXT_COLUMNS). Within a context there is
-one cell per framework x mode, the mode as variant() names it: remat, tangents K, torch's jvp_impl, mezo_eps,
-attn_implementation and the trainable scope are part of that name (backprop+remat, jvp(K=4), jvp[naive],
-mezo(eps=0.0001), backprop(attn=sdpa), jacfwd[head]). So two rows that differ in any knob that changes the
-measured numbers land in different cells, and their labels say how they differ. A knob at its default is left
-out of the label, so the usual label stays short; a CSV written before a knob had a column reads as the default.
+its hyperparameters, batch, sequence length, dtype, dropout, device, and how many devices a trial ran on and how
+(parallel, devices, nodes, the FSDP settings: CONTEXT_COLUMNS). Within a context there is one cell per framework x
+mode, the mode as variant() names it: remat, tangents K, torch's jvp_impl, mezo_eps, attn_implementation and the
+trainable scope are part of that name (backprop+remat, jvp(K=4), jvp[naive], mezo(eps=0.0001),
+backprop(attn=sdpa), jacfwd[head]). So two rows that differ in any knob that changes the measured numbers land in
+different cells, and their labels say how they differ. A knob at its default is left out of the label, so the
+usual label stays short; a CSV written before a knob had a column reads as the default. A comparison beyond one
+device (comparison()) is a context less its parallel settings: the same model, data and per-device batch on one
+device, under DDP and under FSDP, on 1, 2, ... devices.
 
 Nothing here imports matplotlib: the sweep process prints summary_table() at its end, and bench.targets reads rows
 through load_rows().
@@ -24,9 +27,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.parallel import STRATEGIES
 from bench.sinks import REQUIRED_COLUMNS
 from bench.spec import FRAMEWORKS, JVP_IMPLS, MODES, TRAINABLE_SCOPES
-from bench.tables import fixed_width, num
+from bench.tables import fixed_width, fmt_value, num
 
 STUDY_SWEEP = "seed_agnews"  # conf/experiment/seed_agnews.yaml: the UMass forward-AD study's AG-News experiment
 FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}
@@ -36,8 +40,12 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}
 
 # Knobs that change the measured numbers beyond the shape of a trial, with the value a run has when its config
 # does not set it (bench/config.py). A row from a CSV written before the knob had a column reads as this default:
-# what those runs used, since no conf/experiment/ overrides these.
-KNOB_DEFAULTS = {"attn_implementation": "eager", "mezo_eps": 1e-3, "dropout": 0.1}
+# what those runs used, since no conf/experiment/ overrode these before they were recorded.
+KNOB_DEFAULTS = {"attn_implementation": "eager", "mezo_eps": 1e-3, "dropout": 0.1,
+                 # beyond one device (bench/parallel.py): a CSV written before these columns ran on one device
+                 "parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True,
+                 "fsdp_offload": False}  # fmt: skip
+PARALLEL_COLUMNS = ("parallel", "devices", "nodes", "fsdp_reshard_after_forward", "fsdp_offload")
 OPTIMIZER_KNOBS = ("lr", "momentum", "weight_decay", "beta1", "beta2", "adam_eps")  # adam_eps: optimizer.eps
 # Each optimizer preset's hyperparameters: conf/optimizer/<name>.yaml over OptimizerConfig's defaults
 # (tests/test_report.py checks them against conf/). An optimizer not named here falls back to the schema's.
@@ -54,6 +62,8 @@ def _number_text(x: float) -> str:
 
 def _canonical(value) -> str:
     text = str(value).strip()
+    if text.lower() in ("true", "false"):
+        return text.capitalize()  # "True" as CsvSink writes a bool; "true" as a person or YAML would
     try:
         return _number_text(float(text))  # "0.001" and "1e-3" are one value: CSV cells are text
     except ValueError:
@@ -115,12 +125,83 @@ def mode_label(row: dict) -> str:
     return variant({**row, "trainable": "all"})
 
 
+# ------------------------------------------------------------------------------------------- beyond one device
+
+
+def strategy(c: dict) -> str:
+    """How a trial (a row, or a context as a dict) spread its work over devices: "none", "ddp", "fsdp FULL_SHARD"
+    (gathered parameters freed after the forward pass, gathered again for the backward), "fsdp SHARD_GRAD_OP"
+    (kept until the backward: fsdp_reshard_after_forward=false), with " + CPU offload". FULL_SHARD and
+    SHARD_GRAD_OP are FSDP's names for the two (torch.distributed.fsdp.ShardingStrategy)."""
+    name = knob(c, "parallel")
+    if name == "fsdp":
+        name += " FULL_SHARD" if knob(c, "fsdp_reshard_after_forward") == "True" else " SHARD_GRAD_OP"
+    if knob(c, "fsdp_offload") == "True":
+        name += " + CPU offload"
+    return name
+
+
+def world_size(c: dict) -> int:
+    """Devices in the trial: devices (per node) x nodes; 1 for a row written before the columns existed."""
+    return int(num({"d": knob(c, "devices")}, "d") or 1) * int(num({"n": knob(c, "nodes")}, "n") or 1)
+
+
+def parallel_label(c: dict) -> str:
+    """"ddp × 2 devices", "fsdp SHARD_GRAD_OP × 2 nodes × 4 devices + CPU offload" (4 devices on each of 2
+    nodes); "" at the defaults (one device, no strategy), so a single-device label reads as it always has. Only
+    the counts `c` has are named: a plot against devices drops them from its titles."""
+    if all(knob(c, k) == knob_default(k) for k in PARALLEL_COLUMNS):
+        return ""
+    counts = []
+    if "nodes" in c and knob(c, "nodes") != "1":
+        counts.append(f"{knob(c, 'nodes')} nodes")
+    if "devices" in c:
+        counts.append(f"{knob(c, 'devices')} device{'' if knob(c, 'devices') == '1' else 's'}")
+    offload = " + CPU offload" if knob(c, "fsdp_offload") == "True" else ""
+    return " × ".join([strategy({**c, "fsdp_offload": False}), *counts]) + offload
+
+
+def parallel_short(row: dict) -> str:
+    """parallel_label in a terminal's few characters: "ddp×2", "fsdp×2" (FULL_SHARD), "fsdp(SHARD_GRAD_OP)×2",
+    "fsdp+offload×2", "ddp×8 (2 nodes)"; "" at the defaults."""
+    if not parallel_label(row):
+        return ""
+    name = knob(row, "parallel")
+    if name == "fsdp" and knob(row, "fsdp_reshard_after_forward") != "True":
+        name += "(SHARD_GRAD_OP)"
+    if knob(row, "fsdp_offload") == "True":
+        name += "+offload"
+    nodes = knob(row, "nodes")
+    return f"{name}×{world_size(row)}" + ("" if nodes == "1" else f" ({nodes} nodes)")
+
+
+def strategy_order(row: dict) -> tuple:
+    """none, ddp, fsdp SHARD_GRAD_OP, fsdp FULL_SHARD, + CPU offload (the HPML lecture's order: each holds less
+    per device than the one before), then by the number of devices."""
+    name = knob(row, "parallel")
+    return (STRATEGIES.index(name) if name in STRATEGIES else len(STRATEGIES),
+            knob(row, "fsdp_reshard_after_forward") == "True", knob(row, "fsdp_offload") == "True",
+            world_size(row), name)  # fmt: skip
+
+
+def fmt_bytes(v: float | None) -> str:
+    """Bytes in binary units, about three significant figures: 8 B, 1.50 KiB, 86.6 MiB, 1.25 GiB."""
+    if v is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(v) >= size:
+            return f"{fmt_value(v / size)} {unit}"
+    return f"{v:.0f} B"
+
+
 def summary_table(rows: list[dict]) -> str:
-    """A fixed-width table of trials: what `make bench` and every sweep print at the end."""
+    """A fixed-width table of trials: what `make bench` and every sweep print at the end. A "parallel" column
+    (ddp×2, fsdp×2...) only when some trial ran beyond one device."""
     if not rows:
         return "(no trials recorded)"
-    head = ["framework", "mode", "model", "status", "excess MiB", "peak MiB", "step ms", "compile s",
-            "samples/s", "loss first->last"]  # fmt: skip
+    parallel = any(parallel_short(r) for r in rows)
+    head = ["framework", "mode", *(["parallel"] if parallel else []), "model", "status", "excess MiB", "peak MiB",
+            "step ms", "compile s", "samples/s", "loss first->last"]  # fmt: skip
     body = []
     for r in rows:
         def f(key, fmt, scale=1.0, r=r):
@@ -128,7 +209,8 @@ def summary_table(rows: list[dict]) -> str:
             return "-" if v is None else format(v * scale, fmt)
 
         loss = "-" if num(r, "loss_first") is None else f"{f('loss_first', '.4f')}->{f('loss_last', '.4f')}"
-        body.append([r.get("framework", ""), variant(r), r.get("model", ""), r.get("status", ""),
+        body.append([r.get("framework", ""), variant(r), *([parallel_short(r) or "none"] if parallel else []),
+                     r.get("model", ""), r.get("status", ""),
                      f("excess_mem_mb", ".0f"), f("peak_mem_mb", ".0f"), f("step_time_median_s", ".1f", 1e3),
                      f("compile_time_s", ".1f"), f("samples_per_s", ".1f"), loss])  # fmt: skip
     lines = [fixed_width(head, body)]
@@ -211,7 +293,7 @@ def read_history(row: dict) -> dict | None:
 _IDENTITY_COLUMNS = ("framework", "mode", "model", "num_layers", "hidden_size", "data", "trainable", "last_k",
                      "optimizer", *OPTIMIZER_KNOBS, "batch_size", "grad_accum", "seq_len", "steps", "epochs", "seed",
                      "remat", "num_tangents", "jvp_impl", "mezo_eps", "attn_implementation", "dropout", "dtype",
-                     "device")  # fmt: skip
+                     "device", *PARALLEL_COLUMNS)  # fmt: skip
 
 
 def started(row: dict) -> str:
@@ -246,8 +328,8 @@ def select(rows: list[dict]) -> Selection:
 # What stays fixed within one comparison table; the framework and the mode (variant(): the trainable scope and
 # the mode's own knobs included) vary within it.
 CONTEXT_COLUMNS = ("model", "num_layers", "hidden_size", "data", "optimizer", *OPTIMIZER_KNOBS, "batch_size",
-                   "grad_accum", "seq_len", "dtype", "dropout", "device", "device_name")  # fmt: skip
-_CONTEXT_KNOBS = (*OPTIMIZER_KNOBS, "dropout")
+                   "grad_accum", "seq_len", "dtype", "dropout", "device", "device_name", *PARALLEL_COLUMNS)  # fmt: skip
+_CONTEXT_KNOBS = (*OPTIMIZER_KNOBS, "dropout", *PARALLEL_COLUMNS)
 
 Context = tuple  # ((column, value), ...)
 Cells = dict  # (framework, variant) -> row
@@ -263,7 +345,8 @@ def context_key(row: dict, drop: tuple[str, ...] = (), keep: tuple[str, ...] = (
 
 def context_label(key: Context) -> str:
     """minilm_l6 (6 layers, hidden 384) · synthetic · B8 T128 · sgd · fp32 · cpu (AMD EPYC x2); a knob away from
-    its default is named after what it belongs to: "sgd (lr 0.0001, momentum 0.9)", "fp32 · dropout 0"."""
+    its default is named after what it belongs to: "sgd (lr 0.0001, momentum 0.9)", "fp32 · dropout 0", and a
+    trial beyond one device says how, last: "... · cpu (AMD EPYC x2) · fsdp FULL_SHARD × 2 devices"."""
     c = dict(key)
     model = c.get("model", "") or "?"
     layers = c.get("num_layers")
@@ -292,7 +375,7 @@ def context_label(key: Context) -> str:
         device += f" ({c['device_name']})"
     parts = [model, c.get("data", ""), shape, f"trainable {trainable}" if trainable else "", optimizer,
              c.get("dtype", ""), f"dropout {dropout}" if dropout and dropout != knob_default("dropout") else "",
-             device]  # fmt: skip
+             device, parallel_label(c)]  # fmt: skip
     return " · ".join(p for p in parts if p)
 
 
@@ -307,9 +390,16 @@ def context_order(key: Context) -> tuple:
     return tuple(_sortable(v) for _, v in key)
 
 
+def comparison(key: Context) -> Context:
+    """A context less its parallel settings: what stays fixed when the same trial runs on one device, under DDP
+    and under FSDP, on 1, 2, ... devices (batch_size is per device, so each device's work is the same)."""
+    return tuple((c, v) for c, v in key if c not in PARALLEL_COLUMNS)
+
+
 def mode_order(row: dict) -> tuple:
     mode = row.get("mode", "")
-    impl = row.get("jvp_impl") if row.get("framework") == "torch" else "func"
+    # torch's jvp_impl names a jvp only (scale_out's torch arms set it for every mode)
+    impl = row.get("jvp_impl") if row.get("framework") == "torch" and mode == "jvp" else "func"
     scope = row.get("trainable") or "all"
     return (
         MODES.index(mode) if mode in MODES else len(MODES),

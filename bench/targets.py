@@ -4,7 +4,7 @@
     python -m bench.targets [results/runs.csv ...]  # prints the check; exit 0 even when a target is missed
 
 The targets (per framework, at the deepest model recorded; the plain modes, trainable=all, compared within one
-context: same data, optimizer and hyperparameters, batch, sequence, dtype, dropout and device):
+context: same data, optimizer and hyperparameters, batch, sequence, dtype, dropout, device and parallel settings):
     jvp excess      <= 0.6 x backprop excess
     jvp growth      <= 1.2 x one encoder layer's tangent bytes per layer (least squares over the depths)
     mezo excess     <= 1.1 x inference excess + the largest parameter tensor
@@ -24,7 +24,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.config import model_preset
-from bench.results import OPTIMIZER_KNOBS, Context, ReportError, context_key, context_label, load_rows, variant
+from bench.results import (
+    OPTIMIZER_KNOBS,
+    PARALLEL_COLUMNS,
+    Context,
+    ReportError,
+    context_key,
+    context_label,
+    load_rows,
+    variant,
+)
 from bench.spec import param_shapes
 from bench.tables import FP32_BYTES, OneLineParser, fixed_width, num
 from bench.trackers import MiB
@@ -69,15 +78,17 @@ def where(key: Context, layers: str, keys: list[Context]) -> str:
     varying = {c for c, v in key if any(dict(k).get(c) != v for k in keys)}
     if varying & {"optimizer", *OPTIMIZER_KNOBS}:
         varying |= {"optimizer", *OPTIMIZER_KNOBS}  # a hyperparameter is shown against its optimizer's defaults
+    if varying & set(PARALLEL_COLUMNS):
+        varying |= set(PARALLEL_COLUMNS)  # "fsdp SHARD_GRAD_OP × 2 devices" is read from all of them together
     shown = [(c, v) for c, v in key if c in WHERE_COLUMNS or c in varying]
     return context_label((*shown, ("num_layers", layers)))
 
 
 def check(rows: list[dict]) -> list[Check]:
     """Every target that the rows hold the trials for, per framework and context (bench.results' context less the
-    depth: model, data, optimizer and its hyperparameters, B, T, dtype, dropout, device). The targets are stated
-    for the plain modes, so only rows whose variant() is the bare mode count: trainable=all, no remat, one tangent,
-    torch's jvp_impl=func, mezo_eps and attn_implementation at their defaults."""
+    depth: model, data, optimizer and its hyperparameters, B, T, dtype, dropout, device, parallel settings). The
+    targets are stated for the plain modes, so only rows whose variant() is the bare mode count: trainable=all, no
+    remat, one tangent, torch's jvp_impl=func, mezo_eps and attn_implementation at their defaults."""
     ok = [r for r in rows if r.get("status") == "ok" and variant(r) == r.get("mode")
           and num(r, "num_layers") is not None and num(r, "hidden_size") is not None]  # older CSVs may lack them
     # latest row per (framework, context, layers, mode)

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.parallel import expected_comm_bytes
+from bench.parallel_report import FLAG, comm_mismatch
 from bench.plots import plan_plots
 from bench.report import build_report, depth_growth, main
 from bench.results import (
@@ -44,7 +46,8 @@ _clock = itertools.count()
 # What identifies a configuration in these tests (the runner hashes the whole composed config the same way).
 IDENTITY = ("framework", "mode", "model", "num_layers", "data", "trainable", "optimizer", "batch_size", "seq_len",
             "steps", "epochs", "seed", "remat", "num_tangents", "jvp_impl", "last_k", "attn_implementation",
-            "mezo_eps", "dropout", "lr", "momentum", "weight_decay", "beta1", "beta2", "adam_eps")  # fmt: skip
+            "mezo_eps", "dropout", "lr", "momentum", "weight_decay", "beta1", "beta2", "adam_eps", "parallel",
+            "devices", "nodes", "fsdp_reshard_after_forward", "fsdp_offload")  # fmt: skip
 
 MINILM = dict(model="minilm_l6", num_layers=6, hidden_size=384, batch_size=8, seq_len=128, n_params=22_714_756,
               n_trainable=22_714_756)  # fmt: skip
@@ -183,11 +186,95 @@ def pathology_rows() -> list[dict]:
             trial("torch", "jvp", jvp_impl="dual", excess_mem_mb=470.0, **ctx)]  # fmt: skip
 
 
+# Beyond one device: conf/experiment/scale_out.yaml and strategy_table.yaml's trials, MiniLM at 4 samples per device.
+SCALE = dict(model="minilm_l6", num_layers=6, hidden_size=384, optimizer="adamw", batch_size=4, seq_len=128, steps=3)
+N = MINILM["n_trainable"]
+PARAM_MB = N * 4 / MIB  # one fp32 copy of MiniLM's parameters: 86.6 MiB
+FSDP_JVP_REFUSED = ("ConfigError: mode=jvp with parallel=fsdp, framework=torch: forward-mode AD through FSDP2's "
+                    "sharded (DTensor) parameters is not supported by torch")  # fmt: skip
+
+
+def parallel_trial(framework: str, mode: str, parallel: str = "none", devices: int = 1, reshard: bool = True,
+                   offload: bool = False, status: str = "ok", counted: float | None = None, **kw) -> dict:
+    """A row as the runner writes it for a trial on `devices` devices: memory is the largest device's, step time
+    the slowest's, samples/s the global batch's; the bytes expected are bench.parallel's formula, the bytes counted
+    the same unless given."""
+    c = {"parallel": parallel, "devices": devices, "nodes": 1, "mode": mode, "num_tangents": 1,
+         "fsdp_reshard_after_forward": reshard}  # fmt: skip
+    shards = devices if parallel == "fsdp" else 1
+    r = dict(SCALE, sweep_id="scale_out", parallel=parallel, devices=devices, nodes=1, world_size=devices,
+             global_batch_size=4 * devices, fsdp_reshard_after_forward=reshard, fsdp_offload=offload,
+             jvp_impl="lazy" if framework == "torch" else "func")  # fmt: skip
+    if status == "ok":
+        params, optimizer = PARAM_MB / shards, 2 * PARAM_MB / shards  # AdamW: two moments per parameter
+        excess = {"backprop": 60.0 + params, "jvp": 30.0, "mezo": 20.0}[mode] + (5.0 if parallel == "ddp" else 0.0)
+        step = {"backprop": 0.3, "jvp": 0.35, "mezo": 0.2}[mode] * (1.0 + 0.3 * (devices - 1))
+        step = kw.pop("step_time_median_s", step)
+        r.update(excess_mem_mb=excess, peak_mem_mb=excess + 250 + params + optimizer, mem_params_mb=params,
+                 mem_optimizer_mb=optimizer, step_time_median_s=step, samples_per_s=4 * devices / step,
+                 mem_method="xla_memory_analysis" if framework == "jax" and devices > 1 else "rss_hwm")  # fmt: skip
+        if parallel != "none":
+            expected = expected_comm_bytes(c, N, N)
+            r.update(comm_bytes_expected=expected, comm_bytes_per_step=expected if counted is None else counted)
+    r.update(kw)
+    return trial(framework, mode, status, **r)
+
+
+def scale_out_rows() -> list[dict]:
+    """scale_out (torch and jax, ddp and fsdp, 1 and 2 devices, backprop / jvp / mezo: torch refuses jvp under
+    fsdp), then strategy_table (torch on 2 devices: ddp, SHARD_GRAD_OP, FULL_SHARD; its ddp and FULL_SHARD trials
+    are scale_out's configurations again, measured later), and the single-device trials of the same work."""
+    rows = []
+    for fw, parallel, devices, mode in itertools.product(("torch", "jax"), ("ddp", "fsdp"), (1, 2),
+                                                         ("backprop", "jvp", "mezo")):  # fmt: skip
+        if (fw, parallel, mode) == ("torch", "fsdp", "jvp"):
+            rows.append(parallel_trial(fw, mode, parallel, devices, status="error", error=FSDP_JVP_REFUSED))
+        else:
+            rows.append(parallel_trial(fw, mode, parallel, devices))
+    for (parallel, reshard), mode in itertools.product((("ddp", True), ("fsdp", False), ("fsdp", True)),
+                                                       ("backprop", "jvp", "mezo")):  # fmt: skip
+        if (parallel, mode) == ("fsdp", "jvp"):
+            rows.append(parallel_trial("torch", mode, parallel, 2, reshard, status="error", error=FSDP_JVP_REFUSED,
+                                       sweep_id="strategy_table"))  # fmt: skip
+        else:
+            step = 0.5 if reshard else 0.45  # FULL_SHARD gathers once more than SHARD_GRAD_OP
+            rows.append(parallel_trial("torch", mode, parallel, 2, reshard, sweep_id="strategy_table",
+                                       step_time_median_s=step if parallel == "fsdp" else 0.4))  # fmt: skip
+    for fw, mode in itertools.product(("torch", "jax"), ("backprop", "jvp", "mezo", "inference")):
+        extra = {} if mode != "inference" else {"excess_mem_mb": 9.0, "peak_mem_mb": 600.0}
+        rows.append(parallel_trial(fw, mode, sweep_id="default_bench", **extra) if mode != "inference"
+                    else trial(fw, mode, sweep_id="default_bench", **{**SCALE, **extra}))  # fmt: skip
+    return rows
+
+
+def write_device_histories(results: Path, rows: list[dict], imbalanced: str = "") -> None:
+    """Each parallel trial's history JSON with every device's memory (the row holds the largest); in the trial
+    whose run_id is `imbalanced`, the second device holds 20% less."""
+    (results / "history").mkdir(exist_ok=True)
+    for r in rows:
+        if r["status"] != "ok" or r.get("parallel", "none") == "none":
+            continue
+        devices = []
+        for rank in range(r["devices"]):
+            less = 0.8 if rank == 1 and r["run_id"] == imbalanced else 1.0
+            devices.append({"device": f"cpu:{rank}", "rank": rank, "peak_mem_mb": r["peak_mem_mb"] * less,
+                            "excess_mem_mb": r["excess_mem_mb"] * less, "baseline_mem_mb": r["peak_mem_mb"] -
+                            r["excess_mem_mb"], "mem_method": r["mem_method"], "mem_params_mb": r["mem_params_mb"],
+                            "mem_optimizer_mb": r["mem_optimizer_mb"],
+                            "step_time_median_s": r["step_time_median_s"]})  # fmt: skip
+        history = {"loss": [1.39, 1.38, 1.37], "step_time_s": [r["step_time_median_s"]] * 3, "devices": devices}
+        (results / "history" / f"{r['run_id']}.json").write_text(json.dumps(history))
+
+
 # Knobs the runner records in runs.csv; an older CSV has none of these columns.
 KNOB_COLUMNS = ("attn_implementation", "mezo_eps", "dropout", "lr", "momentum", "weight_decay", "beta1", "beta2",
                 "adam_eps")  # fmt: skip
+# Beyond one device; an older CSV has none of these either.
+PARALLEL_CSV_COLUMNS = ("parallel", "devices", "nodes", "world_size", "global_batch_size",
+                        "fsdp_reshard_after_forward", "fsdp_offload", "comm_bytes_per_step", "comm_bytes_expected",
+                        "mem_params_mb", "mem_optimizer_mb")  # fmt: skip
 COLUMNS = CSV_COLUMNS + tuple(c for c in KNOB_COLUMNS if c not in CSV_COLUMNS)
-OLD_COLUMNS = tuple(c for c in CSV_COLUMNS if c not in KNOB_COLUMNS)
+OLD_COLUMNS = tuple(c for c in CSV_COLUMNS if c not in KNOB_COLUMNS + PARALLEL_CSV_COLUMNS)
 
 
 def write_csv(path: Path, rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> Path:
@@ -214,11 +301,15 @@ def full(tmp_path_factory):
     """Every experiment's rows in one CSV (failures included), with the UMass study runs' history JSONs, and its
     report."""
     results = tmp_path_factory.mktemp("results")
-    rows = main_context() + scaling_rows() + grad_quality_rows() + study_rows() + pathology_rows()
+    scale = scale_out_rows()
+    rows = main_context() + scaling_rows() + grad_quality_rows() + study_rows() + pathology_rows() + scale
     csv_path = write_csv(results / "runs.csv", rows)
     for r in rows:
         if r.get("sweep_id") == "seed_agnews":
             write_history(results, r, 625, 125)
+    imbalanced = next(r for r in scale if r["framework"] == "jax" and r.get("parallel") == "ddp"
+                      and r["devices"] == 2 and r["mode"] == "backprop")  # fmt: skip
+    write_device_histories(results, scale, imbalanced["run_id"])
     (results / "history" / "not-a-run.json").write_text("{broken")  # ignored: no row names it
     before = csv_path.read_bytes(), os.stat(csv_path).st_mtime_ns
     out = results / "report"
@@ -255,7 +346,8 @@ def first_table(text: str) -> list[str]:
 def test_every_plot_is_drawn_as_a_real_png_and_embedded_with_how_to_read(full):
     plots = {p.name: p for p in full["report"].plots}
     assert set(plots) == {"excess_memory", "step_time", "memory_vs_depth", "memory_vs_seq_len", "memory_vs_batch",
-                          "jacfwd_vs_trainable", "grad_quality", "training_curves"}  # fmt: skip
+                          "jacfwd_vs_trainable", "grad_quality", "training_curves", "memory_vs_devices",
+                          "comm_bytes"}  # fmt: skip
     for name, p in plots.items():
         assert p.drawn, f"{name} skipped: needs {p.needs}"
         assert p.path == full["out"] / "plots" / f"{name}.png"
@@ -609,3 +701,169 @@ def test_summary_table_and_variant_still_work(tmp_path):
     assert lines[-1].strip().endswith(": oom: RESOURCE_EXHAUSTED")
     assert summary_table([]) == "(no trials recorded)"
     assert num({"x": "nan"}, "x") is None and num({"x": "2.5"}, "x") == 2.5
+
+
+# ---------------------------------------------------------------------------------------------- beyond one device
+
+SCALE_HEADING = "minilm_l6 (6 layers, hidden 384) · synthetic · B4 T128 · adamw · fp32 · cpu (AMD EPYC x2)"
+
+
+def test_a_ddp_and_a_single_device_row_at_one_batch_both_appear_labelled_apart(tmp_path):
+    rows = [trial("torch", "backprop", excess_mem_mb=400.0),
+            trial("torch", "backprop", excess_mem_mb=410.0, parallel="ddp", devices=2, nodes=1, world_size=2,
+                  global_batch_size=16, comm_bytes_per_step=4 * N + 4, comm_bytes_expected=4 * N + 4)]  # fmt: skip
+    md = build_report([write_csv(tmp_path / "runs.csv", rows)], tmp_path / "out").path.read_text()
+    single = context_section(md, DEFAULT_HEADING)  # the usual label, unchanged
+    assert "| torch | backprop | " in single and "| 400 |" in single and "| 410 |" not in single
+    ddp = context_section(md, f"{DEFAULT_HEADING} · ddp × 2 devices")
+    assert "| torch | backprop | " in ddp and "| 410 |" in ddp and "| 400 |" not in ddp
+
+
+@pytest.mark.parametrize(
+    ("settings", "shown"),
+    [({"parallel": "ddp", "devices": 2}, " · ddp × 2 devices"),
+     ({"parallel": "ddp", "devices": 1}, " · ddp × 1 device"),
+     ({"parallel": "fsdp", "devices": 2}, " · fsdp FULL_SHARD × 2 devices"),
+     ({"parallel": "fsdp", "devices": 2, "fsdp_reshard_after_forward": False}, " · fsdp SHARD_GRAD_OP × 2 devices"),
+     ({"parallel": "fsdp", "devices": 2, "fsdp_offload": True}, " · fsdp FULL_SHARD × 2 devices + CPU offload"),
+     ({"parallel": "ddp", "devices": 2, "nodes": 2}, " · ddp × 2 nodes × 2 devices"),
+     ({"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": "true",
+       "fsdp_offload": "False"}, "")],
+)  # fmt: skip
+def test_parallel_settings_separate_rows_and_are_named_last_in_the_label(settings, shown):
+    single, spread = trial("torch", "backprop"), trial("torch", "backprop", **settings)
+    assert context_label(context_key(spread)) == DEFAULT_HEADING + shown
+    contexts = group_contexts(select([single, spread]))
+    assert len(contexts) == (2 if shown else 1)  # at the defaults, however written: the same context
+
+
+def test_summary_table_names_the_strategy_only_when_a_trial_has_one(tmp_path):
+    rows = [trial("torch", "backprop"), trial("torch", "backprop", parallel="ddp", devices=2),
+            trial("jax", "mezo", parallel="fsdp", devices=2, fsdp_reshard_after_forward=True)]  # fmt: skip
+    read = read_rows(write_csv(tmp_path / "runs.csv", rows))
+    lines = summary_table(read).splitlines()
+    assert lines[0].split()[:4] == ["framework", "mode", "parallel", "model"]
+    assert [line.split()[:3] for line in lines[2:]] == [["torch", "backprop", "none"], ["torch", "backprop", "ddp×2"],
+                                                        ["jax", "mezo", "fsdp×2"]]  # fmt: skip
+    assert "parallel" not in summary_table(read[:1]).splitlines()[0]  # single-device sweeps: as before
+
+
+def beyond(md: str) -> str:
+    return md.split("\n## Beyond one device\n", 1)[1].split("\n## ", 1)[0]
+
+
+def scale_line(section: str, framework: str, mode: str, strategy: str, devices: int) -> list[str]:
+    prefix = f"| {framework} | {mode} | {strategy} | {devices} |"
+    found = [line for line in section.splitlines() if line.startswith(prefix)]
+    assert len(found) == 1, (prefix, found)
+    return [c.strip() for c in found[0].strip("|").split(" | ")]
+
+
+def test_beyond_one_device_has_per_device_memory_and_bytes_with_units(full):
+    section = beyond(full["md"])
+    table = "\n".join(first_table(section.split(f"\n{SCALE_HEADING}\n", 1)[1]))
+    assert table.splitlines()[0] == ("| framework | mode | strategy | devices | peak MiB | excess MiB | params MiB | "
+                                     "optimizer MiB | step ms (slowest) | samples/s (global) | exchanged / step | "
+                                     "expected | counted / expected | memory by |")  # fmt: skip
+    # backprop all-reduces its gradient: 4n + 4 bytes (the loss); jvp and mezo two scalars
+    ddp = scale_line(table, "torch", "backprop", "ddp", 2)
+    assert ddp[4:] == [f"{65 + PARAM_MB + 250 + 3 * PARAM_MB:.0f}", f"{65 + PARAM_MB:.0f}", "87", "173", "400",
+                       "20.0", "86.6 MiB", "86.6 MiB", "1.00×", "rss_hwm"]  # fmt: skip
+    assert scale_line(table, "jax", "mezo", "ddp", 2)[10:] == ["8 B", "8 B", "1.00×", "xla_memory_analysis"]
+    assert scale_line(table, "torch", "jvp[lazy]", "ddp", 2)[10:12] == ["8 B", "8 B"]
+    # FSDP: half the parameters and optimizer state per device; parameters gathered for every forward pass
+    full_shard = scale_line(table, "jax", "backprop", "fsdp FULL_SHARD", 2)
+    assert full_shard[6:8] == ["43", "87"] and full_shard[10:12] == ["260 MiB", "260 MiB"]  # 12n + 4
+    assert scale_line(table, "torch", "backprop", "fsdp SHARD_GRAD_OP", 2)[10] == "173 MiB"  # 8n + 4
+    assert scale_line(table, "torch", "jvp[lazy]", "fsdp FULL_SHARD", 2)[4] == "**error**"
+    # a world of one exchanges nothing; the single-device rows of the same work are the baseline
+    assert scale_line(table, "jax", "jvp", "ddp", 1)[10:13] == ["0 B", "0 B", "-"]
+    assert scale_line(table, "torch", "mezo", "none", 1)[10:13] == ["-", "-", "-"]
+    assert "| inference |" not in table  # no trial beyond one device to compare it with
+    # the second device of jax's ddp backprop holds 20% less: the history says so
+    jax = scale_line(table, "jax", "backprop", "ddp", 2)
+    assert jax[5] == f"{65 + PARAM_MB:.0f} (min {0.8 * (65 + PARAM_MB):.0f})"
+    assert FLAG not in table  # every count is the expectation
+    assert "4n bytes" in section and "same seeded direction" in section and "1/N of the parameters" in section
+    assert "the expectation is a formula, the count is what happened" in section
+
+
+def test_the_strategy_table_compares_ddp_and_fsdp_per_mode(full):
+    section = beyond(full["md"]).split("### DDP vs FSDP strategies (the HPML lecture's table)\n", 1)[1]
+    torch = first_table(section.split(f"PyTorch on 2 devices · {SCALE_HEADING}\n", 1)[1])
+    assert torch[0] == ("| strategy | backprop peak MiB | backprop ms | jvp[lazy] peak MiB | jvp[lazy] ms | "
+                        "mezo peak MiB | mezo ms |")  # fmt: skip
+    assert [line.split(" | ")[0].strip("| ") for line in torch[2:]] == ["DDP", "FSDP SHARD_GRAD_OP", "FSDP FULL_SHARD"]
+    half = f"{250 + 60 + PARAM_MB / 2 + 3 * PARAM_MB / 2:.0f}"
+    assert torch[3] == f"| FSDP SHARD_GRAD_OP | {half} | 450 | **error** |  | {250 + 20 + 3 * PARAM_MB / 2:.0f} | 450 |"
+    assert torch[4].split(" | ")[2] == "500"  # FULL_SHARD gathers once more
+    jax = first_table(section.split(f"JAX on 2 devices · {SCALE_HEADING}\n", 1)[1])
+    assert [line.split(" | ")[0].strip("| ") for line in jax[2:]] == ["DDP", "FSDP FULL_SHARD"]
+
+
+def test_a_count_more_than_ten_percent_off_its_expectation_is_flagged(tmp_path):
+    ddp = dict(parallel="ddp", devices=2)
+    rows = [parallel_trial("torch", "backprop", counted=1.05 * (4 * N + 4), **ddp),  # within 10%: agrees
+            parallel_trial("jax", "backprop", counted=1.2 * (4 * N + 4), **ddp),
+            parallel_trial("torch", "mezo", counted=1536, **ddp),  # 1.5 KiB where two losses were expected
+            parallel_trial("jax", "mezo", counted=8, **ddp),
+            parallel_trial("jax", "jvp", "ddp", 1, counted=4)]  # a world of one should exchange nothing
+    assert [comm_mismatch(r) for r in rows] == [False, True, True, False, True]
+    assert comm_mismatch(trial("torch", "backprop")) is None
+    md = build_report([write_csv(tmp_path / "runs.csv", rows)], tmp_path / "out").path.read_text()
+    section = beyond(md)
+    assert scale_line(section, "torch", "backprop", "ddp", 2)[10:13] == ["91.0 MiB", "86.6 MiB", "1.05×"]
+    assert scale_line(section, "jax", "backprop", "ddp", 2)[12] == f"**1.20× {FLAG}**"
+    assert scale_line(section, "torch", "mezo", "ddp", 2)[10:13] == ["1.50 KiB", "8 B", f"**192.00× {FLAG}**"]
+    assert scale_line(section, "jax", "mezo", "ddp", 2)[12] == "1.00×"
+    assert scale_line(section, "jax", "jvp", "ddp", 1)[10:13] == ["4 B", "0 B", f"**expected none {FLAG}**"]
+    assert "No two strategies at one device count yet" in section
+
+
+def test_the_scale_out_plots_show_devices_and_bytes_per_strategy(full):
+    sel = select(load_rows([full["csv"]]))
+    plots = {p.name: p for p in plan_plots(sel, group_contexts(sel))}
+    ok = [r for r in full["rows"] if r["status"] == "ok" and r.get("parallel", "none") != "none"]
+    grid = plots["memory_vs_devices"].grid
+    assert [row[0].title for row in grid] == [f"{SCALE_HEADING} · ddp", f"{SCALE_HEADING} · fsdp FULL_SHARD"]
+    memory, time = grid[0]
+    assert memory.ylabel == "excess memory per device (MiB)" and "slowest device" in time.ylabel
+    assert {s.label for s in memory.series} == {"torch backprop", "torch jvp[lazy]", "torch mezo", "jax backprop",
+                                                "jax jvp", "jax mezo"}  # fmt: skip
+    assert {s.label for s in grid[1][0].series} == {"torch backprop", "torch mezo", "jax backprop", "jax jvp",
+                                                    "jax mezo"}  # torch refuses jvp under fsdp  # fmt: skip
+    latest = {(r["framework"], r["mode"], r["devices"]): r for r in ok
+              if r["parallel"] == "ddp"}  # rows are oldest first: the later strategy_table rows win  # fmt: skip
+    line = next(s for s in time.series if s.label == "torch backprop")
+    assert line.xs == [1, 2]
+    assert line.ys == pytest.approx([latest["torch", "backprop", d]["step_time_median_s"] * 1e3 for d in (1, 2)])
+    bars = [row[0] for row in plots["comm_bytes"].grid]
+    assert [p.title.rsplit(" · ", 1)[1] for p in bars] == ["ddp × 2 devices", "fsdp SHARD_GRAD_OP × 2 devices",
+                                                           "fsdp FULL_SHARD × 2 devices"]  # fmt: skip
+    ddp = bars[0]
+    assert ddp.categories == ["backprop", "jvp", "mezo"] and ddp.logy and ddp.units == "bytes"
+    counted = {s.framework: s.ys for s in ddp.series if not s.guide}
+    assert counted == {"torch": [4 * N + 4, 8, 8], "jax": [4 * N + 4, 8, 8]}
+    assert [(s.framework, s.ys) for s in ddp.series if s.guide] == [("torch", [4 * N + 4, 8, 8]),
+                                                                    ("jax", [4 * N + 4, 8, 8])]  # fmt: skip
+    assert bars[1].categories == ["backprop", "mezo"]  # torch only; its jvp was refused
+    for name in ("memory_vs_devices", "comm_bytes"):
+        assert_real_png(full["out"] / "plots" / f"{name}.png")
+
+
+def test_a_csv_without_the_parallel_columns_builds_the_same_report(tmp_path):
+    rows = main_context()
+    old = write_csv(tmp_path / "old" / "runs.csv", rows, OLD_COLUMNS)
+    assert not set(PARALLEL_CSV_COLUMNS) & set(load_rows([old])[0])
+    defaults = dict(parallel="none", devices=1, nodes=1, world_size=1, global_batch_size=8,
+                    fsdp_reshard_after_forward=True, fsdp_offload=False)  # fmt: skip
+    new = write_csv(tmp_path / "new" / "runs.csv", [{**r, **defaults} for r in rows])
+    texts = []
+    for path in (old, new):
+        md = build_report([path], path.parent / "out").path.read_text()
+        texts.append(md.replace(str(path), "runs.csv"))
+    assert texts[0] == texts[1]
+    assert f"\n### {DEFAULT_HEADING}\n" in texts[0] and " device" not in beyond(texts[0]).split("`", 1)[0]
+    assert "No rows with `parallel=ddp|fsdp`: `python -m bench -m +experiment=scale_out`" in beyond(texts[0])
+    assert "- **Bytes exchanged per step per device**: needs an ok row with parallel=ddp|fsdp" in texts[0]
+    assert "parallel" not in summary_table(read_rows(old)).splitlines()[0]
