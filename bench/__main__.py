@@ -7,11 +7,14 @@ so bad input gets one clear line and a non-zero exit before any process starts o
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from dataclasses import fields
 
 import hydra
 
+from bench import sweep
 from bench.config import (
     CONF_DIR,
     GROUPS,
@@ -26,7 +29,8 @@ from bench.config import (
 )
 from bench.errors import ConfigError
 from bench.preflight import preflight
-from bench.runner import run_job
+from bench.runner import LAUNCHER_PID, OUTCOMES, run_job, stop_descendants
+from bench.system import Interrupted, interrupts_raise
 
 CASE_NOTE = ("case=NAME is a mode preset: it sets mode and the keys that come with it (backprop_remat: mode=backprop "
              "remat=true; jacfwd_head: mode=jacfwd trainable=head); a key given on the command line wins.")
@@ -58,7 +62,22 @@ def main(argv: list[str] | None = None) -> None:
             print(f"bench: error: {e}", file=sys.stderr)
             sys.exit(2)
     sys.argv = [sys.argv[0], *argv]
-    _hydra_app()
+    os.environ[LAUNCHER_PID] = str(os.getpid())  # jobs name their temp folders after this launch
+    try:
+        with interrupts_raise(first=stop_descendants):
+            _hydra_app()
+    except (Interrupted, KeyboardInterrupt) as e:
+        code = e.exit_code if isinstance(e, Interrupted) else 130
+        print(f"bench: interrupted ({signal.Signals(code - 128).name}): the running trial was stopped and nothing "
+              "recorded for it; the same command with resume=true runs the trials not recorded yet", file=sys.stderr)
+        sys.exit(code)
+    sys.exit(exit_code(sweep.LAST_STATUSES if sweep.LAST_STATUSES is not None else OUTCOMES))
+
+
+def exit_code(statuses: list[str]) -> int:
+    """0 when every trial produced its measurement (ok; oom and timeout are measured outcomes; skipped was
+    recorded before), 1 when any trial ended error or crashed."""
+    return 1 if any(s in ("error", "crashed") for s in statuses) else 0
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -16,12 +16,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from bench.errors import ConfigError
 from bench.ops_spec import OP_NAMES
 from bench.parallel import global_batch_size
 from bench.spec import FRAMEWORKS, BertSpec, OptimizerSpec, StepSpec
+from bench.system import cuda_device_count
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 DEVICES = ("auto", "cpu", "cuda")
@@ -164,8 +166,11 @@ class BenchConfig:
 
 
 def register_configs() -> None:
-    from hydra.core.config_store import ConfigStore
-
+    # ${visible_devices:2} in a config: this host's GPU count, or the default on a host without GPUs (so an
+    # experiment sized for 2 CPU devices takes every GPU of a GPU host)
+    OmegaConf.register_new_resolver(
+        "visible_devices", lambda default=1: cuda_device_count() or int(default), replace=True
+    )
     cs = ConfigStore.instance()
     cs.store(name="bench_schema", node=BenchConfig)
     cs.store(group="model", name="model_schema", node=ModelConfig)

@@ -66,6 +66,11 @@ def validate(c: dict, gpus: int) -> None:
     if p != "fsdp" and (c["fsdp_offload"] or not c["fsdp_reshard_after_forward"]):
         which = "fsdp_offload=true" if c["fsdp_offload"] else "fsdp_reshard_after_forward=false"
         raise ConfigError(f"{which}: applies to parallel=fsdp only (got parallel={p})")
+    if fw != "torch" and not c["fsdp_reshard_after_forward"]:
+        raise ConfigError(
+            "fsdp_reshard_after_forward=false: torch only (FSDP2's SHARD_GRAD_OP); in jax XLA decides when gathered "
+            "parameters are freed; accepted: true"
+        )
     if c["fsdp_offload"]:
         if fw != "torch":
             raise ConfigError("fsdp_offload=true: torch only (FSDP2's CPUOffloadPolicy); framework=jax accepts false")
@@ -79,6 +84,31 @@ def validate(c: dict, gpus: int) -> None:
         raise ConfigError(f"{which}: not measured with parallel={p} yet; accepted with parallel=none")
     if c["device"] in ("cuda", "auto") and 0 < gpus < c["devices"]:  # a host without GPUs may be a login node
         raise ConfigError(f"devices={c['devices']}: this host has {gpus} GPU(s); accepted 1..{gpus} (or device=cpu)")
+
+
+def check_launcher(c: dict, launcher: dict) -> None:
+    """Whether the Hydra launcher can start this trial's processes: more than one node needs a submitit launcher
+    with as many nodes; a submitit job with several tasks per node gives each task one process of the trial, so
+    their count must be what the framework runs (torch: one per device; jax: one per node, or one per device)."""
+    submitit = "submitit" in str(launcher.get("_target_", ""))
+    nodes, tasks = (launcher.get("nodes", 1), launcher.get("tasks_per_node", 1)) if submitit else (1, 1)
+    fix = (f"hydra/launcher=submitit_slurm hydra.launcher.nodes={c['nodes']} "
+           f"hydra.launcher.tasks_per_node={processes_per_node(c) if c['framework'] == 'torch' else 1}")  # fmt: skip
+    if c["nodes"] != nodes:
+        raise ConfigError(f"nodes={c['nodes']}: the launcher starts {nodes} node(s); accepted: {fix}")
+    if tasks > 1:
+        accepted = {processes_per_node(c)} if c["framework"] == "torch" else {1, c["devices"]}
+        if tasks not in accepted or c["parallel"] == "none":
+            raise ConfigError(
+                f"hydra.launcher.tasks_per_node={tasks}: a {c['framework']} trial with parallel={c['parallel']} "
+                f"devices={c['devices']} runs {' or '.join(map(str, sorted(accepted)))} process(es) per node; "
+                f"accepted: {fix}"
+            )
+    elif c["nodes"] > 1 and c["framework"] == "torch" and c["devices"] > 1:
+        raise ConfigError(
+            f"nodes={c['nodes']} devices={c['devices']}: a torch trial across nodes runs one task per device; "
+            f"accepted: {fix}"
+        )
 
 
 def world_size(c: dict) -> int:

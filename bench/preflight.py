@@ -12,8 +12,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from bench.config import CONF_DIR, GROUPS, available, register_configs
+from bench.config import CONF_DIR, GROUPS, available, register_configs, to_container
 from bench.errors import ConfigError
+from bench.parallel import check_launcher
 from bench.scenarios import validate
 
 MAX_PREFLIGHT = 2000  # sweeps larger than this are validated per job instead (composition takes ~20 ms each)
@@ -99,10 +100,22 @@ def compose_trials(overrides: list[str], multirun: bool, limit: int = MAX_PREFLI
 def preflight(overrides: list[str], multirun: bool) -> int:
     """Compose and validate every trial; raise ConfigError (one line) at the first bad one. Returns the count."""
     trials, total = compose_trials(overrides, multirun)
+    hydra_overrides = [o for o in overrides if o.lstrip("+~").startswith("hydra")]
+    # Hydra starts a single run itself; only a multirun goes through the launcher
+    launcher = launcher_of(trials[0][0] + hydra_overrides) if trials and multirun else {}
     for combo, cfg in trials:
         try:
             validate(cfg)
+            c = to_container(cfg)
+            if c.get("scenario", "model") == "model":
+                check_launcher(c, launcher)
         except ConfigError as e:
             varying = [c for c in combo if c not in overrides]
             raise ConfigError(f"{e} (trial {' '.join(varying)})" if varying else str(e)) from e
     return total
+
+
+def launcher_of(overrides: list[str]) -> dict:
+    """The Hydra launcher a command line selects (its node: _target_, nodes, tasks_per_node, ...)."""
+    with _hydra_context():
+        return to_container(_compose(overrides, return_hydra_config=True).hydra.launcher)

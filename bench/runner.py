@@ -14,9 +14,11 @@ A trial that died keeps what it reported before dying (on_progress): the ops sce
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import psutil
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from submitit.helpers import TorchDistributedEnvironment
@@ -38,11 +41,14 @@ from bench.parallel import processes_per_node
 from bench.scenarios import config_hash, scenario_of, validate
 from bench.sinks import CsvSink, read_rows
 from bench.sweep import sweep_info
-from bench.system import REPO, classify, error_line, free_port
+from bench.system import REPO, classify, error_line, free_port, interrupts_raise
 from bench.trackers import HostMemWatchdog
 
 LOG_TAIL_LINES = 12  # stderr lines kept in the row of a crashed trial
+OUTCOMES: list[str] = []  # the status of every job this process ran: `python -m bench`'s exit code reads it
 WATCH_INTERVAL_S = 0.05  # how often the parent looks at its trial processes (a poll is a waitpid)
+STOP_GRACE_S = 5.0  # what an interrupted launch gives its jobs to stop their trials and clean up (they take < 1 s)
+LAUNCHER_PID = "BENCH_LAUNCHER_PID"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -50,7 +56,15 @@ WATCH_INTERVAL_S = 0.05  # how often the parent looks at its trial processes (a 
 
 
 def run_job(cfg) -> dict:
-    """One Hydra job: skip it if resume finds it recorded ok, else spawn the trial and record its rows."""
+    """One Hydra job: skip it if resume finds it recorded ok, else spawn the trial and record its rows. SIGINT or
+    SIGTERM stops the trial's processes, records nothing for it and raises Interrupted."""
+    with interrupts_raise():
+        outcome = record_job(cfg)
+    OUTCOMES.append(outcome["status"])
+    return outcome
+
+
+def record_job(cfg) -> dict:
     validate(cfg)
     c = to_container(cfg)
     scenario = scenario_of(c)
@@ -154,7 +168,7 @@ def spawn_trial(c: dict, run_id: str, results_dir: Path, task: Task) -> dict:
     logs = results_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = lambda r: logs / (f"{run_id}.log" if r == 0 else f"{run_id}.rank{r}.log")
-    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=temp_prefix()) as tmp:
         payload = Path(tmp) / "payload.json"
         payload.write_text(json.dumps(c))
         result = lambda r: Path(tmp) / f"result.{r}.json"
@@ -173,7 +187,13 @@ def spawn_trial(c: dict, run_id: str, results_dir: Path, task: Task) -> dict:
             kill_all = lambda *_: [kill_session(p) for p in procs.values()]
             limit = c["max_host_mem_mb"]
             dogs = {r: stack.enter_context(HostMemWatchdog(p.pid, limit, on_exceed=kill_all)) for r, p in procs.items()}
-            timed_out, first_down = watch(procs, c["timeout_s"], kill_all)
+            try:
+                timed_out, first_down = watch(procs, c["timeout_s"], kill_all)
+            except BaseException:  # Interrupted, KeyboardInterrupt: stop the trial first (then its temp folder goes)
+                kill_all()
+                for p in procs.values():
+                    p.wait()
+                raise
         outs = {r: json.loads(result(r).read_text()) if result(r).exists() else {} for r in procs}
     main_rank = min(procs)
     out = outs[main_rank]
@@ -202,6 +222,47 @@ def spawn_trial(c: dict, run_id: str, results_dir: Path, task: Task) -> dict:
     if "status" in out:
         return out
     return {**out, "status": "crashed", "error": f"trial process left no result: {log_tail(log_path(main_rank))}"}
+
+
+def temp_prefix() -> str:
+    """Trial temp folders are named after the launching process (`python -m bench` sets BENCH_LAUNCHER_PID for
+    its jobs, wherever a launcher runs them), so that an interrupted launch can remove what a killed job left."""
+    return f"bench-{os.environ.get(LAUNCHER_PID, os.getpid())}-"
+
+
+def stop_descendants(grace_s: float = STOP_GRACE_S) -> None:
+    """On SIGINT/SIGTERM to the launching process: ask every descendant (a launcher's workers, submitit's local
+    jobs) to stop with SIGTERM, which makes a job stop its trial, remove its temp folder and record nothing
+    (run_job), give them `grace_s`, then SIGKILL what is left, trial sessions included, and remove the temp folders
+    of this launch that a killed job could not."""
+    me = psutil.Process()
+    trials = [p for p in me.children(recursive=True) if is_trial(p)]
+    jobs = []  # the processes that started the trials: a launcher's workers, submitit's jobs (not the launcher's
+    for p in trials:  # own helpers, such as loky's resource tracker: the launcher stops those itself)
+        with contextlib.suppress(psutil.Error):
+            parent = p.parent()
+            if parent is not None and parent.pid != me.pid and parent not in jobs:
+                jobs.append(parent)
+    for p in jobs:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(jobs, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    for p in trials:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)  # a trial leads its own session: it and whatever it started
+    psutil.wait_procs(trials, timeout=grace_s)
+    for leftover in Path(tempfile.gettempdir()).glob(f"bench-{os.getpid()}-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def is_trial(p: psutil.Process) -> bool:
+    try:
+        return "bench.runner" in p.cmdline()
+    except psutil.Error:
+        return False
 
 
 def watch(procs: dict[int, subprocess.Popen], timeout_s: float, kill_all) -> tuple[bool, list[int]]:

@@ -5,6 +5,7 @@ sweep's facts from a small JSON file in the sweep directory (shared storage on S
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -15,6 +16,7 @@ from bench.scenarios import config_hash, scenario_of
 from bench.sinks import read_rows
 
 SWEEP_FILE = "bench_sweep.json"
+LAST_STATUSES: list[str] | None = None  # set when a sweep ends in this process: `python -m bench`'s exit code
 
 
 class SweepCallback(Callback):
@@ -32,11 +34,29 @@ class SweepCallback(Callback):
               f"{results_path(config)}", flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        global LAST_STATUSES
         scenario = scenario_of_sweep(config)
         hashes = sweep_info(config.hydra.sweep.dir).get("config_hashes", [])
         rows = scenario.sweep_rows(read_rows(results_path(config)), hashes)
         print(scenario.summary(rows), flush=True)
         print(next_step(config), flush=True)
+        LAST_STATUSES = trial_statuses(rows)
+        counts = Counter(LAST_STATUSES)
+        print(f"bench: {len(LAST_STATUSES)} trial(s): " + ", ".join(f"{n} {s}" for s, n in counts.most_common()),
+              flush=True)
+
+
+def trial_statuses(rows: list[dict]) -> list[str]:
+    """One status per trial (run_id) of the sweep's rows: an ops trial's rows carry its status per op, the worst
+    of which is the trial's."""
+    worst = ("crashed", "error", "timeout", "oom", "skipped", "ok")
+    by_run: dict[str, str] = {}
+    for r in rows:
+        status = r.get("status", "")
+        prev = by_run.get(r.get("run_id", ""))
+        if prev is None or (status in worst and (prev not in worst or worst.index(status) < worst.index(prev))):
+            by_run[r.get("run_id", "")] = status
+    return list(by_run.values())
 
 
 def next_step(config) -> str:

@@ -4,13 +4,16 @@ fault injection the failure tests use. Nothing here imports torch or jax."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
 import platform
 import shutil
+import signal
 import socket
 import subprocess
+import threading
 from importlib import metadata
 from pathlib import Path
 
@@ -103,6 +106,44 @@ def thread_env(threads: str) -> dict[str, str]:
     if flags:
         env["XLA_FLAGS"] = flags
     return env
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached a process that runs trials: raised in its main thread, so that the running trial
+    is stopped and its temporary files removed on the way out (SIGTERM's default would end the process at once and
+    leave the trial running). A BaseException, like KeyboardInterrupt: no `except Exception` swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+
+
+@contextlib.contextmanager
+def interrupts_raise(first=None):
+    """Within: SIGINT and SIGTERM raise Interrupted (main thread only; elsewhere a no-op), after calling
+    `first()` if given, with both signals ignored meanwhile (a second Ctrl-C must not cut the clean-up short).
+    Handlers restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if first is not None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            first()
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def classify(e: BaseException) -> str:

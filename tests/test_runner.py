@@ -60,7 +60,9 @@ def test_multirun_records_every_trial_ok_with_plausible_numbers(tmp_path):
     assert len({r["sweep_id"] for r in rs}) == 1
     # the sweep prints progress and a summary table at the end, then the command for its report, which works
     assert "[4/4]" in out.stdout and "excess MiB" in out.stdout
-    command = out.stdout.strip().splitlines()[-1].split("tables and plots: ")[1]
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == "bench: 4 trial(s): 4 ok"  # the last line counts the trials by status
+    command = lines[-2].split("tables and plots: ")[1]
     assert command == f"python -m bench.report {tmp_path / 'runs.csv'} --out {tmp_path}"
     report = subprocess.run([sys.executable, *command.split()[1:]], capture_output=True, text=True, cwd=REPO)
     assert report.returncode == 0, report.stderr
@@ -99,14 +101,16 @@ def test_host_memory_limit_is_oom_and_the_sweep_goes_on(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("fault,signal_name", [("segv", "SIGSEGV"), ("abort", "SIGABRT")])
 def test_a_dying_trial_is_recorded_as_crashed(tmp_path, fault, signal_name):
-    bench(
+    proc = bench(
         "framework=torch",
         "mode=backprop",
         *FAST,
         "logger=none",
         results=tmp_path,
         env={"BENCH_INJECT_FAULT": f"after_warmup:{fault}"},
+        check=False,
     )
+    assert proc.returncode == 1  # a trial that crashed: the command fails, for scripts to see
     (row,) = rows(tmp_path)
     assert row["status"] == "crashed"
     assert signal_name in row["error"]

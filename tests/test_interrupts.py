@@ -1,0 +1,99 @@
+"""Ctrl-C and SIGTERM to a sweep, under each launcher: the running trial's processes end within seconds, its temp
+folder goes, nothing partial is recorded, one line is printed, the exit code is 130 / 143, and resume=true
+afterwards runs exactly the trials not recorded yet."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bench.sinks import read_rows
+from tests.test_runner import FAST, REPO
+
+LAUNCHERS = {
+    "basic": [],
+    "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+    "submitit_local": ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"],
+}
+STOP_WITHIN_S = 20  # the parent gives its jobs 5 s to stop their trials, then kills; loaded CI hosts are slow
+
+
+def trials_of(pid: int) -> list[psutil.Process]:
+    try:
+        kids = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [p for p in kids if "bench.runner" in " ".join(p.cmdline())]
+
+
+def trial_processes_anywhere(launcher_pid: int) -> list[psutil.Process]:
+    """Trial processes of this launch, wherever they were reparented: their temp folder names the launcher."""
+    mark = f"bench-{launcher_pid}-"
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "bench.runner" in cmd and mark in cmd:
+            found.append(p)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "launcher, sig",
+    [("basic", signal.SIGINT), ("basic", signal.SIGTERM), ("joblib", signal.SIGTERM),
+     ("submitit_local", signal.SIGINT)],
+)  # fmt: skip
+def test_an_interrupt_stops_the_trial_records_nothing_and_resume_finishes(tmp_path, launcher, sig):
+    # the second trial never ends by itself: only the interrupt can stop it
+    args = ["-m", "framework=torch", "mode=inference,backprop", *FAST, "logger=none", *LAUNCHERS[launcher]]
+    cmd = [sys.executable, "-m", "bench", *args, "steps=3,1000000", f"results_dir={tmp_path}"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and len(read_rows(tmp_path / "runs.csv")) < (2 if launcher != "basic" else 1):
+        time.sleep(0.5)  # the short trials are recorded; the endless one is running
+    while time.monotonic() < deadline and not trials_of(proc.pid):
+        time.sleep(0.2)
+    assert trials_of(proc.pid), "no trial process started"
+    recorded = (tmp_path / "runs.csv").read_bytes()
+    time.sleep(2)  # well inside the timed steps
+    proc.send_signal(sig)
+    try:
+        out, err = proc.communicate(timeout=STOP_WITHIN_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the launch did not end within its grace period")
+    assert proc.returncode == 128 + sig, err
+    assert err.strip().splitlines()[-1].startswith(f"bench: interrupted ({signal.Signals(sig).name})"), err
+    assert not trial_processes_anywhere(proc.pid)
+    assert not list(Path(tempfile.gettempdir()).glob(f"bench-{proc.pid}-*"))
+    assert (tmp_path / "runs.csv").read_bytes() == recorded  # nothing partial
+
+    resumed = subprocess.run([*cmd[:-2], "steps=3,5", "resume=true", f"results_dir={tmp_path}"], cwd=REPO,
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.count("skipped (recorded ok") == (2 if launcher != "basic" else 1)
+    assert len(read_rows(tmp_path / "runs.csv")) == 4
+
+
+@pytest.mark.slow
+def test_an_interrupt_to_a_single_trial_stops_it(tmp_path):
+    """`python -m bench ...` without -m: Hydra runs the one job in this process; Ctrl-C stops its trial too."""
+    env = {**os.environ, "BENCH_INJECT_FAULT": ""}
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "framework=torch", *FAST, "logger=none", "steps=1000000",
+                             f"results_dir={tmp_path}"], cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not trials_of(proc.pid):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=STOP_WITHIN_S)
+    assert proc.returncode == 130 and err.strip().splitlines()[-1].startswith("bench: interrupted (SIGINT)"), err
+    assert not trial_processes_anywhere(proc.pid) and not (tmp_path / "runs.csv").exists()
