@@ -18,6 +18,7 @@ from bench import sweep
 from bench.config import (
     CONF_DIR,
     GROUPS,
+    LAUNCH_ID,
     BenchConfig,
     DataConfig,
     LoggerConfig,
@@ -25,6 +26,7 @@ from bench.config import (
     OpsConfig,
     OptimizerConfig,
     available,
+    launch_id,
     register_configs,
 )
 from bench.errors import ConfigError
@@ -53,6 +55,9 @@ def main(argv: list[str] | None = None) -> None:
     if any(a in ("-h", "--help") for a in argv):
         print(help_text())
         return
+    os.environ[LAUNCHER_PID] = str(os.getpid())  # jobs name their temp folders after this launch
+    os.environ.pop(LAUNCH_ID, None)
+    launch_id()  # a new id for this launch: its Hydra folder and sweep_id, for every job it starts
     if not any(a.split("=")[0] in _HYDRA_INFO_FLAGS for a in argv):
         multirun = any(a in ("-m", "--multirun") for a in argv)
         overrides = [a for a in argv if not a.startswith("-")]
@@ -62,7 +67,6 @@ def main(argv: list[str] | None = None) -> None:
             print(f"bench: error: {e}", file=sys.stderr)
             sys.exit(2)
     sys.argv = [sys.argv[0], *argv]
-    os.environ[LAUNCHER_PID] = str(os.getpid())  # jobs name their temp folders after this launch
     try:
         with interrupts_raise(first=stop_descendants):
             _hydra_app()

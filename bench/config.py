@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import uuid
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ from bench.spec import FRAMEWORKS, BertSpec, OptimizerSpec, StepSpec
 from bench.system import cuda_device_count
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+LAUNCH_ID = "BENCH_LAUNCH_ID"
 DEVICES = ("auto", "cpu", "cuda")
 LOGGERS = ("wandb", "none")
 
@@ -151,7 +155,7 @@ class BenchConfig:
     resume: bool = _f(False, "skip trials already recorded ok for the same configuration")
     timeout_s: int = _f(1800, "per-trial wall-clock limit")
     max_host_mem_mb: Any = _f(None, "kill a trial whose host RSS exceeds this (status oom)")
-    sweep_id: Any = _f(None, "groups the trials of one sweep (default: the Hydra sweep directory name)")
+    sweep_id: Any = _f(None, "groups the trials of one sweep (default: an id unique to each launch)")
     evaluate: bool = _f(
         False, "after the timed steps: loss and accuracy on the held-out split -> eval_loss, eval_accuracy"
     )
@@ -171,6 +175,9 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver(
         "visible_devices", lambda default=1: cuda_device_count() or int(default), replace=True
     )
+    # ${launch_id:} names a launch's Hydra folder and is its trials' default sweep_id: `python -m bench` draws one
+    # per launch (time and random digits) and hands it to every job in the environment; one process keeps it
+    OmegaConf.register_new_resolver("launch_id", launch_id, use_cache=True, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="bench_schema", node=BenchConfig)
     cs.store(group="model", name="model_schema", node=ModelConfig)
@@ -178,6 +185,14 @@ def register_configs() -> None:
     cs.store(group="optimizer", name="optimizer_schema", node=OptimizerConfig)
     cs.store(group="logger", name="logger_schema", node=LoggerConfig)
     cs.store(group="ops", name="ops_schema", node=OpsConfig)
+
+
+def launch_id() -> str:
+    """This launch's id: BENCH_LAUNCH_ID as `python -m bench` set it for itself and every job it starts, or a new
+    one (a process started some other way)."""
+    if LAUNCH_ID not in os.environ:
+        os.environ[LAUNCH_ID] = f"{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+    return os.environ[LAUNCH_ID]
 
 
 def available(group: str) -> list[str]:

@@ -23,6 +23,7 @@ from bench.results import (
     framework_order,
     knob,
     mode_order,
+    provenance,
     read_history,
     strategy,
     strategy_order,
@@ -185,10 +186,9 @@ def section(contexts: dict[Context, Cells]) -> list[str]:
             "program did (torch: the collectives it issued; JAX: those in the compiled step's HLO), beside the "
             "**expected** bytes of bench/parallel.py's formula. KiB, MiB = 2¹⁰, 2²⁰ bytes.", ""]  # fmt: skip
     for key, rows in found:
-        sweeps = sorted({r.get("sweep_id") for r in rows if r.get("sweep_id")})
         out += [context_label(key), ""]
-        if sweeps:
-            out += [f"From sweep{'s' if len(sweeps) > 1 else ''} {', '.join(f'`{s}`' for s in sweeps)}.", ""]
+        if provenance(rows):
+            out += [provenance(rows), ""]
         out += [scale_table(rows), ""]
     out += ["*How to read it:* backprop all-reduces its gradient every step, 4n bytes for n trainable parameters "
             "in fp32 (87 MiB for MiniLM's 22.7 M) on any number of devices. The forward gradient (jvp) and MeZO "

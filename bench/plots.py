@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench.results import (
     FRAMEWORK_NAMES,
-    STUDY_SWEEP,
+    STUDY_EXPERIMENT,
     Cells,
     Context,
     Selection,
@@ -24,6 +24,7 @@ from bench.results import (
     context_key,
     context_label,
     context_order,
+    experiment_of,
     fmt_bytes,
     framework_order,
     knob,
@@ -219,7 +220,7 @@ def curves_grid(rows: list[dict]) -> list[list[Panel]]:
             runs.append((r, h))
     if not runs:
         return []
-    study = [(r, h) for r, h in runs if r.get("sweep_id") == STUDY_SWEEP]
+    study = [(r, h) for r, h in runs if experiment_of(r) == STUDY_EXPERIMENT]
     if study:
         runs = study
     else:
@@ -228,7 +229,7 @@ def curves_grid(rows: list[dict]) -> list[list[Panel]]:
         runs = [(r, h) for r, h in runs if context_key(r) == best]
     runs.sort(key=lambda rh: row_order(rh[0]))
     runs = runs[:MAX_CURVES]
-    title = context_label(context_key(runs[0][0])) if len({context_key(r) for r, _ in runs}) == 1 else STUDY_SWEEP
+    title = context_label(context_key(runs[0][0])) if len({context_key(r) for r, _ in runs}) == 1 else STUDY_EXPERIMENT
     loss = [Series(r.get("framework", ""), mode_label(r), *_finite_points(h["loss"])) for r, h in runs]
     row = [Panel(title, "timed step", "training loss", loss, legend=True)]
     accuracy = [Series(r.get("framework", ""), mode_label(r), *_finite_points(h.get("eval_accuracy"))) for r, h in runs]

@@ -27,7 +27,7 @@ from bench.ops_report import ops_report
 from bench.plots import MAX_PANELS, PLOT_DIR, Plot, draw, plan_plots
 from bench.results import (
     FRAMEWORK_NAMES,
-    STUDY_SWEEP,
+    STUDY_EXPERIMENT,
     Cells,
     Context,
     ReportError,
@@ -38,10 +38,12 @@ from bench.results import (
     context_key,
     context_label,
     context_order,
+    experiment_of,
     framework_order,
     group_contexts,
     load_rows,
     mode_order,
+    provenance,
     richest_first,
     select,
     series_groups,
@@ -153,7 +155,7 @@ def study_rows(contexts: dict[Context, Cells]) -> list[tuple[Context, list[list]
     out = []
     for key in sorted(contexts, key=context_order):
         cells = [(cell, r) for cell, r in contexts[key].items()
-                 if r.get("sweep_id") == STUDY_SWEEP and r.get("mode") in ("backprop", "jvp")]  # fmt: skip
+                 if experiment_of(r) == STUDY_EXPERIMENT and r.get("mode") in ("backprop", "jvp")]  # fmt: skip
         if not cells:
             continue
         body = []
@@ -283,10 +285,9 @@ def render(sel: Selection, contexts: dict[Context, Cells], plots: list[Plot], so
         out += ["(no trials recorded)", ""]
     for key in richest_first(contexts):
         cells = contexts[key]
-        sweeps = sorted({r.get("sweep_id") for r in cells.values() if r.get("sweep_id")})
         out += [f"### {context_label(key)}", ""]
-        if sweeps:
-            out += [f"From sweep{'s' if len(sweeps) > 1 else ''} {', '.join(f'`{s}`' for s in sweeps)}.", ""]
+        if provenance(cells.values()):
+            out += [provenance(cells.values()), ""]
         out += [context_table(cells), ""]
         ratios = context_ratios(cells)
         if ratios:
@@ -295,15 +296,16 @@ def render(sel: Selection, contexts: dict[Context, Cells], plots: list[Plot], so
     study = study_rows(contexts)
     out += ["## The UMass forward-AD study's table: AG-News fine-tuning", ""]
     if study:
-        out += [f"Rows of sweep `{STUDY_SWEEP}` (conf/experiment/seed_agnews.yaml): the table of the UMass student "
-                "study *Understanding Forward-Mode Auto Differentiation*, whose JAX column was empty, measured in "
-                "both frameworks. Total training time is the sum of the timed steps (`total_train_time_s`): "
-                "compilation, warm-up and evaluation excluded. Eval accuracy is on the held-out samples after the "
-                "last step.", ""]  # fmt: skip
+        out += [f"Rows of experiment `{STUDY_EXPERIMENT}` (conf/experiment/seed_agnews.yaml): the table of the "
+                "UMass student study *Understanding Forward-Mode Auto Differentiation*, whose JAX column was empty, "
+                "measured in both frameworks. Total training time is the sum of the timed steps "
+                "(`total_train_time_s`): compilation, warm-up and evaluation excluded. Eval accuracy is on the "
+                "held-out samples after the last step.", ""]  # fmt: skip
         for key, body in study:
             out += [f"{context_label(key)}", "", md_table(STUDY_HEAD, body, "l" + "r" * (len(STUDY_HEAD) - 1)), ""]
     else:
-        out += [f"No rows of sweep `{STUDY_SWEEP}`: `python -m bench -m +experiment=seed_agnews` (a GPU job).", ""]
+        out += [f"No rows of experiment `{STUDY_EXPERIMENT}`: `python -m bench -m +experiment=seed_agnews` "
+                "(a GPU job).", ""]
 
     naive = naive_jvp_contexts(contexts)
     if naive:

@@ -32,7 +32,7 @@ from bench.sinks import REQUIRED_COLUMNS
 from bench.spec import FRAMEWORKS, JVP_IMPLS, MODES, TRAINABLE_SCOPES
 from bench.tables import fixed_width, fmt_value, num
 
-STUDY_SWEEP = "seed_agnews"  # conf/experiment/seed_agnews.yaml: the UMass forward-AD study's AG-News experiment
+STUDY_EXPERIMENT = "seed_agnews"  # conf/experiment/seed_agnews.yaml: the UMass forward-AD study's AG-News experiment
 FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}
 
 
@@ -294,6 +294,23 @@ _IDENTITY_COLUMNS = ("framework", "mode", "model", "num_layers", "hidden_size", 
                      "optimizer", *OPTIMIZER_KNOBS, "batch_size", "grad_accum", "seq_len", "steps", "epochs", "seed",
                      "remat", "num_tangents", "jvp_impl", "mezo_eps", "attn_implementation", "dropout", "dtype",
                      "device", *PARALLEL_COLUMNS)  # fmt: skip
+
+
+def experiment_of(row: dict) -> str:
+    """The conf/experiment a row was launched by: its `experiment` column; before that column existed, an
+    experiment named its sweep (sweep_id)."""
+    return row.get("experiment") or ("" if "experiment" in row else row.get("sweep_id", "")) or ""
+
+
+def provenance(rows) -> str:
+    """"From experiment `default_bench`." / "From sweeps `…`, `…`.": where a table's rows came from, or ""."""
+    experiments = sorted({experiment_of(r) for r in rows if experiment_of(r)})
+    sweeps = sorted({r.get("sweep_id") for r in rows if not experiment_of(r) and r.get("sweep_id")})
+    parts = []
+    for what, names in (("experiment", experiments), ("sweep", sweeps)):
+        if names:
+            parts.append(f"{what}{'s' if len(names) > 1 else ''} {', '.join(f'`{n}`' for n in names)}")
+    return f"From {' and '.join(parts)}." if parts else ""
 
 
 def started(row: dict) -> str:

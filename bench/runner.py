@@ -36,7 +36,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from submitit.helpers import TorchDistributedEnvironment
 
-from bench.config import to_container
+from bench.config import launch_id, to_container
 from bench.parallel import processes_per_node
 from bench.scenarios import config_hash, scenario_of, validate
 from bench.sinks import CsvSink, read_rows
@@ -70,7 +70,7 @@ def record_job(cfg) -> dict:
     scenario = scenario_of(c)
     results_dir = Path(c["results_dir"])
     csv_path = results_dir / scenario.results_file
-    index, total, sweep_id = progress_info(c)
+    index, total, sweep_id, experiment = progress_info(c)
     progress = f"[{index}/{total}] {scenario.label(c)}"
     h = config_hash(cfg)
     if c["resume"]:
@@ -88,7 +88,7 @@ def record_job(cfg) -> dict:
     if not task.main:  # another task of a multi-task job: the main one records the trial
         return {"run_id": run_id, "status": outcome["status"]}
     ids = {"run_id": run_id, "started_at": started, "wall_time_s": time.perf_counter() - t0,
-           "sweep_id": sweep_id, "config_hash": h}  # fmt: skip
+           "sweep_id": sweep_id, "config_hash": h, "experiment": experiment}  # fmt: skip
     rows = scenario.rows(c, outcome, ids)
     sink = CsvSink(csv_path, scenario.columns)
     for row in rows:
@@ -111,16 +111,18 @@ def recorded_ok(csv_path: Path, config_hash: str) -> str | None:
     return ok[-1] if ok else None
 
 
-def progress_info(c: dict) -> tuple[int, int | str, str]:
-    """(trial number, total, sweep id) from Hydra's runtime config; (1, 1, run dir name) outside a sweep."""
+def progress_info(c: dict) -> tuple[int, int | str, str, str]:
+    """(trial number, total, sweep id, experiment) from Hydra's runtime config. The sweep id is the launch's own
+    (bench.config.launch_id) unless sweep_id names one; the experiment is +experiment=NAME's NAME, or ""."""
+    sweep_id = c["sweep_id"] or launch_id()
     try:
         hc = HydraConfig.get()
     except ValueError:  # called outside a Hydra app (tests, tools)
-        return 1, 1, c["sweep_id"] or "single"
+        return 1, 1, sweep_id, ""
+    experiment = hc.runtime.choices.get("experiment") or ""
     if hc.mode == RunMode.MULTIRUN:
-        info = sweep_info(hc.sweep.dir)
-        return hc.job.num + 1, info.get("total") or "?", c["sweep_id"] or info["sweep_id"]
-    return 1, 1, c["sweep_id"] or Path(hc.run.dir).name
+        return hc.job.num + 1, sweep_info(hc.sweep.dir).get("total") or "?", sweep_id, experiment
+    return 1, 1, sweep_id, experiment
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ EXTRA_COLUMNS = (
     # beyond one device (bench/parallel.py): memory columns above are the largest over devices
     "parallel", "devices", "nodes", "world_size", "global_batch_size", "fsdp_reshard_after_forward", "fsdp_offload",
     "comm_bytes_per_step", "comm_bytes_expected", "mem_params_mb", "mem_optimizer_mb",
+    "experiment",  # the conf/experiment a trial was launched by (+experiment=NAME), empty otherwise
 )  # fmt: skip
 CSV_COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 
@@ -56,7 +57,7 @@ OPS_CSV_COLUMNS = (
     "status", "error",
     "primal_err", "jvp_err", "vjp_err", "tolerance", "cpu_util", "warmup", "repeats", "seed",
     "sweep_id", "config_hash", "wall_time_s", "hostname", "python_version", "git_sha",
-    "jax_version", "jaxlib_version", "torch_version",
+    "jax_version", "jaxlib_version", "torch_version", "experiment",
 )  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from bench.config import launch_id
 from bench.preflight import compose_trials
 from bench.scenarios import config_hash, scenario_of
 from bench.sinks import read_rows
@@ -28,7 +29,7 @@ class SweepCallback(Callback):
             hashes = [config_hash(cfg) for _, cfg in trials]
         except Exception:  # noqa: BLE001 (a count is a nicety; never stop a sweep over it)
             total, hashes = None, []
-        info = {"sweep_id": config.sweep_id or sweep_dir.name, "total": total, "config_hashes": hashes}
+        info = {"sweep_id": config.sweep_id or launch_id(), "total": total, "config_hashes": hashes}
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(info))
         print(f"bench: sweep {info['sweep_id']}: {total if total is not None else '?'} trials -> "
               f"{results_path(config)}", flush=True)
@@ -36,8 +37,8 @@ class SweepCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         global LAST_STATUSES
         scenario = scenario_of_sweep(config)
-        hashes = sweep_info(config.hydra.sweep.dir).get("config_hashes", [])
-        rows = scenario.sweep_rows(read_rows(results_path(config)), hashes)
+        info = sweep_info(config.hydra.sweep.dir)
+        rows = scenario.sweep_rows(read_rows(results_path(config)), info.get("config_hashes", []), info["sweep_id"])
         print(scenario.summary(rows), flush=True)
         print(next_step(config), flush=True)
         LAST_STATUSES = trial_statuses(rows)

@@ -66,7 +66,8 @@ def trial(framework: str, mode: str, status: str = "ok", **kw) -> dict:
         "started_at": f"2026-11-23T{10 + i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}+00:00",
         "framework": framework, "mode": mode, "data": "synthetic", "trainable": "all", "optimizer": "sgd",
         "steps": 5, "seed": 0, "remat": False, "num_tangents": 1, "device": "cpu", "device_name": "AMD EPYC x2",
-        "dtype": "fp32", "jvp_impl": "func", "status": status, "sweep_id": "default_bench", "git_sha": "de9bbbd",
+        "dtype": "fp32", "jvp_impl": "func", "status": status, "sweep_id": "20261123-000000-abcdef",
+        "experiment": "default_bench", "git_sha": "de9bbbd",
         "torch_version": "2.13.0+cpu", "jax_version": "0.10.2", "warmup_steps": 1, "grad_accum": 1, "last_k": 1,
         **MINILM,
     }  # fmt: skip
@@ -127,21 +128,22 @@ def scaling_rows() -> list[dict]:
         n = bert_params(layers)
         for fw in ("torch", "jax"):
             for mode in ("inference", "backprop", "jvp", "mezo"):
-                rows.append(trial(fw, mode, sweep_id="depth_scaling", **{**bert, "num_layers": layers},
+                rows.append(trial(fw, mode, experiment="depth_scaling", **{**bert, "num_layers": layers},
                                   n_params=n, n_trainable=n))  # fmt: skip
-    rows.append(trial("torch", "backprop", "crashed", sweep_id="depth_scaling", **{**bert, "num_layers": 12},
+    rows.append(trial("torch", "backprop", "crashed", experiment="depth_scaling", **{**bert, "num_layers": 12},
                       n_params=bert_params(12), n_trainable=bert_params(12),
                       error="trial process died (signal 9): Killed\nlast line of the log"))  # fmt: skip
     n = bert_params(4)
     for fw in ("torch", "jax"):
         for mode in ("backprop", "jvp", "mezo"):
             for t in (32, 64, 256):  # 128 is the depth sweep's 4-layer row: the same configuration
-                rows.append(trial(fw, mode, sweep_id="seq_scaling", **{**bert, "num_layers": 4, "seq_len": t},
+                rows.append(trial(fw, mode, experiment="seq_scaling", **{**bert, "num_layers": 4, "seq_len": t},
                                   n_params=n, n_trainable=n))  # fmt: skip
             for b in (1, 2, 8):
-                rows.append(trial(fw, mode, sweep_id="batch_scaling", **{**bert, "num_layers": 4, "batch_size": b},
+                rows.append(trial(fw, mode, experiment="batch_scaling", **{**bert, "num_layers": 4, "batch_size": b},
                                   n_params=n, n_trainable=n))  # fmt: skip
-    rows.append(trial("jax", "mezo", "timeout", sweep_id="batch_scaling", **{**bert, "num_layers": 4, "batch_size": 64},
+    rows.append(trial("jax", "mezo", "timeout", experiment="batch_scaling",
+                      **{**bert, "num_layers": 4, "batch_size": 64},
                       error="no result within timeout_s=1800"))  # fmt: skip
     return rows
 
@@ -152,23 +154,23 @@ def grad_quality_rows() -> list[dict]:
     for scope, n in (("head", 1188), ("bias", 772)):
         for fw in ("torch", "jax"):
             for k in (1, 4, 16, 64, 256):
-                rows.append(trial(fw, "jvp", sweep_id="grad_quality", trainable=scope, n_trainable=n, num_tangents=k,
+                rows.append(trial(fw, "jvp", experiment="grad_quality", trainable=scope, n_trainable=n, num_tangents=k,
                                   grad_cosine=math.sqrt(k / (k + n - 1)) * (0.95 if fw == "torch" else 1.05),
                                   **tiny))  # fmt: skip
-            rows.append(trial(fw, "mezo", sweep_id="grad_quality", trainable=scope, n_trainable=n, grad_cosine=0.03,
+            rows.append(trial(fw, "mezo", experiment="grad_quality", trainable=scope, n_trainable=n, grad_cosine=0.03,
                               **tiny))  # fmt: skip
     for scope, n in (("bias", 772), ("head", 1188), ("last_k", 18_276)):
         for fw in ("torch", "jax"):
             for mode in ("backprop", "jvp", "jacfwd"):
-                rows.append(trial(fw, mode, sweep_id="jacfwd_scaling", trainable=scope, n_trainable=n, last_k=2,
+                rows.append(trial(fw, mode, experiment="jacfwd_scaling", trainable=scope, n_trainable=n, last_k=2,
                                   grad_cosine=1.0 if mode != "jvp" else 0.03, **{**tiny, "steps": 3}))  # fmt: skip
-    rows.append(trial("jax", "mezo", "error", sweep_id="grad_quality", trainable="last_k", last_k=2, n_trainable=18_276,
-                      error="ValueError: mezo_eps=0: must be > 0", **tiny))  # fmt: skip
+    rows.append(trial("jax", "mezo", "error", experiment="grad_quality", trainable="last_k", last_k=2,
+                      n_trainable=18_276, error="ValueError: mezo_eps=0: must be > 0", **tiny))  # fmt: skip
     return rows
 
 
 def study_rows() -> list[dict]:
-    study = dict(sweep_id="seed_agnews", model="bert_base", num_layers=12, hidden_size=768, optimizer="adamw",
+    study = dict(experiment="seed_agnews", model="bert_base", num_layers=12, hidden_size=768, optimizer="adamw",
                 steps=625, epochs=5, warmup_steps=2, n_params=bert_params(12), n_trainable=bert_params(12))  # fmt: skip
     numbers = {("torch", "backprop"): (2100.0, 1200.0, 310.0, 0.91), ("torch", "jvp"): (1500.0, 600.0, 290.0, 0.42),
                ("jax", "backprop"): (2300.0, 1400.0, 250.0, 0.90), ("jax", "jvp"): (1700.0, 800.0, 240.0, 0.44)}
@@ -177,7 +179,7 @@ def study_rows() -> list[dict]:
 
 
 def pathology_rows() -> list[dict]:
-    ctx = dict(sweep_id="jvp_pathology", model="bert_base", num_layers=4, hidden_size=768, steps=2,
+    ctx = dict(experiment="jvp_pathology", model="bert_base", num_layers=4, hidden_size=768, steps=2,
                n_params=bert_params(4), n_trainable=bert_params(4))  # fmt: skip
     return [trial("torch", "inference", excess_mem_mb=60.0, **ctx),
             trial("torch", "backprop", excess_mem_mb=900.0, **ctx),
@@ -202,7 +204,7 @@ def parallel_trial(framework: str, mode: str, parallel: str = "none", devices: i
     c = {"parallel": parallel, "devices": devices, "nodes": 1, "mode": mode, "num_tangents": 1,
          "fsdp_reshard_after_forward": reshard}  # fmt: skip
     shards = devices if parallel == "fsdp" else 1
-    r = dict(SCALE, sweep_id="scale_out", parallel=parallel, devices=devices, nodes=1, world_size=devices,
+    r = dict(SCALE, experiment="scale_out", parallel=parallel, devices=devices, nodes=1, world_size=devices,
              global_batch_size=4 * devices, fsdp_reshard_after_forward=reshard, fsdp_offload=offload,
              jvp_impl="lazy" if framework == "torch" else "func")  # fmt: skip
     if status == "ok":
@@ -235,15 +237,15 @@ def scale_out_rows() -> list[dict]:
                                                        ("backprop", "jvp", "mezo")):  # fmt: skip
         if (parallel, mode) == ("fsdp", "jvp"):
             rows.append(parallel_trial("torch", mode, parallel, 2, reshard, status="error", error=FSDP_JVP_REFUSED,
-                                       sweep_id="strategy_table"))  # fmt: skip
+                                       experiment="strategy_table"))  # fmt: skip
         else:
             step = 0.5 if reshard else 0.45  # FULL_SHARD gathers once more than SHARD_GRAD_OP
-            rows.append(parallel_trial("torch", mode, parallel, 2, reshard, sweep_id="strategy_table",
+            rows.append(parallel_trial("torch", mode, parallel, 2, reshard, experiment="strategy_table",
                                        step_time_median_s=step if parallel == "fsdp" else 0.4))  # fmt: skip
     for fw, mode in itertools.product(("torch", "jax"), ("backprop", "jvp", "mezo", "inference")):
         extra = {} if mode != "inference" else {"excess_mem_mb": 9.0, "peak_mem_mb": 600.0}
-        rows.append(parallel_trial(fw, mode, sweep_id="default_bench", **extra) if mode != "inference"
-                    else trial(fw, mode, sweep_id="default_bench", **{**SCALE, **extra}))  # fmt: skip
+        rows.append(parallel_trial(fw, mode, experiment="default_bench", **extra) if mode != "inference"
+                    else trial(fw, mode, experiment="default_bench", **{**SCALE, **extra}))  # fmt: skip
     return rows
 
 
@@ -305,7 +307,7 @@ def full(tmp_path_factory):
     rows = main_context() + scaling_rows() + grad_quality_rows() + study_rows() + pathology_rows() + scale
     csv_path = write_csv(results / "runs.csv", rows)
     for r in rows:
-        if r.get("sweep_id") == "seed_agnews":
+        if r.get("experiment") == "seed_agnews":
             write_history(results, r, 625, 125)
     imbalanced = next(r for r in scale if r["framework"] == "jax" and r.get("parallel") == "ddp"
                       and r["devices"] == 2 and r["mode"] == "backprop")  # fmt: skip
@@ -450,7 +452,7 @@ def test_scaling_plots_show_what_the_sweeps_varied(full):
     plots = {p.name: p for p in plan_plots(sel, group_contexts(sel))}
     memory = plots["memory_vs_depth"].grid[0][0]
     lines = {s.label: s for s in memory.series}
-    depth_rows = {r["num_layers"]: r["excess_mem_mb"] for r in full["rows"] if r.get("sweep_id") == "depth_scaling"
+    depth_rows = {r["num_layers"]: r["excess_mem_mb"] for r in full["rows"] if r.get("experiment") == "depth_scaling"
                   and r["framework"] == "torch" and r["mode"] == "backprop" and r["status"] == "ok"}  # fmt: skip
     assert lines["torch backprop"].xs == [1, 2, 4, 8]
     assert lines["torch backprop"].ys == pytest.approx([depth_rows[n] for n in (1, 2, 4, 8)])
@@ -500,7 +502,7 @@ def test_single_framework_csv_builds_and_names_the_skipped_plots(tmp_path):
             assert f"- **{p.title}**: needs {p.needs}." in skipped
     assert "jax / torch" not in md and "| torch: jvp / backprop |" in md
     assert "| torch | jvp[naive] | **oom** |" in md and str(int(POISON)) not in md
-    assert "No rows of sweep `seed_agnews`" in md
+    assert "No rows of experiment `seed_agnews`" in md
     assert "## The UMass study's jvp pathology" in md  # a naive row, even a failed one, gets the explanation
     assert md.count("\n| 2026") == 1  # the one failed row in the failed-trials table
 

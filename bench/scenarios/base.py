@@ -72,8 +72,9 @@ class Scenario(ABC):
         """The trial's W&B run (logger=wandb)."""
 
     @abstractmethod
-    def sweep_rows(self, rows: list[dict], hashes: list[str]) -> list[dict]:
-        """Which of the CSV's rows a sweep of these config hashes shows in its summary."""
+    def sweep_rows(self, rows: list[dict], hashes: list[str], sweep_id: str) -> list[dict]:
+        """Which of the CSV's rows the sweep `sweep_id` of these config hashes shows in its summary: its own, and
+        for a trial it skipped (resume), the earlier rows that made it skip; never another sweep's."""
 
     @abstractmethod
     def summary(self, rows: list[dict]) -> str:

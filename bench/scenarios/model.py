@@ -105,10 +105,11 @@ class ModelScenario(Scenario):
     def config_keys(self, c: dict) -> tuple[str, ...]:
         return tuple(k for k in c if k not in OTHER_SCENARIOS_KEYS[1:])  # every key but the ops scenario's
 
-    def sweep_rows(self, rows: list[dict], hashes: list[str]) -> list[dict]:
-        # the latest row of each trial of the sweep: resumed trials show their earlier result
-        latest = {r["config_hash"]: r for r in rows}
-        return [latest[h] for h in hashes if h in latest]
+    def sweep_rows(self, rows: list[dict], hashes: list[str], sweep_id: str) -> list[dict]:
+        # the sweep's row of each trial; a resumed trial shows the row that made it skip (the latest ok one)
+        mine = {r["config_hash"]: r for r in rows if r.get("sweep_id") == sweep_id}
+        earlier = {r["config_hash"]: r for r in rows if r.get("status") == "ok"}
+        return [mine.get(h) or earlier[h] for h in hashes if h in mine or h in earlier]
 
     def summary(self, rows: list[dict]) -> str:
         return summary_table(rows)

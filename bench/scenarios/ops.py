@@ -98,9 +98,15 @@ class OpsScenario(Scenario):
             job_type="ops",
         ).write(summary)
 
-    def sweep_rows(self, rows: list[dict], hashes: list[str]) -> list[dict]:
-        # every row of this sweep's trials (one per op and shape); resumed trials show their earlier rows
-        return [r for r in rows if r.get("config_hash") in hashes]
+    def sweep_rows(self, rows: list[dict], hashes: list[str], sweep_id: str) -> list[dict]:
+        # every row of this sweep's trials (one per op and shape); a resumed trial shows its earlier run's rows
+        mine = [r for r in rows if r.get("sweep_id") == sweep_id]
+        skipped = {h for h in hashes} - {r.get("config_hash") for r in mine}
+        earlier: dict[str, str] = {}  # config hash -> the latest run_id recorded for it
+        for r in rows:
+            if r.get("config_hash") in skipped:
+                earlier[r["config_hash"]] = r["run_id"]
+        return mine + [r for r in rows if r.get("run_id") in set(earlier.values())]
 
     def summary(self, rows: list[dict]) -> str:
         return summary_table(rows)
