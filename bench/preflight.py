@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
+from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -15,7 +17,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from bench.config import CONF_DIR, GROUPS, available, register_configs, to_container
 from bench.errors import ConfigError
 from bench.parallel import check_launcher
-from bench.scenarios import validate
+from bench.scenarios import scenario_of, validate
+from bench.sinks import ResultsFileError, check_results_file
 
 MAX_PREFLIGHT = 2000  # sweeps larger than this are validated per job instead (composition takes ~20 ms each)
 
@@ -100,6 +103,7 @@ def compose_trials(overrides: list[str], multirun: bool, limit: int = MAX_PREFLI
 def preflight(overrides: list[str], multirun: bool) -> int:
     """Compose and validate every trial; raise ConfigError (one line) at the first bad one. Returns the count."""
     trials, total = compose_trials(overrides, multirun)
+    files: dict = {}  # each results file the trials write, once: (path, its schema)
     hydra_overrides = [o for o in overrides if o.lstrip("+~").startswith("hydra")]
     # Hydra starts a single run itself; only a multirun goes through the launcher
     launcher = launcher_of(trials[0][0] + hydra_overrides) if trials and multirun else {}
@@ -107,11 +111,20 @@ def preflight(overrides: list[str], multirun: bool) -> int:
         try:
             validate(cfg)
             c = to_container(cfg)
-            if c.get("scenario", "model") == "model":
+            scenario = scenario_of(c)
+            if scenario.name == "model":
                 check_launcher(c, launcher)
+            files[Path(c["results_dir"]) / scenario.results_file] = scenario.columns
         except ConfigError as e:
             varying = [c for c in combo if c not in overrides]
             raise ConfigError(f"{e} (trial {' '.join(varying)})" if varying else str(e)) from e
+    for path, columns in files.items():
+        try:
+            note = check_results_file(path, columns)
+        except ResultsFileError as e:
+            raise ConfigError(str(e)) from e
+        if note:
+            print(f"bench: {note}", file=sys.stderr)
     return total
 
 

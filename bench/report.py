@@ -26,6 +26,7 @@ from bench import parallel_report, targets
 from bench.ops_report import ops_report
 from bench.plots import MAX_PANELS, PLOT_DIR, Plot, draw, plan_plots
 from bench.results import (
+    DAMAGED,
     FRAMEWORK_NAMES,
     STUDY_EXPERIMENT,
     Cells,
@@ -230,6 +231,9 @@ def failed_table(sel: Selection) -> str:
     latest_ok = {config_key(r): r for r in sel.ok}
     body = []
     for r in sel.failed:
+        if r.get("status") == DAMAGED:  # a CSV row that is not whole: nothing in it can be trusted but its place
+            body.append(["", "", "", "-", "", DAMAGED, "-", _error_line(r)])
+            continue
         later = latest_ok.get(config_key(r))
         rerun = "yes" if later is not None and started(later) >= started(r) else "no"
         body.append([r.get("run_id", ""), r.get("framework", ""), variant(r), context_label(context_key(r)),

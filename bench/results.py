@@ -21,17 +21,17 @@ through load_rows().
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.parallel import STRATEGIES
-from bench.sinks import REQUIRED_COLUMNS
+from bench.sinks import REQUIRED_COLUMNS, scan_csv
 from bench.spec import FRAMEWORKS, JVP_IMPLS, MODES, TRAINABLE_SCOPES
 from bench.tables import fixed_width, fmt_value, num
 
+DAMAGED = "damaged"  # the status the report gives a CSV row that is not whole (cut off, wrong cell count)
 STUDY_EXPERIMENT = "seed_agnews"  # conf/experiment/seed_agnews.yaml: the UMass forward-AD study's AG-News experiment
 FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}
 
@@ -247,31 +247,32 @@ def load_rows(paths: list[str | Path]) -> list[dict[str, str]]:
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
+    """The CSV's whole rows, then one row per row that is not whole (bench.sinks.scan_csv: cut off, or the wrong
+    number of cells), marked status "damaged" with its line and what is wrong: listed as such, never read as
+    numbers."""
     if path.is_dir():
         raise ReportError(f"csv={path}: is a folder ({_ACCEPTED_CSV})")
     try:
-        with open(path, newline="", encoding="utf-8") as f:  # read-only: the report never changes a CSV
-            reader = csv.DictReader(f, restval="")
-            header = reader.fieldnames
-            if not header:
-                raise ReportError(f"csv={path}: empty file ({_ACCEPTED_CSV})")
-            missing = [c for c in REQUIRED_COLUMNS if c not in header]
-            if missing:
-                shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-                raise ReportError(
-                    f"csv={path}: not a bench results CSV, its header lacks {shown} "
-                    f"({_ACCEPTED_CSV}, with the columns of bench.sinks.REQUIRED_COLUMNS)"
-                )
-            # cells beyond the header (a hand-edited line) land under the key None: not ours to read
-            return [{k: v for k, v in r.items() if k is not None} for r in reader]
+        scan = scan_csv(path.read_bytes())  # read-only: the report never changes a CSV
     except FileNotFoundError:
         raise ReportError(f"csv={path}: no such file ({_ACCEPTED_CSV}; `make bench` writes one)") from None
     except UnicodeDecodeError:
         raise ReportError(f"csv={path}: not UTF-8 text ({_ACCEPTED_CSV})") from None
-    except csv.Error as e:
-        raise ReportError(f"csv={path}: malformed CSV: {e} ({_ACCEPTED_CSV})") from None
     except OSError as e:
         raise ReportError(f"csv={path}: cannot read it: {e.strerror} ({_ACCEPTED_CSV})") from None
+    if not scan.header:
+        raise ReportError(f"csv={path}: empty file ({_ACCEPTED_CSV})")
+    missing = [c for c in REQUIRED_COLUMNS if c not in scan.header]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise ReportError(
+            f"csv={path}: not a bench results CSV, its header lacks {shown} "
+            f"({_ACCEPTED_CSV}, with the columns of bench.sinks.REQUIRED_COLUMNS)"
+        )
+    rows = [dict(zip(scan.header, record)) for record in scan.records]
+    for first, _, why in scan.damaged:
+        rows.append({"status": DAMAGED, "error": f"{path.name} line {first}: row not whole ({why})"})
+    return rows
 
 
 def read_history(row: dict) -> dict | None:
@@ -449,6 +450,8 @@ def group_contexts(sel: Selection) -> dict[Context, Cells]:
     for r in sel.ok:  # oldest first: a later configuration of the same cell replaces an earlier one
         out[context_key(r)][(r.get("framework", ""), variant(r))] = r
     for r in sel.failed:
+        if r.get("status") == DAMAGED:  # no configuration to place it by: the failures table lists it
+            continue
         key = context_key(r)
         if key not in out and r.get("device") not in ("cpu", "cuda"):
             # a trial that died before reporting its device carries the configured one ("auto"): it belongs with

@@ -1,21 +1,18 @@
-"""Where results go: one CSV row and one W&B run per trial. Knows nothing of BERT: a row is a flat dict whose
-keys are CSV_COLUMNS.
-
-CSV is the record of truth (report.py reads it); W&B is a view on the same numbers. A W&B failure never costs
-the CSV row: WandbSink warns in one line and returns None.
+"""Where results go: the results CSVs, the record of truth (the report reads them; W&B runs, bench/wandb_runs.py,
+are a view on the same numbers). A row is a flat dict whose keys are a schema's columns: CSV_COLUMNS (runs.csv,
+the model scenario) or OPS_CSV_COLUMNS (ops.csv).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import re
-import struct
-import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,10 +74,14 @@ class CsvSink:
     leaves the row either absent or whole. The header is written only into a new or empty file; existing rows
     are never rewritten.
 
+    Rows that are not whole (a last row cut off mid-write by another tool or a full disk, a line with the wrong
+    number of cells) are set aside into a side file before the append (set_aside_damaged): a new row never
+    becomes part of a damaged one.
+
     An existing file written under another schema: when its header is an earlier version of this one (the same
     columns in the same order, with columns added since at the end), its header line is widened to the current
-    one before the row is appended (the rows already there are kept byte for byte and read the new columns as
-    empty; the file is replaced atomically). Otherwise rows are appended under the file's own header as long as
+    one before the row is appended (the rows already there keep their values and get empty cells for the new
+    columns; the file is replaced atomically). Otherwise rows are appended under the file's own header as long as
     it has a column for every value the row sets (values the file has no column for and that are empty are
     dropped, its extra columns stay empty); if not, SchemaError names the file and the missing columns: start a
     new results file rather than mix schemas in one.
@@ -102,6 +103,9 @@ class CsvSink:
             )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
+            note = set_aside_damaged(self.path)
+            if note:
+                warnings.warn(note, RuntimeWarning, stacklevel=2)
             self._widen_header(row)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
@@ -122,9 +126,10 @@ class CsvSink:
             return
         if all(_cell(row.get(c)) == "" for c in self.columns[n:]):
             return
-        with open(self.path, "rb") as f:
-            f.readline()  # the old header
-            body = f.read()
+        # every row padded with empty cells for the new columns: a row with fewer cells than its header is one that
+        # was cut off (scan_csv), never an older one
+        records = scan_csv(self.path.read_bytes()).records
+        body = b"".join(_csv_line([*record, *[""] * (len(self.columns) - len(record))]) for record in records)
         tmp = self.path.with_name(f".{self.path.name}.widen-{os.getpid()}")
         try:
             with open(tmp, "wb") as f:
@@ -176,286 +181,127 @@ def _read_header(path: Path) -> tuple[list[str], bool]:
     return header, last == b"\n"
 
 
-def read_rows(path: str | os.PathLike[str]) -> list[dict[str, str]]:
-    """Every row of a results CSV as {column: string} ("" for empty cells); [] if the file does not exist."""
+# ----------------------------------------------------------------------------------------- integrity, up front
+
+
+class ResultsFileError(ValueError):
+    """A results file or folder that cannot take this suite's rows; the message is one line: the file, what is
+    wrong with it, what would be accepted."""
+
+
+@dataclass
+class CsvScan:
+    """What a results CSV holds: its header, how many whole rows, and the rows that are not whole."""
+
+    header: list[str]
+    records: list[list[str]]  # the whole rows under the header, in file order
+    damaged: list[tuple[int, int, str]]  # (first line, end line, why) of each row that is not whole, 1-based lines
+    lines: list[str]  # the file's physical lines (newline kept), to cut the damaged ones out by number
+
+    @property
+    def rows(self) -> int:
+        return len(self.records)
+
+    @property
+    def damaged_lines(self) -> set[int]:
+        return {n for first, end, _ in self.damaged for n in range(first, end)}
+
+
+def scan_csv(data: bytes) -> CsvScan:
+    """Parse a results CSV strictly, record by record, noting each that is not whole: a cell count other than the
+    header's, a quote left open (a row cut off inside a quoted cell, which then swallows the lines after it), a
+    last record cut off before its cells. A record that is not whole costs only its first line: parsing resumes on
+    the next, so whole rows written after a cut-off one are found again. UnicodeDecodeError for non-UTF-8 bytes."""
+    text = data.decode("utf-8")
+    lines = re.findall(r"[^\n]*\n|[^\n]+$", text)
+    header = next(csv.reader(lines[:1]), []) if lines else []
+    records, damaged, i = [], [], 1
+    while i < len(lines):
+        reader = csv.reader(iter(lines[i:]), strict=True)
+        try:
+            record, why = next(reader), ""
+        except StopIteration:
+            break
+        except csv.Error as e:
+            record, why = None, f"not valid CSV ({e})"
+        if record is not None and record and len(record) != len(header):
+            why = f"{len(record)} cells where the header has {len(header)}"
+        if why:
+            damaged.append((i + 1, i + 2, why))  # its first line only: the cut is there
+            i += 1
+            continue
+        if record:  # a blank line is no row
+            records.append(record)
+        i += reader.line_num
+    return CsvScan(header, records, damaged, lines)
+
+
+def set_aside_damaged(path: Path) -> str | None:
+    """Move the rows of `path` that are not whole into `<name>.damaged-<time>` beside it, byte for byte, and rewrite
+    the file without them (atomically); the caller holds the file's lock. Returns a one-line note of what was set
+    aside, or None when every row is whole."""
+    if not path.exists():
+        return None
+    scan = scan_csv(path.read_bytes())
+    if not scan.damaged:
+        return None
+    cut = scan.damaged_lines
+    kept = "".join(line for n, line in enumerate(scan.lines, start=1) if n not in cut)
+    if kept and not kept.endswith("\n"):
+        kept += "\n"
+    side = path.with_name(f"{path.name}.damaged-{datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}")
+    side.write_text("".join(line for n, line in enumerate(scan.lines, start=1) if n in cut), encoding="utf-8")
+    tmp = path.with_name(f".{path.name}.repair-{os.getpid()}")
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            return [dict(r) for r in csv.DictReader(f, restval="")]
+        tmp.write_text(kept, encoding="utf-8")
+        os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)  # a reader sees the damaged file or the repaired one, never half of each
+    finally:
+        tmp.unlink(missing_ok=True)
+    where = ", ".join(f"line {a}" if b == a + 1 else f"lines {a}-{b - 1}" for a, b, _ in scan.damaged[:3])
+    more = f" and {len(scan.damaged) - 3} more" if len(scan.damaged) > 3 else ""
+    return (f"{path}: {len(scan.damaged)} row(s) not whole ({where}{more}: {scan.damaged[0][2]}) set aside in "
+            f"{side.name}; the {scan.rows} whole row(s) are kept")  # fmt: skip
+
+
+def check_results_file(path: Path, columns: Sequence[str]) -> str | None:
+    """Before any trial runs: can `path` (a results CSV) take rows of `columns`? Raises ResultsFileError (one line)
+    when it cannot: its folder is a file or cannot be written, the file cannot be read or written, is not UTF-8,
+    or has another header than this schema (or an earlier version of it). Rows that are not whole are set aside
+    (set_aside_damaged, under the file's lock); returns that note, or None."""
+    folder = path.parent
+    if folder.exists() and not folder.is_dir():
+        raise ResultsFileError(f"results_dir={folder}: is a file; accepted: a folder (created if missing)")
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ResultsFileError(f"results_dir={folder}: cannot be written ({existing}: permission denied); "
+                               "accepted: a folder you can write")  # fmt: skip
+    if not path.exists():
+        return None
+    accepted = f"accepted: a {path.name} written by bench, or another results_dir (move this file aside)"
+    if not path.is_file():
+        raise ResultsFileError(f"{path}: not a regular file; {accepted}")
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise ResultsFileError(f"{path}: cannot be {'written' if os.access(path, os.R_OK) else 'read'}; {accepted}")
+    data = path.read_bytes()
+    try:
+        header = scan_csv(data).header
+    except UnicodeDecodeError as e:
+        raise ResultsFileError(f"{path}: not UTF-8 text (byte {e.start}); {accepted}") from None
+    if header and header != list(columns[: len(header)]):
+        other = [c for c in header if c not in columns] or [c for c in columns[: len(header)] if c not in header]
+        shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
+        raise ResultsFileError(f"{path}: its header is not bench's {path.name} schema (differs at {shown}); "
+                               f"{accepted}")  # fmt: skip
+    with filelock.FileLock(str(path) + ".lock"):
+        return set_aside_damaged(path)
+
+
+def read_rows(path: str | os.PathLike[str]) -> list[dict[str, str]]:
+    """Every whole row of a results CSV as {column: string} ("" for empty cells); [] if the file does not exist.
+    Rows that are not whole (scan_csv) are left out: resume and the sweep's summary never read a cut-off row."""
+    try:
+        scan = scan_csv(Path(path).read_bytes())
     except FileNotFoundError:
         return []
-
-
-# ------------------------------------------------------------------------------------------------------ W&B
-
-
-def flatten(d: Mapping[str, Any], sep: str = ".", prefix: str = "") -> dict[str, Any]:
-    """{"model": {"num_layers": 2}} -> {"model.num_layers": 2}. "." because that is how the key is written as
-    a Hydra override, so a W&B config key is exactly the option that reproduces it."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{sep}{k}" if prefix else str(k)
-        if isinstance(v, Mapping):
-            out.update(flatten(v, sep, key))
-        elif v is None or isinstance(v, (bool, int, float, str)):
-            out[key] = v
-        elif isinstance(v, (list, tuple)):
-            out[key] = [x if x is None or isinstance(x, (bool, int, float, str)) else str(x) for x in v]
-        else:
-            out[key] = str(v)  # Paths, enums, dtypes: W&B config values must be JSON
-    return out
-
-
-REDACTED = "<redacted>"
-# Whole words of a key name that mark a secret ("wandb.api_key", "hf_token"; not "tokens_per_s", "tokenizer").
-_SECRET_WORDS = {
-    "key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials", "auth",
-}  # fmt: skip
-# A W&B API key is 40 hex characters (local servers prefix it, e.g. "local-<40 hex>"). So is a git SHA-1:
-# values under a name that says hash/sha/digest/commit keep them.
-_KEY_VALUE = re.compile(r"^(?:[a-z]+-)?[0-9a-f]{40}$")
-_HASH_WORDS = {"sha", "hash", "digest", "commit"}
-
-
-def _words(name: str) -> set[str]:
-    return {w for w in re.split(r"[^a-z0-9]+", name.lower()) if w}
-
-
-def scrub_secrets(d: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a flat dict with anything that looks like a credential replaced by "<redacted>": keys named
-    like one, values shaped like a W&B API key, and any value containing this process's WANDB_API_KEY."""
-    env_key = os.environ.get("WANDB_API_KEY") or None
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        words = _words(k)
-        secret = bool(words & _SECRET_WORDS)
-        if isinstance(v, str):
-            if env_key and env_key in v:
-                secret = True
-            elif _KEY_VALUE.match(v.strip().lower()) and not words & _HASH_WORDS:
-                secret = True
-        out[k] = REDACTED if secret else v
-    return out
-
-
-def resolve_wandb_mode(mode: str = "offline", env: Mapping[str, str] | None = None) -> str:
-    """The W&B mode to run in. Offline unless online was asked for explicitly, by the `mode` argument or by
-    the user's WANDB_MODE=online; disabled, asked for either way, always wins (the user's off switch)."""
-    env = os.environ if env is None else env
-    accepted = ("offline", "online", "disabled")
-    if mode not in accepted:
-        raise ValueError(f"wandb mode={mode!r}: accepted {', '.join(accepted)}")
-    env_mode = env.get("WANDB_MODE", "").strip().lower()
-    if "disabled" in (mode, env_mode):
-        return "disabled"
-    if mode == "online" or env_mode == "online":
-        return "online"
-    return mode
-
-
-FLUSH_TIMEOUT_S = 10.0  # the run's flush to disk takes milliseconds; 10 s allows for a loaded machine
-
-
-class WandbSink:
-    """One W&B run per trial. `write(row, history)` creates the run, logs the history and the summary, and
-    finishes it, all after the measurements: W&B's service process never runs during a timed step.
-
-    config   the trial's config, flattened ("model.num_layers") and scrubbed of anything secret-looking
-    summary  the result row (its CSV columns), scrubbed the same way
-    history  per-step series, e.g. {"loss": [...], "step_time_s": [...]}, logged with explicit step=i
-    group    the sweep, so W&B groups a sweep's trials (default: the row's sweep_id); name defaults to the
-             row's run_id, job_type to the row's mode
-
-    Offline by default (see resolve_wandb_mode); runs land under `dir`/wandb/offline-run-*, and `wandb sync`
-    uploads them later. No API key is ever written: it is not in config, and metadata collection (which
-    records the command line, where a key could be passed as an override) is off.
-    """
-
-    def __init__(
-        self,
-        project: str,
-        group: str | None,
-        name: str | None,
-        config: Mapping[str, Any],
-        mode: str = "offline",
-        dir: str | os.PathLike[str] = "results",
-        entity: str | None = None,
-        tags: Sequence[str] = (),
-        job_type: str | None = None,
-    ):
-        self.project = project
-        self.group = group
-        self.name = name
-        self.config = scrub_secrets(flatten(config))
-        self.mode = resolve_wandb_mode(mode)
-        self.dir = Path(dir)
-        self.entity = entity
-        self.tags = list(tags)
-        self.job_type = job_type
-        self.run_dir: Path | None = None
-
-    def write(self, row: Mapping[str, Any], history: Mapping[str, Sequence[float]] | None = None) -> Path | None:
-        """Log one trial; returns its run directory (None when disabled, or when W&B failed: one warning)."""
-        if self.mode == "disabled":
-            return None
-        try:
-            import wandb  # lazily: trial processes that never log do not pay for it
-
-            self.dir.mkdir(parents=True, exist_ok=True)
-            run = wandb.init(
-                project=self.project,
-                entity=self.entity,
-                group=self.group if self.group is not None else row.get("sweep_id"),
-                name=self.name if self.name is not None else row.get("run_id"),
-                job_type=self.job_type if self.job_type is not None else row.get("mode"),
-                tags=self.tags or None,
-                config=self.config,
-                dir=str(self.dir),
-                mode=self.mode,
-                settings=wandb.Settings(
-                    silent=True,
-                    console="off",  # the trial's stdout is not W&B's business
-                    x_disable_stats=True,  # no system-metrics sampler next to a measurement
-                    x_disable_meta=True,  # no command line / environment capture (could carry secrets)
-                    save_code=False,
-                    reinit="create_new",  # never touch a run the caller may have open
-                ),
-            )
-        except Exception as e:
-            _warn_wandb(self.name, "init", e)
-            return None
-        try:
-            self.run_dir = Path(run.settings.sync_dir)
-            for step, metrics in enumerate(_history_rows(history or {})):
-                run.log(metrics, step=step)
-            summary = scrub_secrets({k: v for k, v in row.items() if v is not None})
-            run.summary.update(summary)
-        except Exception as e:
-            _warn_wandb(self.name, "log", e)
-        finally:
-            try:
-                run.finish()
-            except Exception as e:
-                _warn_wandb(self.name, "finish", e)
-        # wandb 0.31 can return from finish() before its service process has written the run to disk (seen:
-        # the .wandb file still 7 bytes long just after). Wait for the final "exit" record, so that a returned
-        # run directory is complete, as a written CSV row is.
-        if self.run_dir is not None and not wait_for_wandb_run(self.run_dir, FLUSH_TIMEOUT_S):
-            warnings.warn(
-                f"W&B run {self.run_dir} not complete on disk after {FLUSH_TIMEOUT_S:g} s",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        return self.run_dir
-
-
-def _history_rows(history: Mapping[str, Sequence[float]]) -> list[dict[str, float]]:
-    n = max((len(v) for v in history.values()), default=0)
-    return [{k: float(v[i]) for k, v in history.items() if i < len(v) and v[i] is not None} for i in range(n)]
-
-
-def _warn_wandb(name: str | None, what: str, e: Exception) -> None:
-    msg = (str(e).strip().splitlines() or [""])[0]
-    warnings.warn(
-        f"W&B {what} failed for run {name!r} (the CSV row is unaffected): {type(e).__name__}: {msg}",
-        RuntimeWarning,
-        stacklevel=3,
-    )
-
-
-# --- reading an offline run back (tests, report)
-
-_LOG_BLOCK = 32768  # W&B's .wandb file is a LevelDB log: 32 KiB blocks of records with 7-byte headers
-_LOG_HEADER = struct.Struct("<IHB")  # crc32, length, type
-_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
-
-
-def _wandb_records(path: Path) -> Iterable[Any]:
-    from wandb.proto import wandb_internal_pb2
-
-    data = path.read_bytes()
-    if data[:4] != b":W&B":
-        raise ValueError(f"{path}: not a W&B datastore (no ':W&B' file header)")
-    pos, chunks = 7, []  # file header: ident ":W&B", magic uint16, version uint8
-    while pos + _LOG_HEADER.size <= len(data):
-        room = _LOG_BLOCK - pos % _LOG_BLOCK
-        if room < _LOG_HEADER.size:  # block trailer (zero padding)
-            pos += room
-            continue
-        _, length, kind = _LOG_HEADER.unpack_from(data, pos)
-        if kind == 0:  # zero padding up to the block end
-            pos += room
-            continue
-        if pos + _LOG_HEADER.size + length > len(data):  # a record still being written
-            return
-        payload = data[pos + _LOG_HEADER.size : pos + _LOG_HEADER.size + length]
-        pos += _LOG_HEADER.size + length
-        if kind in (_FULL, _FIRST):
-            chunks = [payload]
-        else:
-            chunks.append(payload)
-        if kind in (_FULL, _LAST):
-            rec = wandb_internal_pb2.Record()
-            rec.ParseFromString(b"".join(chunks))
-            yield rec
-
-
-def _item_key(item: Any) -> str:
-    return ".".join(item.nested_key) if item.nested_key else item.key
-
-
-def _datastore(run_dir: str | os.PathLike[str]) -> Path:
-    found = sorted(Path(run_dir).glob("run-*.wandb"))
-    if len(found) != 1:
-        raise FileNotFoundError(f"{run_dir}: expected one run-*.wandb file, found {len(found)}")
-    return found[0]
-
-
-def wait_for_wandb_run(run_dir: str | os.PathLike[str], timeout_s: float = FLUSH_TIMEOUT_S) -> bool:
-    """Whether the run's datastore holds its final "exit" record, waiting up to timeout_s for it."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if any(r.WhichOneof("record_type") == "exit" for r in _wandb_records(_datastore(run_dir))):
-                return True
-        except (FileNotFoundError, ValueError):  # not created yet, or not even the file header written yet
-            pass
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-
-
-def read_wandb_offline(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """{"run", "config", "summary", "history", "complete"} of an offline run, read from its run-*.wandb file.
-    "run" holds the run's identity (project, name, group, job_type, tags); "complete" whether the final "exit"
-    record is there (see wait_for_wandb_run).
-
-    wandb 0.31 writes no files/wandb-summary.json or config.yaml for offline runs: everything is in the .wandb
-    datastore (a LevelDB-format log of protobuf Records), which wandb no longer ships a Python reader for.
-    W&B's own keys ("_step", "_runtime", "_timestamp", "_wandb") are left in.
-    """
-    path = _datastore(run_dir)
-    complete = False
-    run: dict[str, Any] = {}
-    config: dict[str, Any] = {}
-    summary: dict[str, Any] = {}
-    history: list[dict[str, Any]] = []
-    for rec in _wandb_records(path):
-        kind = rec.WhichOneof("record_type")
-        if kind == "run":
-            r = rec.run
-            run = {"project": r.project, "name": r.display_name, "group": r.run_group,
-                   "job_type": r.job_type, "tags": list(r.tags)}  # fmt: skip
-        if kind in ("run", "config"):
-            cfg = rec.run.config if kind == "run" else rec.config
-            for item in cfg.update:
-                config[_item_key(item)] = json.loads(item.value_json)
-        elif kind == "summary":
-            for item in rec.summary.update:
-                summary[_item_key(item)] = json.loads(item.value_json)
-            for item in rec.summary.remove:
-                summary.pop(_item_key(item), None)
-        elif kind == "history":
-            history.append({_item_key(item): json.loads(item.value_json) for item in rec.history.item})
-        elif kind == "exit":
-            complete = True
-    return {"run": run, "config": config, "summary": summary, "history": history, "complete": complete}
+    return [dict(zip(scan.header, record)) for record in scan.records]

@@ -3,12 +3,15 @@ results files, files and folders that cannot be written, input that a trial woul
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from bench.sinks import read_rows
+from bench.sinks import CsvSink, read_rows
 from tests.test_runner import FAST, REPO
 
 
@@ -29,3 +32,101 @@ def test_two_sweeps_started_together_keep_apart(tmp_path):
         table = out.split("framework  mode")[1].split("bench: rows in")[0]
         other = "backprop" if mode == "inference" else "inference"
         assert f"torch      {mode}" in table and other not in table, out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the results file: damaged, foreign, unreadable, unwritable
+
+
+def whole_rows(path: Path, n: int = 3) -> bytes:
+    """A runs.csv of n rows whose error cells hold what CSV must quote: commas, quotes, newlines."""
+    sink = CsvSink(path)
+    for i in range(n):
+        sink.write({"run_id": f"r{i}", "framework": "torch", "mode": "backprop", "status": "error",
+                    "error": f'ValueError: "x", y\nline two of {i}', "config_hash": f"h{i}"})  # fmt: skip
+    return path.read_bytes()
+
+
+def cuts(data: bytes) -> dict[str, int]:
+    """Offsets inside the last row: in a plain cell, just after a comma, inside its quoted cell."""
+    last = data.rstrip(b"\n").rfind(b"\nr2,") + 1
+    quoted = data.index(b'"ValueError', last) + 5
+    return {"plain cell": last + 2, "after a comma": last + 3, "quoted cell": quoted}
+
+
+@pytest.mark.parametrize("where", ["plain cell", "after a comma", "quoted cell"])
+def test_a_cut_off_last_row_is_set_aside_and_never_swallows_the_next(tmp_path, where):
+    path = tmp_path / "runs.csv"
+    data = whole_rows(path)
+    path.write_bytes(data[: cuts(data)[where]])
+    with pytest.warns(RuntimeWarning, match=r"1 row\(s\) not whole \(line \d+: .*\) set aside in runs.csv.damaged-"):
+        CsvSink(path).write({"run_id": "r3", "framework": "jax", "status": "ok", "config_hash": "h3"})
+    assert [r["run_id"] for r in read_rows(path)] == ["r0", "r1", "r3"]
+    (side,) = tmp_path.glob("runs.csv.damaged-*")
+    assert side.read_bytes() == data[data.rstrip(b"\n").rfind(b"\nr2,") + 1 : cuts(data)[where]]
+    CsvSink(path).write({"run_id": "r4", "status": "ok"})  # a whole file again: nothing more is set aside
+    assert [r["run_id"] for r in read_rows(path)] == ["r0", "r1", "r3", "r4"]
+
+
+def test_rows_swallowed_by_an_old_cut_are_found_again(tmp_path):
+    """Before this check existed, a row appended after a cut inside a quoted cell became part of that cell: the
+    scan costs the cut row only, and the row written after it is whole again."""
+    path = tmp_path / "runs.csv"
+    data = whole_rows(path)
+    path.write_bytes(data[: cuts(data)["quoted cell"]] + b"\n" + data.split(b"\n", 1)[1][: data.index(b"\nr1,")])
+    assert [r["run_id"] for r in read_rows(path)][:3] == ["r0", "r1", "r0"]
+
+
+def test_the_report_lists_a_damaged_row_as_such(tmp_path):
+    from bench.report import build_report
+
+    path = tmp_path / "runs.csv"
+    data = whole_rows(path)
+    path.write_bytes(data[: cuts(data)["quoted cell"]])
+    md = build_report([path], tmp_path / "out").path.read_text()
+    failures = md.split("## Trials that did not finish")[1]
+    assert "| damaged |" in failures and "runs.csv line " in failures and "row not whole" in failures
+
+
+def preflight_refuses(tmp_path: Path, *args: str, results: Path | None = None, as_user: bool = False) -> str:
+    """Run `python -m bench` on a tiny trial; it must refuse before anything runs: exit 2, one line."""
+    cmd = [sys.executable, "-m", "bench", "framework=torch", *FAST, "logger=none", *args,
+           f"results_dir={results or tmp_path}"]  # fmt: skip
+    if as_user and os.geteuid() == 0:  # root writes anything: drop the capability that lets it (as CI runs)
+        caps = "-dac_override,-dac_read_search"
+        cmd = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", *cmd]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("bench: error: "), proc.stderr
+    return lines[0]
+
+
+def test_a_foreign_or_binary_results_file_is_refused_before_anything_runs(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text("name,score\nalice,3\n")
+    assert "its header is not bench's runs.csv schema (differs at name, score)" in preflight_refuses(tmp_path)
+    assert path.read_text() == "name,score\nalice,3\n" and not (tmp_path / "logs").exists()
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    assert "not UTF-8 text (byte 0)" in preflight_refuses(tmp_path, "resume=true")
+    assert path.read_bytes() == b"\x89PNG\r\n\x1a\n\xff\xfe"
+
+
+def test_a_results_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("x")
+    assert "is a file; accepted: a folder" in preflight_refuses(tmp_path, results=tmp_path / "file")
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None, reason="root without setpriv")
+def test_unwritable_results_are_refused_before_anything_runs(tmp_path):
+    path = tmp_path / "runs.csv"
+    data = whole_rows(path, 1)
+    path.chmod(0o444)
+    assert "runs.csv: cannot be written" in preflight_refuses(tmp_path, as_user=True)
+    assert path.read_bytes() == data
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        assert "cannot be written" in preflight_refuses(tmp_path, results=folder / "results", as_user=True)
+    finally:
+        folder.chmod(0o755)

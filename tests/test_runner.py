@@ -71,7 +71,7 @@ def test_multirun_records_every_trial_ok_with_plausible_numbers(tmp_path):
 
 @pytest.mark.slow
 def test_wandb_offline_run_holds_the_logged_metrics(tmp_path):
-    from bench.sinks import read_wandb_offline
+    from bench.wandb_runs import read_wandb_offline
 
     bench("framework=torch", "mode=backprop", *FAST, "logger=wandb", results=tmp_path)
     (row,) = rows(tmp_path)

@@ -1,4 +1,5 @@
-"""CSV and W&B sinks: concurrent appends, schema checks, and what an offline W&B run really contains."""
+"""CSV and W&B sinks (bench/sinks.py, bench/wandb_runs.py): concurrent appends, schema checks, and what an offline
+W&B run really contains."""
 
 from __future__ import annotations
 
@@ -7,16 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from bench import sinks
-from bench.sinks import (
-    CSV_COLUMNS,
+from bench import wandb_runs
+from bench.sinks import CSV_COLUMNS, REQUIRED_COLUMNS, CsvSink, SchemaError, read_rows
+from bench.wandb_runs import (
     REDACTED,
-    REQUIRED_COLUMNS,
-    CsvSink,
-    SchemaError,
     WandbSink,
     flatten,
-    read_rows,
     read_wandb_offline,
     resolve_wandb_mode,
     scrub_secrets,
@@ -86,7 +83,8 @@ def test_an_earlier_version_of_the_schema_gets_the_new_columns_and_keeps_its_row
     CsvSink(path).write({"run_id": "r2", CSV_COLUMNS[-1]: 0.5})
     lines = path.read_bytes().split(b"\n")
     assert lines[0].decode().split(",") == list(CSV_COLUMNS)
-    assert lines[1:3] == before.split(b"\n")[1:3]  # the old rows, byte for byte
+    pad = b"," * (len(CSV_COLUMNS) - len(old))
+    assert lines[1:3] == [line + pad for line in before.split(b"\n")[1:3]]  # the old rows, empty new cells
     r0, r1, r2 = read_rows(path)
     assert r0["run_id"] == "r0" and r0["peak_mem_mb"] == "1.5" and r0[CSV_COLUMNS[-1]] == ""
     assert r2[CSV_COLUMNS[-1]] == "0.5" and not list(tmp_path.glob(".runs.csv.widen-*"))
@@ -289,4 +287,4 @@ def test_wandb_datastore_reader_rejects_other_files(tmp_path):
     (tmp_path / "run-x.wandb").write_bytes(b"not a datastore")
     with pytest.raises(ValueError, match="not a W&B datastore"):
         read_wandb_offline(tmp_path)
-    assert sinks._LOG_BLOCK == 32768
+    assert wandb_runs.LOG_BLOCK == 32768

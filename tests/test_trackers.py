@@ -148,7 +148,8 @@ def test_trackers_and_sinks_import_no_framework():
         import sys, tempfile, os
         from bench.trackers import HostRssTracker, NvmlTracker
         from bench.timing import StepTimer
-        from bench.sinks import CsvSink, WandbSink
+        from bench.sinks import CsvSink
+        from bench.wandb_runs import WandbSink
         t = HostRssTracker(); t.baseline()
         with t.track():
             pass

@@ -20,7 +20,7 @@ from bench.errors import ConfigError
 from bench.results import summary_table
 from bench.scenarios import model_trial
 from bench.scenarios.base import Scenario
-from bench.sinks import CSV_COLUMNS, WandbSink
+from bench.sinks import CSV_COLUMNS
 from bench.spec import (
     ATTN_IMPLEMENTATIONS,
     JVP_IMPLS,
@@ -30,6 +30,7 @@ from bench.spec import (
     count_params,
 )
 from bench.system import cuda_device_count, host_facts, jaxlib_at_least
+from bench.wandb_runs import WandbSink
 from bench.weights import WeightsError, resolve_checkpoint
 
 DTYPES = ("fp32",)

@@ -23,10 +23,11 @@ from bench.errors import ConfigError
 from bench.ops_report import summary_table
 from bench.ops_spec import OP_NAMES, Shape, make_problem, relative_error, shape_name, tolerance
 from bench.scenarios.base import Scenario
-from bench.sinks import OPS_CSV_COLUMNS, WandbSink
+from bench.sinks import OPS_CSV_COLUMNS
 from bench.spec import implementation
 from bench.system import classify, cpu_name, error_line, host_facts, maybe_inject_fault, thread_env
 from bench.timing import time_calls
+from bench.wandb_runs import WandbSink
 
 DTYPES = ("fp32", "fp64", "bf16")
 THREADS = ("1", "all")
