@@ -28,9 +28,10 @@ from bench.config import (
     available,
     launch_id,
     register_configs,
+    to_container,
 )
 from bench.errors import ConfigError
-from bench.preflight import preflight
+from bench.preflight import compose_trials, preflight
 from bench.runner import LAUNCHER_PID, OUTCOMES, run_job, stop_descendants
 from bench.system import Interrupted, interrupts_raise
 
@@ -88,10 +89,23 @@ def exit_code(statuses: list[str]) -> int:
 # --help
 
 
+def shown(value) -> str:
+    """A default as it would be typed on the command line."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value).replace(" ", "")
+
+
 def help_text() -> str:
+    (_, composed), = compose_trials([], multirun=False)[0]
+    defaults = to_container(composed)  # what a trial gets when nothing is given: conf/config.yaml and its presets
+
     def section(title, cls, prefix=""):
-        rows = [f"  {prefix}{f.name:<{24 - len(prefix)}} {f.metadata.get('help', '')}" for f in fields(cls)
-                if "help" in f.metadata]
+        node = defaults.get(prefix.rstrip("."), {}) if prefix else defaults
+        rows = [f"  {prefix}{f.name:<{24 - len(prefix)}} {f.metadata['help']} [default: {shown(node.get(f.name))}]"
+                for f in fields(cls) if "help" in f.metadata]  # fmt: skip
         return f"{title}\n" + "\n".join(rows)
 
     groups = "\n".join(f"  {g:<24} {' | '.join(available(g))}" for g in GROUPS if (CONF_DIR / g).exists())

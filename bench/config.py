@@ -25,7 +25,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from bench.errors import ConfigError
 from bench.ops_spec import OP_NAMES
 from bench.parallel import global_batch_size
-from bench.spec import FRAMEWORKS, BertSpec, OptimizerSpec, StepSpec
+from bench.spec import FRAMEWORKS, MAX_SEED, BertSpec, OptimizerSpec, StepSpec
 from bench.system import cuda_device_count
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -42,38 +42,40 @@ def _f(default, help: str, **kw):  # noqa: A002 (help is the natural name here)
 
 @dataclass
 class ModelConfig:
-    name: str = _f("tiny", "preset name (conf/model)")
-    checkpoint: Any = _f(None, "null: seeded random init; a HF checkpoint dir/.safetensors; package:<module>")
-    vocab_size: int = _f(30522, "vocabulary size (bert-base-uncased WordPiece)")
-    hidden_size: int = _f(768, "hidden width H")
-    num_layers: int = _f(12, "encoder layers L")
-    num_heads: int = _f(12, "attention heads")
-    intermediate_size: int = _f(3072, "feed-forward width")
-    max_position_embeddings: int = _f(512, "maximum sequence length the model supports")
-    type_vocab_size: int = _f(2, "token type (segment) vocabulary")
-    num_labels: int = _f(4, "classes of the classifier head (>= 2)")
-    dropout: float = _f(0.1, "hidden and attention dropout, active in the training modes")
-    layer_norm_eps: float = _f(1e-12, "LayerNorm epsilon")
+    name: str = _f("tiny", "preset name (conf/model; choose with model=NAME)")
+    checkpoint: Any = _f(
+        None, "null: seeded random init | an HF checkpoint folder or .safetensors file (never pickles) | package:<mod>"
+    )
+    vocab_size: int = _f(30522, "vocabulary size (bert-base-uncased WordPiece), integer >= 1")
+    hidden_size: int = _f(768, "hidden width H, integer >= 1, a multiple of num_heads")
+    num_layers: int = _f(12, "encoder layers L, integer >= 1")
+    num_heads: int = _f(12, "attention heads, integer >= 1")
+    intermediate_size: int = _f(3072, "feed-forward width, integer >= 1")
+    max_position_embeddings: int = _f(512, "maximum sequence length the model supports, integer >= 2")
+    type_vocab_size: int = _f(2, "token type (segment) vocabulary, integer >= 1")
+    num_labels: int = _f(4, "classes of the classifier head, integer >= 2")
+    dropout: float = _f(0.1, "hidden and attention dropout probability in [0, 1), active in the training modes")
+    layer_norm_eps: float = _f(1e-12, "LayerNorm epsilon, > 0")
 
 
 @dataclass
 class DataConfig:
     name: str = _f("synthetic", "synthetic | ag_news")
     path: Any = _f(None, "ag_news: local CSV (class index 1-4, title, description) or a dir with train/test.csv")
-    num_train: Any = _f(2048, "training examples (ag_news: null = the whole split)")
-    num_eval: Any = _f(512, "held-out examples for accuracy (ag_news: null = the whole split)")
-    seed: int = _f(0, "which synthetic corpus / which ag_news subsets (batch order follows the trial seed)")
+    num_train: Any = _f(2048, "training examples, integer >= 1 (ag_news: null = the whole split)")
+    num_eval: Any = _f(512, "held-out examples for accuracy, integer >= 1 (ag_news: null = the whole split)")
+    seed: int = _f(0, "which synthetic corpus / ag_news subsets, integer in [0, 2^63) (batch order follows `seed`)")
 
 
 @dataclass
 class OptimizerConfig:
     name: str = _f("sgd", "sgd | adamw (same hyperparameters in torch.optim and optax)")
-    lr: float = _f(1e-3, "learning rate")
-    momentum: float = _f(0.0, "sgd momentum")
-    weight_decay: float = _f(0.0, "weight decay (decoupled for adamw)")
-    beta1: float = _f(0.9, "adamw beta1")
-    beta2: float = _f(0.999, "adamw beta2")
-    eps: float = _f(1e-8, "adamw epsilon")
+    lr: float = _f(1e-3, "learning rate, >= 0")
+    momentum: float = _f(0.0, "sgd momentum in [0, 1)")
+    weight_decay: float = _f(0.0, "weight decay, >= 0 (decoupled for adamw)")
+    beta1: float = _f(0.9, "adamw beta1 in [0, 1)")
+    beta2: float = _f(0.999, "adamw beta2 in [0, 1)")
+    eps: float = _f(1e-8, "adamw epsilon, > 0")
 
 
 @dataclass
@@ -81,7 +83,7 @@ class LoggerConfig:
     name: str = _f("wandb", "wandb | none")
     project: str = _f("bench", "W&B project")
     entity: Any = _f(None, "W&B entity (team or user)")
-    mode: str = _f("offline", "offline (default; sync later with `wandb sync`) | online")
+    mode: str = _f("offline", "offline (sync later with `wandb sync`) | online | disabled")
     tags: list = _f([], "extra W&B tags")
 
 
@@ -92,10 +94,10 @@ class OpsConfig:
     sizes: Any = _f([], "square sizes n: each op runs at (n, n)")
     shapes: Any = _f([], "further [rows, cols] shapes, e.g. [[64,4096]]")
     compile: bool = _f(False, "torch: torch.compile the primal, jvp and vjp (fullgraph); jax is always jax.jit")
-    warmup: int = _f(1, "untimed calls of each function first; the first one compiles")
-    repeats: int = _f(5, "timed samples per function; the row holds their median")
+    warmup: int = _f(1, "untimed calls of each function first (the first one compiles), integer >= 1")
+    repeats: int = _f(5, "timed samples per function, integer >= 1; the row holds their median")
     min_sample_s: float = _f(
-        0.005, "a sample repeats the call until it lasts this long (perf_counter resolution, dispatch jitter)"
+        0.005, "seconds >= 0: a sample repeats the call until it lasts this long (timer resolution, dispatch jitter)"
     )
     check: bool = _f(True, "compare each result with the analytic derivative (numpy, float64), untimed")
 
@@ -112,49 +114,51 @@ class BenchConfig:
     ops: OpsConfig = MISSING
     threads: Any = _f("all", "scenario=ops: 1 | all (intra-op threads of torch and XLA on the CPU)")
     trainable: str = _f("all", "all | head (pooler+classifier) | bias (BitFit) | last_k")
-    last_k: int = _f(1, "trainable=last_k: number of final encoder layers trained")
-    batch_size: int = _f(8, "examples per micro-batch")
-    seq_len: int = _f(128, "tokens per example (padded/truncated)")
-    steps: int = _f(20, "timed steps (optimizer updates); ignored when epochs is set")
+    last_k: int = _f(1, "trainable=last_k: final encoder layers trained, integer in [1, model.num_layers]")
+    batch_size: int = _f(8, "examples per micro-batch (per device with parallel), integer >= 1")
+    seq_len: int = _f(128, "tokens per example (padded/truncated), integer in [8, 512]")
+    steps: int = _f(20, "timed steps (optimizer updates), integer >= 1; ignored when epochs is set")
     max_timed_s: Any = _f(
         None,
-        "stop the timed steps once they have taken this many seconds (at least one "
-        "runs); steps_timed in the CSV says how many did",
+        "null | seconds >= 0: stop the timed steps once they have taken this long (at least one runs); "
+        "steps_timed in the CSV says how many did",
     )
     epochs: Any = _f(
         None,
-        "null: `steps` timed steps; N: N passes over data.num_train (num_train // batch_size "
+        "null: `steps` timed steps | N >= 1: N passes over data.num_train (num_train // global batch "
         "// grad_accum updates each)",
     )
-    warmup_steps: int = _f(3, "untimed steps before the timed ones; the first includes compilation")
-    grad_accum: int = _f(1, "micro-batches per optimizer update")
-    seed: int = _f(0, "weights, data order, tangents, perturbations, dropout")
+    warmup_steps: int = _f(3, "untimed steps before the timed ones (the first compiles), integer >= 1")
+    grad_accum: int = _f(1, "micro-batches per optimizer update, integer >= 1")
+    seed: int = _f(0, "weights, data order, tangents, perturbations, dropout: integer in [0, 2^63)")
     remat: bool = _f(False, "backprop with activation checkpointing per encoder layer")
-    num_tangents: int = _f(1, "jvp: tangents K per step (looped)")
+    num_tangents: int = _f(1, "jvp: tangents K per step (looped), integer >= 1")
     jvp_impl: str = _f(
         "func", "jvp, torch only: func (torch.func.jvp) | lazy (tangent per module) | dual (forward_ad) | naive"
     )
-    jacfwd_chunk: Any = _f("auto", "jacfwd: basis directions per vmapped jvp; auto: jax on CPU 8, else 256")
-    jacfwd_max_params: int = _f(
-        2_000_000, "jacfwd: refuse more trainable parameters (one forward-mode direction each) than this"
+    jacfwd_chunk: Any = _f(
+        "auto", "jacfwd: basis directions per vmapped jvp, auto (jax on CPU 8, else 256) | integer >= 1"
     )
-    mezo_eps: float = _f(1e-3, "mezo: perturbation scale (Malladi et al. 2023)")
+    jacfwd_max_params: int = _f(
+        2_000_000, "jacfwd: refuse more trainable parameters (one forward-mode pass each) than this, integer >= 1"
+    )
+    mezo_eps: float = _f(1e-3, "mezo: perturbation scale, > 0 (Malladi et al. 2023)")
     dtype: str = _f("fp32", "fp32 (scenario=ops: fp32 | fp64 | bf16)")
     device: str = _f("auto", "auto | cpu | cuda")
     parallel: str = _f(
         "none", "none | ddp (data parallel) | fsdp (fully sharded); torch: torch.distributed, jax: a Mesh's sharding"
     )
-    devices: int = _f(1, "devices per node (parallel=ddp|fsdp); batch_size stays the per-device micro-batch")
-    nodes: int = _f(1, "nodes (a multi-node launcher: hydra/launcher=submitit_slurm with hydra.launcher.nodes)")
+    devices: int = _f(1, "devices per node, integer >= 1 (> 1 needs parallel=ddp|fsdp); batch_size is per device")
+    nodes: int = _f(1, "nodes, integer >= 1 (> 1 needs hydra/launcher=submitit_slurm with hydra.launcher.nodes)")
     fsdp_reshard_after_forward: bool = _f(
         True, "parallel=fsdp: free gathered parameters after the forward (FULL_SHARD) or keep them (SHARD_GRAD_OP)"
     )
     fsdp_offload: bool = _f(False, "parallel=fsdp, torch on CUDA: parameters and optimizer state in host memory")
     attn_implementation: str = _f("eager", "torch attention: eager | sdpa (sdpa has no forward-mode AD rule)")
-    results_dir: str = _f("results", "where runs.csv, logs and W&B runs go")
+    results_dir: str = _f("results", "folder of runs.csv / ops.csv, history/, logs/ and W&B runs (created if missing)")
     resume: bool = _f(False, "skip trials already recorded ok for the same configuration")
-    timeout_s: int = _f(1800, "per-trial wall-clock limit")
-    max_host_mem_mb: Any = _f(None, "kill a trial whose host RSS exceeds this (status oom)")
+    timeout_s: int = _f(1800, "per-trial wall-clock limit, seconds >= 1 (the trial ends as timeout)")
+    max_host_mem_mb: Any = _f(None, "null | MiB >= 1: kill a trial process whose host RSS exceeds this (status oom)")
     sweep_id: Any = _f(None, "groups the trials of one sweep (default: an id unique to each launch)")
     evaluate: bool = _f(
         False, "after the timed steps: loss and accuracy on the held-out split -> eval_loss, eval_accuracy"
@@ -292,5 +296,7 @@ def validate_process(c: dict) -> None:
     choice("logger", c["logger"]["name"], LOGGERS)
     choice("logger.mode", c["logger"]["mode"], ("offline", "online", "disabled"))
     at_least("timeout_s", c["timeout_s"], 1)
+    if not isinstance(c["seed"], int) or isinstance(c["seed"], bool) or not 0 <= c["seed"] < MAX_SEED:
+        raise ConfigError(f"seed={c['seed']}: accepted an integer in [0, 2^63) (jax keys take an int64)")
     if c["max_host_mem_mb"] is not None:
         at_least("max_host_mem_mb", c["max_host_mem_mb"], 1)

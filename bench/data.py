@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -38,7 +39,7 @@ import numpy as np
 from tokenizers import BertWordPieceTokenizer
 
 from bench.errors import ConfigError
-from bench.spec import BATCH_KEYS, Batch
+from bench.spec import BATCH_KEYS, MAX_SEED, Batch
 
 DATA_NAMES = ("synthetic", "ag_news")
 SPLITS = ("train", "test")
@@ -90,8 +91,8 @@ def validate(spec: DataSpec, batch_size: int | None = None, seq_len: int | None 
             )
         if n is not None and (not _is_int(n) or n < 1):
             raise ConfigError(f"data.{option}={n}: accepted: an integer >= 1, or null (ag_news: whole split)")
-    if not _is_int(spec.seed) or spec.seed < 0:
-        raise ConfigError(f"data.seed={spec.seed}: accepted: an integer >= 0")
+    if not _is_int(spec.seed) or not 0 <= spec.seed < MAX_SEED:
+        raise ConfigError(f"data.seed={spec.seed}: accepted: an integer in [0, 2^63)")
     if split not in SPLITS:
         raise ConfigError(f"split={split!r}: accepted: {', '.join(SPLITS)}")
     if seq_len is not None and (not _is_int(seq_len) or not MIN_SEQ_LEN <= seq_len <= MAX_SEQ_LEN):
@@ -514,6 +515,28 @@ def batches(
         batch = {k: encoded[k][idx] for k in BATCH_KEYS if k != "labels"}  # (B, T) each
         batch["labels"] = labels[idx].astype(np.int32)  # (B,)
         yield {k: batch[k] for k in BATCH_KEYS}
+
+
+def check_source(spec: DataSpec, batch_size: int, evaluate: bool) -> None:
+    """Before any trial runs: read a local AG News source as the trial will (every row parsed: a malformed line is
+    one ConfigError naming the file and the line) and check its splits hold a batch. Cached per file state, so a
+    sweep reads each file once. The synthetic corpus and the HF cache are checked when a trial loads them."""
+    if spec.name != "ag_news" or spec.path is None:
+        return
+    path = Path(spec.path).expanduser()
+    files = [path / "train.csv", path / "test.csv"] if path.is_dir() else [path, path.parent / "test.csv"]
+    stamp = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file())
+    dataset = _load_checked(spec, stamp)
+    for split in ("train", "test") if evaluate else ("train",):
+        n = len(dataset.split(split))
+        if batch_size > n:
+            raise ConfigError(f"batch_size={batch_size}: the {split} split of data.path={spec.path} has {n} samples; "
+                              f"accepted: 1 to {n}")  # fmt: skip
+
+
+@functools.lru_cache(maxsize=8)
+def _load_checked(spec: DataSpec, stamp: tuple) -> Dataset:
+    return load_dataset(spec)
 
 
 def make_batches(

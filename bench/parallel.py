@@ -42,9 +42,9 @@ REFUSED_WHY = {
 }
 
 
-def validate(c: dict, gpus: int) -> None:
-    """Raise ConfigError (one line) for a parallel setting this framework, mode or host cannot run; `gpus` is the
-    host's GPU count (bench.system.cuda_device_count)."""
+def validate(c: dict) -> None:
+    """Raise ConfigError (one line) for a parallel setting this framework or mode cannot run (check_launch: what
+    the host and the launcher can)."""
     p, fw, mode = c["parallel"], c["framework"], c["mode"]
     if p not in STRATEGIES:
         raise ConfigError(f"parallel={p}: accepted {' | '.join(STRATEGIES)}")
@@ -74,7 +74,7 @@ def validate(c: dict, gpus: int) -> None:
     if c["fsdp_offload"]:
         if fw != "torch":
             raise ConfigError("fsdp_offload=true: torch only (FSDP2's CPUOffloadPolicy); framework=jax accepts false")
-        if c["device"] == "cpu" or gpus == 0:
+        if c["device"] == "cpu":
             raise ConfigError(
                 "fsdp_offload=true: the parameters already live in host memory on a CPU device, there is nothing to "
                 "offload to; accepted on a CUDA device"
@@ -82,15 +82,26 @@ def validate(c: dict, gpus: int) -> None:
     if p != "none" and (c["evaluate"] or c["measure_grad_cosine"]):
         which = "evaluate=true" if c["evaluate"] else "measure_grad_cosine=true"
         raise ConfigError(f"{which}: not measured with parallel={p} yet; accepted with parallel=none")
-    if c["device"] in ("cuda", "auto") and 0 < gpus < c["devices"]:  # a host without GPUs may be a login node
-        raise ConfigError(f"devices={c['devices']}: this host has {gpus} GPU(s); accepted 1..{gpus} (or device=cpu)")
 
 
-def check_launcher(c: dict, launcher: dict) -> None:
-    """Whether the Hydra launcher can start this trial's processes: more than one node needs a submitit launcher
-    with as many nodes; a submitit job with several tasks per node gives each task one process of the trial, so
-    their count must be what the framework runs (torch: one per device; jax: one per node, or one per device)."""
-    submitit = "submitit" in str(launcher.get("_target_", ""))
+def check_launch(c: dict, launcher: dict, gpus: int) -> None:
+    """Whether the Hydra launcher can start this trial's processes where it starts them: more than one node needs
+    a submitit launcher with as many nodes; a submitit job with several tasks per node gives each task one process
+    of the trial, so their count must be what the framework runs (torch: one per device; jax: one per node, or one
+    per device); a trial that runs on this host (every launcher but SLURM's) needs the GPUs it asks for
+    (`gpus`: this host's count, bench.system.cuda_device_count)."""
+    target = str(launcher.get("_target_", ""))
+    submitit = "submitit" in target
+    if "slurm" not in target.lower():
+        if c["device"] == "cuda" and gpus == 0:
+            raise ConfigError("device=cuda: this host has no CUDA GPU (nvidia-smi lists none); accepted: cpu | auto")
+        if c["fsdp_offload"] and gpus == 0:
+            raise ConfigError(
+                "fsdp_offload=true: this host has no GPU, so the parameters already live in host memory and there is "
+                "nothing to offload to; accepted on a CUDA device"
+            )
+        if c["device"] in ("cuda", "auto") and 0 < gpus < c["devices"]:
+            raise ConfigError(f"devices={c['devices']}: this host has {gpus} GPU(s); accepted 1..{gpus} or device=cpu")
     nodes, tasks = (launcher.get("nodes", 1), launcher.get("tasks_per_node", 1)) if submitit else (1, 1)
     fix = (f"hydra/launcher=submitit_slurm hydra.launcher.nodes={c['nodes']} "
            f"hydra.launcher.tasks_per_node={processes_per_node(c) if c['framework'] == 'torch' else 1}")  # fmt: skip

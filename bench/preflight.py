@@ -16,9 +16,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from bench.config import CONF_DIR, GROUPS, available, register_configs, to_container
 from bench.errors import ConfigError
-from bench.parallel import check_launcher
+from bench.parallel import check_launch
 from bench.scenarios import scenario_of, validate
 from bench.sinks import ResultsFileError, check_results_file
+from bench.system import cuda_device_count
 
 MAX_PREFLIGHT = 2000  # sweeps larger than this are validated per job instead (composition takes ~20 ms each)
 
@@ -112,8 +113,7 @@ def preflight(overrides: list[str], multirun: bool) -> int:
             validate(cfg)
             c = to_container(cfg)
             scenario = scenario_of(c)
-            if scenario.name == "model":
-                check_launcher(c, launcher)
+            check_launch(c, launcher, cuda_device_count())
             files[Path(c["results_dir"]) / scenario.results_file] = scenario.columns
         except ConfigError as e:
             varying = [c for c in combo if c not in overrides]

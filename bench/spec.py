@@ -29,6 +29,7 @@ IMPL_MODULES = ("device", "parallel", "steps", "ops")
 MODES = ("inference", "backprop", "jvp", "jacfwd", "mezo")
 TRAINABLE_SCOPES = ("all", "head", "bias", "last_k")
 OPTIMIZERS = ("sgd", "adamw")
+MAX_SEED = 2**63  # seeds must fit both frameworks: jax.random.key takes an int64, torch's generators a uint64
 # torch only (HF's attn_implementation): sdpa is PyTorch's fused attention, which has no forward-mode AD rule.
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
 # torch only: how the forward-mode pass is built ("naive" reproduces the UMass forward-AD study's pathology).

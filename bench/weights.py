@@ -15,13 +15,16 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import load_file
 
 from bench.spec import BertSpec, param_shapes
 
 # Buffers HF keeps in checkpoints that are not parameters.
 _BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
-# Keys a BertModel (encoder-only) checkpoint lacks; they are initialised from the seed instead.
-_HEAD_KEYS = ("classifier.weight", "classifier.bias")
+# Keys a BertModel (encoder-only) checkpoint may lack, the classification head and the pooler: they are
+# initialised from the seed instead.
+HEAD_KEYS = ("classifier.weight", "classifier.bias", "bert.pooler.dense.weight", "bert.pooler.dense.bias")
 
 
 class WeightsError(ValueError):
@@ -107,8 +110,6 @@ def normalize_name(name: str) -> str:
 
 def load_checkpoint(checkpoint: str) -> dict[str, np.ndarray]:
     """Read every tensor of a safetensors checkpoint as float32 numpy, keys normalised to HF names."""
-    from safetensors.numpy import load_file
-
     out = {}
     for f in _safetensors_files(resolve_checkpoint(checkpoint)):
         for k, v in load_file(str(f)).items():
@@ -117,6 +118,31 @@ def load_checkpoint(checkpoint: str) -> dict[str, np.ndarray]:
                 continue
             out[k] = np.ascontiguousarray(v, dtype=np.float32)
     return out
+
+
+def check_checkpoint(checkpoint: str, spec: BertSpec) -> None:
+    """Before any trial runs: the checkpoint's files are safetensors (never a pickle) and their tensors fit the
+    model (names and shapes from the files' headers, no tensor read): one WeightsError naming every problem."""
+    shapes = {}
+    for f in _safetensors_files(resolve_checkpoint(checkpoint)):
+        try:
+            with safe_open(str(f), framework="numpy") as st:
+                for k in st.keys():  # noqa: SIM118 (safe_open has keys(), not iteration)
+                    if normalize_name(k) not in _BUFFERS:
+                        shapes[normalize_name(k)] = _Shaped(tuple(st.get_slice(k).get_shape()))
+        except Exception as e:  # noqa: BLE001 (a damaged file: safetensors raises its own error types)
+            raise WeightsError(
+                f"model.checkpoint={checkpoint!r}: {f.name} is not a readable safetensors file ({e})"
+            ) from e
+    check_weights(shapes, spec, allow_missing=HEAD_KEYS)
+
+
+class _Shaped(tuple):
+    """A tensor's shape standing in for the tensor where only shapes are checked."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self)
 
 
 def check_weights(weights: dict[str, np.ndarray], spec: BertSpec, allow_missing=()) -> None:
@@ -147,7 +173,7 @@ def build_weights(spec: BertSpec, seed: int, checkpoint: str | None = None) -> d
     if checkpoint is None:
         return init_weights(spec, seed)
     loaded = load_checkpoint(checkpoint)
-    check_weights(loaded, spec, allow_missing=_HEAD_KEYS + ("bert.pooler.dense.weight", "bert.pooler.dense.bias"))
+    check_weights(loaded, spec, allow_missing=HEAD_KEYS)
     fresh = init_weights(spec, seed, [k for k in shapes if k not in loaded])
     return {k: loaded[k] if k in loaded else fresh[k] for k in shapes}
 

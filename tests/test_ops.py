@@ -219,8 +219,9 @@ def test_ops_trial_on_cuda(tmp_path):
 
 @pytest.mark.slow
 def test_a_crash_keeps_the_finished_rows(tmp_path):
-    bench("framework=torch", *QUICK, "ops.names=[add,matmul,sum]", "ops.shapes=[]", f"results_dir={tmp_path}",
-          env={"BENCH_INJECT_FAULT": "op=matmul:segv"})  # fmt: skip
+    proc = bench("framework=torch", *QUICK, "ops.names=[add,matmul,sum]", "ops.shapes=[]", f"results_dir={tmp_path}",
+                 env={"BENCH_INJECT_FAULT": "op=matmul:segv"}, check=False)  # fmt: skip
+    assert proc.returncode == 1  # a crashed trial fails the command
     add, matmul, total = read_rows(tmp_path / "ops.csv")
     assert add["op"] == "add" and add["status"] == "ok"
     assert matmul["status"] == "crashed" and "SIGSEGV" in matmul["error"]

@@ -130,3 +130,53 @@ def test_unwritable_results_are_refused_before_anything_runs(tmp_path):
         assert "cannot be written" in preflight_refuses(tmp_path, results=folder / "results", as_user=True)
     finally:
         folder.chmod(0o755)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# input a trial would only find bad once running: refused up front
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["seed=-1"], "seed=-1: accepted an integer in [0, 2^63)"),
+        (["seed=9223372036854775808"], "seed=9223372036854775808: accepted an integer in [0, 2^63)"),
+        (["data.seed=-3"], "data.seed=-3: accepted: an integer in [0, 2^63)"),
+        (["optimizer.momentum=1"], "optimizer.momentum=1.0: accepted a number in [0, 1)"),
+        (["optimizer.eps=0"], "optimizer.eps=0.0: accepted a number > 0"),
+        (["model.layer_norm_eps=-1"], "model.layer_norm_eps=-1.0: accepted a number > 0"),
+        (["jacfwd_max_params=0"], "jacfwd_max_params=0: must be a number >= 1"),
+        (["last_k=0"], "last_k=0: must be a number >= 1"),  # checked although trainable=all does not read it
+    ],
+)
+def test_numeric_options_are_checked_up_front(tmp_path, args, expected):
+    assert expected in preflight_refuses(tmp_path, *args)
+
+
+@pytest.mark.skipif(bool(shutil.which("nvidia-smi")), reason="this host may have a GPU")
+def test_device_cuda_on_a_host_without_one_is_refused(tmp_path):
+    assert "device=cuda: this host has no CUDA GPU" in preflight_refuses(tmp_path, "device=cuda")
+
+
+def test_a_malformed_ag_news_file_is_refused_naming_its_line(tmp_path):
+    data = tmp_path / "ag"
+    data.mkdir()
+    rows = "".join(f'"{1 + i % 4}","title {i}","body {i}"\n' for i in range(40))
+    (data / "train.csv").write_text(rows + '"2","unterminated title,body\n')
+    line = preflight_refuses(tmp_path, "data=ag_news", f"data.path={data}", "data.num_train=16", "data.num_eval=8",
+                             results=tmp_path / "results")  # fmt: skip
+    assert f"data.path={data / 'train.csv'}: line 41: " in line and "accepted: 3 columns" in line
+
+
+def test_a_checkpoint_without_safetensors_or_of_another_shape_is_refused(tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "pytorch_model.bin").write_bytes(b"pickle")
+    line = preflight_refuses(tmp_path, f"model.checkpoint={folder}", results=tmp_path / "results")
+    assert "no *.safetensors in this directory (found: pytorch_model.bin)" in line
+    save_file({"bert.embeddings.word_embeddings.weight": np.zeros((3, 2), np.float32)}, str(folder / "m.safetensors"))
+    line = preflight_refuses(tmp_path, f"model.checkpoint={folder}", results=tmp_path / "results")
+    assert "weights do not fit the model: missing" in line and "shape mismatch 1" in line

@@ -29,9 +29,9 @@ from bench.spec import (
     TRAINABLE_SCOPES,
     count_params,
 )
-from bench.system import cuda_device_count, host_facts, jaxlib_at_least
+from bench.system import host_facts, jaxlib_at_least
 from bench.wandb_runs import WandbSink
-from bench.weights import WeightsError, resolve_checkpoint
+from bench.weights import WeightsError, check_checkpoint
 
 DTYPES = ("fp32",)
 # Keys only scenario=ops reads. A model trial's identity leaves them out: it hashes as it did before scenarios
@@ -145,7 +145,17 @@ def validate(c: dict) -> None:
         raise ConfigError(f"model.num_labels={m['num_labels']}: must be an integer >= 2")
     if not 0.0 <= m["dropout"] < 1.0:
         raise ConfigError(f"model.dropout={m['dropout']}: must be in [0, 1)")
-    at_least("optimizer.lr", c["optimizer"]["lr"], 0)
+    o = c["optimizer"]
+    at_least("optimizer.lr", o["lr"], 0)
+    at_least("optimizer.weight_decay", o["weight_decay"], 0)
+    for name in ("momentum", "beta1", "beta2"):
+        if not isinstance(o[name], (int, float)) or isinstance(o[name], bool) or not 0 <= o[name] < 1:
+            raise ConfigError(f"optimizer.{name}={o[name]}: accepted a number in [0, 1)")
+    for name, value in (("optimizer.eps", o["eps"]), ("model.layer_norm_eps", m["layer_norm_eps"])):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"{name}={value}: accepted a number > 0")
+    at_least("jacfwd_max_params", c["jacfwd_max_params"], 1)
+    at_least("last_k", c["last_k"], 1)
     if c["mezo_eps"] <= 0:
         raise ConfigError(f"mezo_eps={c['mezo_eps']}: must be > 0")
     if c["max_timed_s"] is not None:
@@ -174,12 +184,12 @@ def validate(c: dict) -> None:
                 f"each (> jacfwd_max_params={c['jacfwd_max_params']:,}); accepted: trainable=head|bias|last_k with "
                 "fewer parameters, or a larger jacfwd_max_params"
             )
-    parallel.validate(c, cuda_device_count())
+    parallel.validate(c)
     validate_outputs(c)
     validate_data(c)
     if m["checkpoint"] is not None:
         try:
-            resolve_checkpoint(m["checkpoint"])
+            check_checkpoint(m["checkpoint"], spec)
         except WeightsError as e:
             raise ConfigError(str(e)) from e
 
@@ -216,6 +226,7 @@ def validate_data(c: dict) -> None:
     data.validate(spec, parallel.global_batch_size(c), c["seq_len"])
     if c["evaluate"]:
         data.validate(spec, parallel.global_batch_size(c), c["seq_len"], split="test")
+    data.check_source(spec, parallel.global_batch_size(c), c["evaluate"])
     if spec.name == "ag_news":
         if spec.path is not None:
             p = Path(spec.path).expanduser()
