@@ -47,15 +47,18 @@ def trial_processes_anywhere(launcher_pid: int) -> list[psutil.Process]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "launcher, sig",
-    [("basic", signal.SIGINT), ("basic", signal.SIGTERM), ("joblib", signal.SIGTERM),
-     ("submitit_local", signal.SIGINT)],
+    "launcher, sig, group",
+    [("basic", signal.SIGINT, False), ("basic", signal.SIGTERM, False), ("joblib", signal.SIGTERM, False),
+     ("joblib", signal.SIGINT, True), ("submitit_local", signal.SIGINT, False)],
 )  # fmt: skip
-def test_an_interrupt_stops_the_trial_records_nothing_and_resume_finishes(tmp_path, launcher, sig):
+def test_an_interrupt_stops_the_trial_records_nothing_and_resume_finishes(tmp_path, launcher, sig, group):
+    """`group`: the signal goes to the launch's whole process group, as a terminal's Ctrl-C does (the launcher's
+    workers get it too); otherwise to the launching process alone, as `kill <pid>` does."""
     # the second trial never ends by itself: only the interrupt can stop it
     args = ["-m", "framework=torch", "mode=inference,backprop", *FAST, "logger=none", *LAUNCHERS[launcher]]
     cmd = [sys.executable, "-m", "bench", *args, "steps=3,1000000", f"results_dir={tmp_path}"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=group)  # its own group, so that killpg reaches it and not pytest
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and len(read_rows(tmp_path / "runs.csv")) < (2 if launcher != "basic" else 1):
         time.sleep(0.5)  # the short trials are recorded; the endless one is running
@@ -64,7 +67,10 @@ def test_an_interrupt_stops_the_trial_records_nothing_and_resume_finishes(tmp_pa
     assert trials_of(proc.pid), "no trial process started"
     recorded = (tmp_path / "runs.csv").read_bytes()
     time.sleep(2)  # well inside the timed steps
-    proc.send_signal(sig)
+    if group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
     try:
         out, err = proc.communicate(timeout=STOP_WITHIN_S)
     except subprocess.TimeoutExpired:
