@@ -5,7 +5,9 @@ FSDP2; bench/jax_impl/parallel.py: a Mesh, NamedShardings, jax.distributed); not
 
     parallel=none   one device (devices must be 1)
     parallel=ddp    data parallel: parameters replicated, the global batch split over devices
-    parallel=fsdp   fully sharded data parallel: parameters (and gradients, optimizer state) sharded too
+    parallel=fsdp   fully sharded data parallel: parameters (and gradients, optimizer state) sharded too;
+                    fsdp_reshard_after_forward=false (SHARD_GRAD_OP) keeps the gathered parameters from the forward
+                    for the backward pass, so in modes without one (inference, jvp, MeZO) it is FULL_SHARD
 
 `devices` is the number of devices per node, `nodes` the number of nodes: world_size = devices x nodes. The trial's
 `batch_size` is the per-device micro-batch; a step's global batch is exactly the single-device batch of size
@@ -15,12 +17,14 @@ data-parallel trial and a single-device trial of the global batch compute the sa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import fields
 
 import numpy as np
 
 from bench.errors import ConfigError
-from bench.spec import Batch
+from bench.spec import Batch, BertSpec, is_trainable, param_shapes
 
 STRATEGIES = ("none", "ddp", "fsdp")
 FP32_BYTES = 4
@@ -29,16 +33,15 @@ FP32_BYTES = 4
 SUPPORTED = {
     ("torch", "ddp"): ("inference", "backprop", "jvp", "jacfwd", "mezo"),
     # forward-mode AD through FSDP2's DTensor parameters fails in torch 2.x (aten._has_same_storage_numel has no
-    # sharding strategy), so jvp and jacfwd are refused there rather than faked
-    ("torch", "fsdp"): ("inference", "backprop", "mezo"),
+    # sharding strategy): jvp runs with its tangent attached module by module to the parameters each unit has
+    # gathered (jvp_impl=lazy); jacfwd's vmapped jvp over the whole parameter set cannot, and is refused
+    ("torch", "fsdp"): ("inference", "backprop", "jvp", "mezo"),
     ("jax", "ddp"): ("inference", "backprop", "jvp", "jacfwd", "mezo"),
     ("jax", "fsdp"): ("inference", "backprop", "jvp", "jacfwd", "mezo"),
 }
 REFUSED_WHY = {
-    ("torch", "fsdp", "jvp"): "forward-mode AD through FSDP2's sharded (DTensor) parameters is not supported by "
-    "torch (aten._has_same_storage_numel has no sharding strategy); use parallel=ddp, or framework=jax",
     ("torch", "fsdp", "jacfwd"): "forward-mode AD through FSDP2's sharded (DTensor) parameters is not supported by "
-    "torch; use parallel=ddp, or framework=jax",
+    "torch (aten._has_same_storage_numel has no sharding strategy); use parallel=ddp, or framework=jax",
 }
 
 
@@ -63,6 +66,11 @@ def validate(c: dict) -> None:
     elif mode not in SUPPORTED[(fw, p)]:
         why = REFUSED_WHY.get((fw, p, mode), "not supported")
         raise ConfigError(f"mode={mode} with parallel={p}, framework={fw}: {why}")
+    elif (fw, p, mode) == ("torch", "fsdp", "jvp") and c["jvp_impl"] != "lazy":
+        raise ConfigError(
+            f"jvp_impl={c['jvp_impl']} with parallel=fsdp: forward-mode AD through FSDP2's sharded parameters fails "
+            "in torch; accepted: jvp_impl=lazy (the tangent attached module by module to the gathered parameters)"
+        )
     if p != "fsdp" and (c["fsdp_offload"] or not c["fsdp_reshard_after_forward"]):
         which = "fsdp_offload=true" if c["fsdp_offload"] else "fsdp_reshard_after_forward=false"
         raise ConfigError(f"{which}: applies to parallel=fsdp only (got parallel={p})")
@@ -151,29 +159,54 @@ def shard_batches(micro_batches: Sequence[Batch], index: int, count: int) -> lis
 def expected_comm_bytes(c: dict, n_trainable: int, n_sharded: int) -> int:
     """What the way of differentiating should exchange per step per device, in bytes, by its definition (fp32):
     the size of each collective's buffer (all-reduce: the tensor; all-gather: the gathered output; reduce-scatter:
-    the input), summed over the step. `n_sharded` is how many parameters the strategy shards (fsdp: all-gathered
-    for every forward pass). Every step also all-reduces its loss (4 bytes) so each device reports the global
-    batch's loss.
+    the input), summed over the step. `n_sharded` is how many parameters the strategy shards. Every step also
+    all-reduces its loss (4 bytes) so each device reports the global batch's loss.
 
       ddp   inference 4; backprop 4n + 4 (one all-reduce of the gradient per update); jacfwd 4n + 4;
-            jvp 4(K + 1) (the K directional derivatives and the loss); mezo 8 (the two losses)
-      fsdp  + 4 n_sharded per forward pass (all-gather), backprop: + 4 n_sharded again in the backward pass when
-            parameters are resharded after the forward (FULL_SHARD) and the gradient reduce-scattered (4n) instead
-            of all-reduced; mezo's two passes gather twice; JAX's jvp gathers the tangent with the parameters
-    A world of one device exchanges nothing."""
+            jvp 4(K + 1) (the K directional derivatives and the loss); mezo 8 (the loss and the projection)
+      fsdp  + an all-gather of the sharded parameters per forward pass, and the gradient reduce-scattered (4n)
+            instead of all-reduced. torch (FSDP2) pads each tensor's first axis to a multiple of the devices
+            (its gathers and reduce-scatters carry the padding), gathers per forward pass and again in the
+            backward pass when parameters are resharded after the forward (FULL_SHARD; with trainable other than
+            all its backward reaches fewer units, so this is an upper bound), mezo's two passes twice, jvp once per
+            tangent. XLA gathers once per compiled program: the backward pass uses the forward's gathered
+            parameters, jvp gathers once for all K tangents, each device draws its tangent whole from the seed (no
+            tangent is gathered); mezo's two losses are two programs.
+    With grad_accum > 1: torch's DDP and FSDP2 reduce the gradient once per update (no_sync), FSDP2 still gathers
+    per micro-batch; JAX exchanges everything per micro-batch. A world of one device exchanges nothing. Measured
+    against these (tests/test_parallel_*.py): XLA's backprop all-reduces 4(P - T)H bytes less than 4n (the position
+    embeddings' rows past seq_len have no gradient, which it knows)."""
     if c["parallel"] == "none" or world_size(c) == 1:
         return 0
-    mode, k, s = c["mode"], c["num_tangents"], FP32_BYTES
+    mode, k, s, ga, torch = c["mode"], c["num_tangents"], FP32_BYTES, c["grad_accum"], c["framework"] == "torch"
     loss = s
     if c["parallel"] == "ddp":
-        return {"inference": loss, "backprop": s * n_trainable + loss, "jacfwd": s * n_trainable + loss,
-                "jvp": s * (k + 1), "mezo": 2 * s}[mode]  # fmt: skip
-    gather = s * n_sharded
+        per_update = {"inference": loss, "backprop": s * n_trainable + loss, "jacfwd": s * n_trainable + loss,
+                      "jvp": s * (k + 1), "mezo": 2 * s}[mode]  # fmt: skip
+        return per_update if torch else ga * per_update
+    gather = s * (padded_params(c) if torch else n_sharded)
+    reduce_scatter = s * (padded_params(c, trainable=True) if torch else n_trainable)
     if mode == "inference":
-        return gather + loss
-    if mode == "mezo":
-        return 2 * gather + 2 * s
-    if mode == "jvp":
-        return k * 2 * gather + s * (k + 1)  # parameters and tangent, for every tangent
-    backward_gather = gather if c["fsdp_reshard_after_forward"] else 0
-    return gather + backward_gather + s * n_trainable + loss  # backprop, jacfwd
+        per_micro, per_update = gather, loss
+    elif mode == "mezo":
+        per_micro, per_update = 2 * gather, 2 * s
+    elif mode == "jvp":
+        per_micro, per_update = (k if torch else 1) * gather, s * (k + 1)
+    else:  # backprop, jacfwd
+        regather = torch and mode == "backprop" and c["fsdp_reshard_after_forward"]
+        per_micro, per_update = gather * (2 if regather else 1), reduce_scatter + loss
+    return ga * per_micro + per_update if torch else ga * (per_micro + per_update)
+
+
+def padded_params(c: dict, trainable: bool = False) -> int:
+    """Parameters as FSDP2 gathers them: each tensor's first axis padded up to a multiple of the devices (the
+    trainable scope's alone with `trainable`, as its reduce-scatter carries them)."""
+    spec = BertSpec(**{f.name: c["model"][f.name] for f in fields(BertSpec) if f.name in c["model"]})
+    n = world_size(c)
+    total = 0
+    for name, shape in param_shapes(spec).items():
+        if trainable and not is_trainable(name, c["trainable"], spec.num_layers, c["last_k"]):
+            continue
+        rows = -(-shape[0] // n) * n
+        total += rows * (math.prod(shape) // shape[0])
+    return total

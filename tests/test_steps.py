@@ -184,8 +184,8 @@ def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(mo
     alive, most = [0], {}
     draw = tsteps.direction
 
-    def counted(p, seed):
-        t = draw(p, seed)
+    def counted(p, seed, **kw):
+        t = draw(p, seed, **kw)
         alive[0] += 1
         weakref.finalize(t, lambda: alive.__setitem__(0, alive[0] - 1))
         return t

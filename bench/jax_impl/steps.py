@@ -15,6 +15,10 @@ torch does (without donation the old and new parameters would coexist: +1x param
 
 Random directions are regenerated from (seed, step, k, tensor index) keys rather than stored, exactly as in the
 torch mirror, so a K-tangent loop holds one tangent at a time and the estimate is built leaf by leaf.
+
+On several devices (a World from bench.jax_impl.parallel) the programs are the same, jitted with shardings: XLA
+splits each over the devices and adds the collectives the maths needs (the batch mean of the loss and of each
+directional derivative: an all-reduce of a scalar; backprop's gradient; fsdp's parameter gathers).
 """
 
 from __future__ import annotations
@@ -40,12 +44,17 @@ INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 # loss
 
 
-def make_loss_fn(graphdef, frozen, train: bool):
+def whole(tree):
+    return tree
+
+
+def make_loss_fn(graphdef, frozen, train: bool, gather=whole):
     """loss_of(params, batch, key): mean cross-entropy of the classifier; frozen state closed over (constants
-    to every transformation, so they get no tangent and no gradient). `key` drives dropout when `train`."""
+    to every transformation, so they get no tangent and no gradient). `key` drives dropout when `train`.
+    `gather`: the parameters whole from what a device holds (parallel=fsdp: World.gather_whole)."""
 
     def loss_of(params, batch, key):
-        model = nnx.merge(graphdef, params, frozen)
+        model = nnx.merge(graphdef, *gather((params, frozen)))
         logits = model(
             *(batch[k] for k in INPUT_KEYS),
             deterministic=not train,
@@ -56,18 +65,18 @@ def make_loss_fn(graphdef, frozen, train: bool):
     return loss_of
 
 
-def make_trunk_head_fns(graphdef, frozen, train: bool):
+def make_trunk_head_fns(graphdef, frozen, train: bool, gather=whole):
     """(features_of, head_loss_of): the loss in two halves, for trainable=head where the trunk (embeddings +
     encoder) is frozen: features_of(params, batch, key) -> (B, T, H); head_loss_of(params, hidden, batch, key)."""
 
     def features_of(params, batch, key):
-        model = nnx.merge(graphdef, params, frozen)
+        model = nnx.merge(graphdef, *gather((params, frozen)))
         return model.features(
             *(batch[k] for k in INPUT_KEYS), deterministic=not train, rngs=nnx.Rngs(dropout=key) if train else None
         )
 
     def head_loss_of(params, hidden, batch, key):
-        model = nnx.merge(graphdef, params, frozen)
+        model = nnx.merge(graphdef, *gather((params, frozen)))
         logits = model.head(
             hidden, deterministic=not train, rngs=nnx.Rngs(dropout=jax.random.fold_in(key, 1)) if train else None
         )
@@ -88,7 +97,14 @@ def direction_keys(seed: int, step, k, n: int):
     (threefry) normal per tensor costs ~0.1 s of compile each; MeZO draws ~4 per tensor, so on MiniLM (105 tensors)
     the step took ~45 s to compile. Threefry still derives the keys (one op for all tensors); the bits come from
     XLA's RngBitGenerator, which compiles ~2x faster. The streams are statistically sound but, unlike threefry,
-    not guaranteed identical across backends or XLA versions (torch's directions differ from JAX's anyway)."""
+    not guaranteed identical across backends or XLA versions (torch's directions differ from JAX's anyway).
+
+    Sharded (fsdp), the values stay those of one device and nothing is exchanged: XLA's SPMD partitioner does not
+    partition RngBitGenerator, it gives every device the whole draw and slices out the device's part; XLA:CPU
+    then fuses that slice into the (Philox) generator, so a device computes its own part only (a MiniLM-sized
+    perturbation on 2 CPU devices: 0.37 s, against 0.74 s drawing it whole on each; tiny's perturbation holds
+    11 KB of temporaries beside a 1.9 MB part of the word embeddings). jax.jvp's forward pass needs the tangent
+    whole: there each device draws all of it, rather than drawing its part and gathering the rest."""
     base = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed, impl="rbg"), step), k)
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(n, dtype=jnp.uint32))
 
@@ -257,34 +273,58 @@ def make_optimizer(opt) -> optax.GradientTransformation:
 
 
 class Trainer:
-    """One mode on one model: `step(update)` = gradient + apply; the runner only uses this class."""
+    """One mode on one model: `step(update)` = gradient + apply; the runner only uses this class.
 
-    def __init__(self, model, step_spec: StepSpec, device=None):
+    With a world (parallel=ddp|fsdp, bench.jax_impl.parallel) the same programs run over its mesh, jitted with
+    explicit shardings: parameters, frozen state and optimizer state where World.sharding puts them, batches
+    split over `data`, scalars replicated. XLA partitions each program and inserts the collectives it needs.
+    Every program that evaluates the loss takes the frozen state as its first argument. On one device that
+    argument is unused (the loss closes over the frozen state, as it always has) and jit drops it; in a world the
+    loss is rebuilt on it (`_on`), since a closed-over array is folded into the program whole, on every device,
+    and cannot span processes."""
+
+    def __init__(self, model, step_spec: StepSpec, device=None, world=None):
         self.spec, self.device = step_spec, device or jax.devices()[0]
+        self.world = world if world is not None and world.mesh is not None else None  # None: this device alone
         s = step_spec
         num_layers = len(model.bert.encoder.layer)
         trainable = lambda path, x: (
             isinstance(x, nnx.Param) and is_trainable(hf_name(path), s.trainable, num_layers, s.last_k)
         )
-        # Frozen parameters live in `frozen`, closed over by the loss: no tangent, no gradient, no optimizer state.
+        # Frozen parameters live in `frozen`, closed over by the loss (in a world: passed to it, see _on): no
+        # tangent, no gradient, no optimizer state.
         self.graphdef, params, frozen = nnx.split(model, trainable, ...)
-        self.params, self.frozen = jax.device_put((params, frozen), self.device)
+        if self.world is None:
+            self.params, self.frozen = jax.device_put((params, frozen), self.device)
+        else:
+            self.params, self.frozen = self.world.place((params, frozen))
         count = lambda t: sum(int(np.prod(x.shape)) for x in jax.tree.leaves(t))
-        self.n_trainable = count(self.params)
-        self.n_params = self.n_trainable + count(nnx.filter_state(self.frozen, nnx.Param))
+        every_param = (self.params, nnx.filter_state(self.frozen, nnx.Param))
+        self.n_trainable, self.n_params = count(self.params), count(every_param)
+        self.n_sharded = count([x for x in jax.tree.leaves(every_param) if not x.sharding.is_fully_replicated])
         # Dropout on for the training modes; inference and MeZO run deterministic (as torch_impl).
-        train = s.mode in ("backprop", "jvp", "jacfwd")
-        self.loss_of = make_loss_fn(self.graphdef, self.frozen, train)
-        self.trunk = make_trunk_head_fns(self.graphdef, self.frozen, train) if s.trainable == "head" else None
+        self.train = s.mode in ("backprop", "jvp", "jacfwd")
+        self.gather = whole if self.world is None else self.world.gather_whole  # parameters whole, in a program
+        self.loss_of, self.trunk = self._loss_fns(self.frozen)
         self.optimizer = None if s.mode == "inference" else make_optimizer(s.optimizer)
         platform = "cuda" if self.device.platform == "gpu" else "cpu"
         self.jacfwd_chunk = jacfwd_chunk_for(s.jacfwd_chunk, "jax", platform)
-        self.n_sharded = 0
         # Created by the first update, as torch.optim creates its state lazily: in both frameworks the optimizer
         # state is part of a trial's excess memory, not of its baseline.
         self.opt_state = None
         self.step_count = 0
-        self._step = jax.jit(self._step_fn, donate_argnums=(0, 1))
+        self.micro_batches = s.grad_accum  # per update: how often MeZO's perturbation and loss run in a step
+
+        # Where the programs' arguments and results live in a world: frozen state, parameters, optimizer state,
+        # batches, scalars (on one device, wherever the data is).
+        fs = ps = os_ = bs = r = None
+        if self.world is not None:
+            w = self.world
+            fs, ps, bs, r = w.shardings(self.frozen), w.shardings(self.params), w.batch_sharding, w.replicated
+            os_ = w.shardings(jax.eval_shape(self.optimizer.init, self.params)) if self.optimizer else None
+        self.opt_shardings = os_
+        jit = self._jit
+        self._step = jit(self._step_fn, (1, 2), (fs, ps, os_, bs, r), (ps, os_, r))
         if s.mode in ("jvp", "mezo"):
             # The step runs as separate jitted calls, the update regenerating the directions from their keys.
             # MeZO: each perturbation donates the parameters, so it overwrites them in place as torch's add_
@@ -292,18 +332,44 @@ class Trainer:
             # |theta| buffer). jvp: in one program XLA:CPU materialised the regenerated tangent, the estimate and
             # the update of every leaf at once (BERT-base: +126 MiB per layer against the 27 MiB of a layer's
             # tangent); apart, each program holds what it must.
-            self._update = jax.jit(self._seeded_update_fn, donate_argnums=(0, 1))
+            self._update = jit(self._seeded_update_fn, (0, 1), (ps, os_, r, r), (ps, os_))
         if s.mode == "mezo":
-            self._perturb = jax.jit(lambda p, scale, step: perturb(p, scale, s.seed, step), donate_argnums=0)
-            self._loss = jax.jit(self.loss_of)
+            self._perturb = jit(lambda p, scale, step: perturb(p, scale, s.seed, step), (0,), (ps, r, r), ps)
+            self._loss = jit(self._loss_fn, (), (fs, ps, bs, r), r)
         if s.mode == "jvp":
-            self._coeffs = jax.jit(self._coeffs_fn)
-        self._gradient = jax.jit(self._gradient_fn)
-        self._inference = jax.jit(self._inference_fn)
+            self._coeffs = jit(self._coeffs_fn, (), (fs, ps, bs, r), (r, r))
+        self._gradient = jax.jit(self._gradient_program)  # tests and gradient quality: shardings as XLA sees fit
+        self._inference = jit(self._inference_fn, (), (fs, ps, bs), r)
+
+    def _jit(self, fn, donate: tuple[int, ...], arguments: tuple, results):
+        """jax.jit of one program, the donated arguments written over by its results; in a world with the
+        arguments' and results' shardings given (a pytree prefix each)."""
+        if self.world is None:
+            return jax.jit(fn, donate_argnums=donate)
+        return jax.jit(fn, donate_argnums=donate, in_shardings=arguments, out_shardings=results)
+
+    def _loss_fns(self, frozen):
+        """(loss_of, trunk) on `frozen`: the loss, and for trainable=head its two halves (jacfwd_gradient)."""
+        loss_of = make_loss_fn(self.graphdef, frozen, self.train, self.gather)
+        if self.spec.trainable != "head":
+            return loss_of, None
+        return loss_of, make_trunk_head_fns(self.graphdef, frozen, self.train, self.gather)
+
+    def _on(self, frozen) -> Trainer:
+        """This trainer computing on `frozen`, a program's argument: itself on one device (the loss closes over
+        the frozen state; the argument goes unused and jit drops it), in a world a shallow copy whose loss is
+        built on the argument."""
+        if self.world is None:
+            return self
+        on = copy.copy(self)
+        on.loss_of, on.trunk = self._loss_fns(frozen)
+        return on
 
     # -- data ------------------------------------------------------------------------------------------------
     def to_device(self, micro_batches):
-        """numpy micro-batches -> device arrays (int32 ids)."""
+        """numpy micro-batches -> device arrays (int32 ids); in a world, this process's rows of global arrays."""
+        if self.world is not None:
+            return self.world.place_batches(micro_batches)
         return jax.device_put([{k: np.asarray(v, np.int32) for k, v in b.items()} for b in micro_batches], self.device)
 
     def sync(self, value=None) -> None:
@@ -313,21 +379,35 @@ class Trainer:
         """Compile the timed function ahead of time for these batch shapes. The runner calls this before it
         records the memory baseline, so what the compiler leaves resident (code, caches) is not counted as the
         step's memory; torch_impl's eager trainer has nothing to compile."""
-        step, mode = jnp.int32(0), self.spec.mode
+        step, mode, frozen = np.int32(0), self.spec.mode, self.frozen
+        self.micro_batches = len(micro_batches)
         if mode == "inference":
-            self._inference = self._inference.lower(self.params, micro_batches).compile()
+            self._inference = self._inference.lower(frozen, self.params, micro_batches).compile()
             return
         opt_state = jax.eval_shape(self.optimizer.init, self.params)
         if mode == "mezo":
             self._perturb = self._perturb.lower(self.params, 0.0, step).compile()
-            self._loss = self._loss.lower(self.params, micro_batches[0], dropout_key(self.spec.seed, step)).compile()
-            self._update = self._update.lower(self.params, opt_state, jnp.zeros(1, jnp.float32), step).compile()
+            key = dropout_key(self.spec.seed, step)
+            self._loss = self._loss.lower(frozen, self.params, micro_batches[0], key).compile()
+            self._update = self._update.lower(self.params, opt_state, np.zeros(1, np.float32), step).compile()
         elif mode == "jvp":
-            self._coeffs = self._coeffs.lower(self.params, micro_batches, step).compile()
-            coeffs = jnp.zeros(self.spec.num_tangents, jnp.float32)
+            self._coeffs = self._coeffs.lower(frozen, self.params, micro_batches, step).compile()
+            coeffs = np.zeros(self.spec.num_tangents, np.float32)
             self._update = self._update.lower(self.params, opt_state, coeffs, step).compile()
         else:
-            self._step = self._step.lower(self.params, opt_state, micro_batches, step).compile()
+            self._step = self._step.lower(frozen, self.params, opt_state, micro_batches, step).compile()
+
+    def programs(self) -> list[tuple]:
+        """(compiled program, runs per step) for every program one timed step runs, after compile(): what
+        bench.jax_impl.parallel reads communication and per-device memory from."""
+        mode, m = self.spec.mode, self.micro_batches
+        if mode == "inference":
+            return [(self._inference, 1)]
+        if mode == "mezo":
+            return [(self._perturb, 3 * m), (self._loss, 2 * m), (self._update, 1)]
+        if mode == "jvp":
+            return [(self._coeffs, 1), (self._update, 1)]
+        return [(self._step, 1)]
 
     # -- the mode --------------------------------------------------------------------------------------------
     def _gradient_fn(self, params, micro_batches, step, tangents=None):
@@ -354,15 +434,15 @@ class Trainer:
             return spsa_gradient(self.loss_of, params, micro_batches, key, eps=s.mezo_eps, seed=s.seed, step=step)
         raise ValueError(f"mode={s.mode!r} has no gradient")
 
-    def _step_fn(self, params, opt_state, micro_batches, step):
-        params, loss, grads = self._gradient_fn(params, micro_batches, step)
+    def _step_fn(self, frozen, params, opt_state, micro_batches, step):
+        params, loss, grads = self._on(frozen)._gradient_fn(params, micro_batches, step)
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    def _coeffs_fn(self, params, micro_batches, step):
+    def _coeffs_fn(self, frozen, params, micro_batches, step):
         """jvp: (loss, c) of the forward gradient sum_k c_k v_k; the update regenerates the v_k."""
         s = self.spec
-        return forward_gradient_coeffs(self.loss_of, params, micro_batches, dropout_key(s.seed, step),
+        return forward_gradient_coeffs(self._on(frozen).loss_of, params, micro_batches, dropout_key(s.seed, step),
                                        num_tangents=s.num_tangents, seed=s.seed, step=step)
 
     def _seeded_update_fn(self, params, opt_state, coeffs, step):
@@ -371,19 +451,28 @@ class Trainer:
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
-    def _inference_fn(self, params, micro_batches):
-        key = dropout_key(self.spec.seed, 0)
-        return sum(self.loss_of(params, b, key) for b in micro_batches) / len(micro_batches)
+    def _loss_fn(self, frozen, params, batch, key):
+        """MeZO: one forward pass (L+ or L-)."""
+        return self._on(frozen).loss_of(params, batch, key)
+
+    def _inference_fn(self, frozen, params, micro_batches):
+        key, loss_of = dropout_key(self.spec.seed, 0), self._on(frozen).loss_of
+        return sum(loss_of(params, b, key) for b in micro_batches) / len(micro_batches)
+
+    def _gradient_program(self, frozen, params, micro_batches, step, tangents=None):
+        return self._on(frozen)._gradient_fn(params, micro_batches, step, tangents)
 
     def gradient(self, micro_batches, tangents=None):
         """(loss before the update, gradient or estimate over the trainable parameters); for tests and gradient
         quality, not on the timed path. MeZO's perturbation round trip is applied to the parameters here too."""
-        self.params, loss, grads = self._gradient(self.params, micro_batches, jnp.int32(self.step_count), tangents)
+        step = jnp.int32(self.step_count)
+        self.params, loss, grads = self._gradient(self.frozen, self.params, micro_batches, step, tangents)
         return loss, grads
 
     def _ensure_opt_state(self) -> None:
         if self.opt_state is None:
-            self.opt_state = jax.jit(self.optimizer.init)(self.params)
+            shardings = {} if self.world is None else {"out_shardings": self.opt_shardings}
+            self.opt_state = jax.jit(self.optimizer.init, **shardings)(self.params)
 
     def apply(self, grads) -> None:
         self._ensure_opt_state()
@@ -393,12 +482,12 @@ class Trainer:
 
     def step(self, micro_batches):
         if self.spec.mode == "inference":
-            return self._inference(self.params, micro_batches)
+            return self._inference(self.frozen, self.params, micro_batches)
         self._ensure_opt_state()
-        step = jnp.int32(self.step_count)
+        step = np.int32(self.step_count)
         if self.spec.mode == "mezo":
             self.params, loss, proj = spsa_projection(
-                self._loss,
+                lambda p, batch, key: self._loss(self.frozen, p, batch, key),
                 lambda p, scale: self._perturb(p, scale, step),
                 self.params,
                 micro_batches,
@@ -407,10 +496,11 @@ class Trainer:
             )
             self.params, self.opt_state = self._update(self.params, self.opt_state, jnp.reshape(proj, (1,)), step)
         elif self.spec.mode == "jvp":
-            loss, coeffs = self._coeffs(self.params, micro_batches, step)
+            loss, coeffs = self._coeffs(self.frozen, self.params, micro_batches, step)
             self.params, self.opt_state = self._update(self.params, self.opt_state, coeffs, step)
         else:
-            self.params, self.opt_state, loss = self._step(self.params, self.opt_state, micro_batches, step)
+            args = (self.frozen, self.params, self.opt_state, micro_batches, step)
+            self.params, self.opt_state, loss = self._step(*args)
         self.step_count += 1
         return loss
 
@@ -478,4 +568,4 @@ def make_trainer(
     device = resolve_device(device)
     use_fp32()
     remat = step_spec.mode == "backprop" and step_spec.remat
-    return Trainer(build_model(spec, weights, remat=remat), step_spec, device)
+    return Trainer(build_model(spec, weights, remat=remat), step_spec, device, world)

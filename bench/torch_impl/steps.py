@@ -11,6 +11,13 @@ compare gradients across modes and frameworks, and the runner times `step = grad
     mezo       SPSA (Malladi et al. 2023): in-place seeded perturbation +eps, -2eps, +eps, two forward passes,
                g = (L+ - L-)/(2 eps) z with z regenerated from its seed
 
+Beyond one device (bench/torch_impl/parallel.py): each device computes its rows of the global batch; what the
+devices exchange is either their framework's (DDP's gradient all-reduce, FSDP2's all-gathers and reduce-scatters)
+or passed in as `reduce` (the mean over devices, identity on one): the loss with any scalars the mode needs (jvp's
+K directional derivatives, MeZO's projection) or jacfwd's whole gradient, one exchange per step. The seeded
+directions are the same on every device, so every replica takes the same update; under FSDP2 each device draws
+the whole direction and keeps the rows of each parameter it holds.
+
 Forward-mode and zeroth-order estimates are sums of seeded random directions, `g = sum_k c_k z_k`. They are never
 materialised whole: `SeededGradient` regenerates each tensor's directions when the optimizer reaches that tensor,
 so besides the optimizer state at most one parameter tensor of gradient exists at a time (MeZO's memory trick,
@@ -33,8 +40,14 @@ from torch.func import functional_call, jvp, vmap
 from bench.spec import JVP_IMPLS, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for
 from bench.torch_impl.device import resolve_device, use_fp32
 from bench.torch_impl.model import build_model, export_weights
+from bench.torch_impl.parallel import World, accumulating, like_param, local, local_rows, sharded
 
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+def identity(values):
+    """`reduce` on one device: its values are already the whole batch's."""
+    return values
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -74,10 +87,13 @@ def direction_seed(seed: int, step: int, k: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, step, k, index]).generate_state(1, np.uint64)[0] >> 1)
 
 
-def direction(p: torch.Tensor, seed: int) -> torch.Tensor:
+def direction(p: torch.Tensor, seed: int, whole: bool = False) -> torch.Tensor:
+    """The seeded N(0, I) direction of p's shape; where FSDP2 shards p, the rows this device holds of it (`whole`:
+    all of it, for a forward pass through p gathered whole)."""
     g = torch.Generator(device=p.device)
     g.manual_seed(seed)
-    return torch.randn(p.shape, generator=g, device=p.device, dtype=p.dtype)
+    z = torch.randn(p.shape, generator=g, device=p.device, dtype=p.dtype)
+    return z if whole else local_rows(z, p)
 
 
 def sample_tangent(params: dict[str, torch.Tensor], seed: int, step: int, k: int) -> dict[str, torch.Tensor]:
@@ -98,7 +114,9 @@ class SeededTangent:
         self.index = {name: i for i, name in enumerate(self.params)}
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        return direction(self.params[name], direction_seed(self.seed, self.step, self.k, self.index[name]))
+        # whole: the pass runs the module with the parameter gathered (under FSDP2, by its unit's forward)
+        seed = direction_seed(self.seed, self.step, self.k, self.index[name])
+        return direction(self.params[name], seed, whole=True)
 
 
 @dataclass
@@ -145,14 +163,16 @@ class TangentGradient:
 # gradients: compute, never update
 
 
-def backprop_gradient(model, params, micro_batches):
-    """Reverse mode: loss.backward() (not torch.func.grad, which keeps more memory alive)."""
+def backprop_gradient(model, params, micro_batches, reduce=identity):
+    """Reverse mode: loss.backward() (not torch.func.grad, which keeps more memory alive). Under DDP or FSDP2
+    the backward itself exchanges the gradient, in the last micro-batch's backward only."""
     total = 0.0
-    for batch in micro_batches:
-        loss = loss_fn(model, batch) / len(micro_batches)
-        loss.backward()
+    for i, batch in enumerate(micro_batches):
+        with accumulating(model, skip_sync=i < len(micro_batches) - 1):
+            loss = loss_fn(model, batch) / len(micro_batches)
+            loss.backward()
         total = total + loss.detach()
-    return total, {n: p.grad for n, p in params.items()}
+    return reduce(total), {n: p.grad for n, p in params.items()}
 
 
 def directional_derivative(model, params, batch, tangent, impl: str = "func"):
@@ -176,7 +196,9 @@ def directional_derivative(model, params, batch, tangent, impl: str = "func"):
             primal, d = fwAD.unpack_dual(loss_fn(model, batch, duals))
         return primal, d
     if impl == "lazy":
-        with fwAD.dual_level(), lazy_duals(model, params, tangent):
+        # no_grad: nothing here needs a backward pass, and FSDP2 then registers none on the units' outputs (an
+        # autograd.Function without a forward-mode rule, which a dual would reach)
+        with torch.no_grad(), fwAD.dual_level(), lazy_duals(model, params, tangent):
             primal, d = fwAD.unpack_dual(loss_fn(model, batch))
         return primal, d
     raise ValueError(f"jvp_impl={impl!r}: accepted {', '.join(JVP_IMPLS)}")
@@ -187,21 +209,27 @@ def lazy_duals(model, params: dict[str, torch.Tensor], tangent):
     """Within a dual_level: each module owning parameters of `params` swaps them for dual tensors (parameter,
     tangent[name]) in a forward pre-hook and back in a forward hook. Forward mode keeps no graph, so once the
     module has run its tangents are garbage: the pass holds one module's tangent (BERT: at most the word
-    embeddings') instead of every layer's."""
+    embeddings') instead of every layer's.
+
+    The dual is made from the parameter the module holds when it runs: under FSDP2 that is the whole parameter
+    its unit's forward pre-hook has just gathered (forward-mode AD through FSDP2's sharded DTensors fails in
+    torch, through the gathered plain tensor it works), so the forward gradient runs under fsdp too."""
     owned = defaultdict(list)
     for prefix, module in model.named_modules():
-        for attr, p in module.named_parameters(recurse=False):
+        for attr, _ in module.named_parameters(recurse=False):
             name = f"{prefix}.{attr}" if prefix else attr
             if name in params:
-                owned[module].append((attr, name, p))
+                owned[module].append((attr, name))
+    held: dict = {}  # (module, attr) -> the parameter the module held before its dual
 
     def swap_in(module, args):
-        for attr, name, _ in owned[module]:
-            module._parameters[attr] = fwAD.make_dual(params[name], tangent[name])
+        for attr, name in owned[module]:
+            held[module, attr] = current = module._parameters[attr]
+            module._parameters[attr] = fwAD.make_dual(current, tangent[name])
 
     def swap_out(module, args, output=None):
-        for attr, _, p in owned[module]:
-            module._parameters[attr] = p
+        for attr, _ in owned[module]:
+            module._parameters[attr] = held.pop((module, attr), module._parameters[attr])
 
     handles = [h for m in owned for h in (m.register_forward_pre_hook(swap_in), m.register_forward_hook(swap_out))]
     try:
@@ -213,21 +241,25 @@ def lazy_duals(model, params: dict[str, torch.Tensor], tangent):
             swap_out(module, ())
 
 
-def forward_gradient(model, params, micro_batches, *, num_tangents, seed, step, impl="func", tangents=None):
+def forward_gradient(
+    model, params, micro_batches, *, num_tangents, seed, step, impl="func", tangents=None, reduce=identity
+):
     """Forward gradient: K tangents looped (memory does not grow with K); each tangent is dropped after its pass
     and regenerated from its seed when the update needs it. With one tangent, it is kept for the update instead:
     it was resident during the forward-mode pass (the step's peak), and regenerating n normals with torch's CPU
-    generator costs ~15% of a MiniLM step. impl="lazy" never holds a tangent whole, so it always regenerates."""
+    generator costs ~15% of a MiniLM step. impl="lazy" never holds a tangent whole, so it always regenerates.
+    `reduce` averages [loss, d_1..d_K] over devices: the step's one exchange."""
     if tangents is not None:
         K = len(tangents)
         losses, ds = zip(*(_dir_deriv(model, params, micro_batches, v, impl) for v in tangents))
-        return losses[0], TangentGradient(tangents, [float(d) / K for d in ds])
+        loss, *ds = reduce(torch.stack([losses[0], *ds]))
+        return loss, TangentGradient(tangents, [float(d) / K for d in ds])
     if num_tangents == 1 and impl != "lazy":
         v = sample_tangent(params, seed, step, 0)
-        loss, d = _dir_deriv(model, params, micro_batches, v, impl)
+        loss, d = reduce(torch.stack(_dir_deriv(model, params, micro_batches, v, impl)))
         return loss, TangentGradient([v], [float(d)], in_place=True)
     loss, coeffs = forward_gradient_coeffs(
-        model, params, micro_batches, num_tangents=num_tangents, seed=seed, step=step, impl=impl
+        model, params, micro_batches, num_tangents=num_tangents, seed=seed, step=step, impl=impl, reduce=reduce
     )
     return loss, SeededGradient(params, coeffs, seed, step)
 
@@ -240,34 +272,38 @@ def _dir_deriv(model, params, micro_batches, v, impl):
     return loss, d
 
 
-def forward_gradient_coeffs(model, params, micro_batches, *, num_tangents, seed, step, impl="func"):
+def forward_gradient_coeffs(model, params, micro_batches, *, num_tangents, seed, step, impl="func", reduce=identity):
     """(loss, c) with c_k = (grad . v_k) / K for the K seeded tangents: the forward gradient is sum_k c_k v_k,
     built by `SeededGradient` where the update needs it. Each tangent is dropped after its pass (lazy: drawn
-    tensor by tensor as the pass reaches it, never whole)."""
-    loss, coeffs = 0.0, []
+    tensor by tensor as the pass reaches it, never whole). `reduce` averages [loss, d_1..d_K] over devices."""
+    loss, ds = 0.0, []
     for k in range(num_tangents):
         v = SeededTangent(params, seed, step, k) if impl == "lazy" else sample_tangent(params, seed, step, k)
         l_k, d_k = _dir_deriv(model, params, micro_batches, v, impl)
         del v  # before the next tangent is drawn: one resident at a time
         loss = l_k if k == 0 else loss
-        coeffs.append(float(d_k) / num_tangents)
-    return loss, coeffs
+        ds.append(d_k)
+    loss, *ds = reduce(torch.stack([loss, *ds]))
+    return loss, [float(d) / num_tangents for d in ds]
 
 
-def jacfwd_gradient(model, params, micro_batches, *, chunk: int, seed: int, step: int, trunk: bool = False):
+def jacfwd_gradient(
+    model, params, micro_batches, *, chunk: int, seed: int, step: int, trunk: bool = False, reduce=identity
+):
     """Exact gradient by forward mode: d(loss)/d(theta_i) for every basis direction e_i of the flattened trainable
     parameters, `chunk` directions per vmapped jvp. ceil(n / chunk) forward passes; the (chunk, n) basis block is
     the method's memory cost. Every chunk replays the same dropout masks (forked RNG, same seed), so all
     directions differentiate the same function, as jax.jvp does with one key.
 
     `trunk` when nothing before the head is trainable (trainable=head): the trunk has no tangent, so it runs once
-    per batch outside the basis loop and only the head is pushed forward (jax_impl does the same split)."""
+    per batch outside the basis loop and only the head is pushed forward (jax_impl does the same split).
+    `reduce` averages the gradient and the loss over devices, as one buffer: the step's one exchange."""
     names = list(params)
     sizes = [params[n].numel() for n in names]
     n = sum(sizes)
     ref = next(iter(params.values()))
-    grad_flat = torch.zeros(n, device=ref.device, dtype=ref.dtype)
-    total = 0.0
+    exchanged = torch.zeros(n + 1, device=ref.device, dtype=ref.dtype)  # the gradient, then the loss
+    grad_flat, total = exchanged[:n], exchanged[n]
     devices = [ref.device.index or 0] if ref.device.type == "cuda" else []
     for batch in micro_batches:
         if trunk:
@@ -289,22 +325,27 @@ def jacfwd_gradient(model, params, micro_batches, *, chunk: int, seed: int, step
                 loss, d = vmap(lambda t, f=f: jvp(f, (params,), (t,)), randomness="same")(tangent)
             grad_flat[start : start + c] += d.detach() / len(micro_batches)
             del basis, tangent
-        total = total + loss[0].detach() / len(micro_batches)
+        total += loss[0].detach() / len(micro_batches)
+    exchanged = reduce(exchanged)
+    grad_flat, total = exchanged[:n], exchanged[n].clone()  # the loss outlives the step: no view of the buffer
     grads = dict(zip(names, (g.view_as(params[nm]) for nm, g in zip(names, torch.split(grad_flat, sizes)))))
     return total, grads
 
 
 @torch.no_grad()
 def perturb(params, scale: float, seed: int, step: int) -> None:
-    """theta += scale * z in place, z regenerated tensor by tensor from its seed (no stored noise)."""
+    """theta += scale * z in place, z regenerated tensor by tensor from its seed (no stored noise); under FSDP2
+    each device perturbs the rows it holds."""
     for i, p in enumerate(params.values()):
-        p.add_(direction(p, direction_seed(seed, step, 0, i)), alpha=scale)
+        local(p).add_(direction(p, direction_seed(seed, step, 0, i)), alpha=scale)
 
 
 @torch.no_grad()
-def spsa_gradient(model, params, micro_batches, *, eps: float, seed: int, step: int):
+def spsa_gradient(model, params, micro_batches, *, eps: float, seed: int, step: int, reduce=identity):
     """MeZO: projected gradient (L(theta + eps z) - L(theta - eps z)) / (2 eps) along one seeded z, two forward
-    passes with in-place perturbations +eps, -2eps, +eps. Returns the mean of L+ and L- as the step's loss."""
+    passes with in-place perturbations +eps, -2eps, +eps. Returns the mean of L+ and L- as the step's loss.
+    `reduce` averages [loss, projection] over devices (each device's L+ - L- taken first: the cancellation loses
+    no more than on one device)."""
     proj, total = 0.0, 0.0
     for batch in micro_batches:
         perturb(params, +eps, seed, step)
@@ -314,6 +355,7 @@ def spsa_gradient(model, params, micro_batches, *, eps: float, seed: int, step: 
         perturb(params, +eps, seed, step)
         proj = proj + (loss_plus - loss_minus) / (2 * eps) / len(micro_batches)
         total = total + (loss_plus + loss_minus) / 2 / len(micro_batches)
+    total, proj = reduce(torch.stack([total, proj]))
     return total, SeededGradient(params, [float(proj)], seed, step)
 
 
@@ -340,20 +382,16 @@ def make_optimizer(params: dict[str, torch.Tensor], opt) -> torch.optim.Optimize
 class Trainer:
     """One mode on one model: `step(update)` = gradient + apply; the runner only uses this class."""
 
-    def __init__(self, model, step_spec: StepSpec, device: str | torch.device = "cpu"):
+    def __init__(self, model, step_spec: StepSpec, device: str | torch.device = "cpu", world: World | None = None):
         self.model, self.spec, self.device = model, step_spec, torch.device(device)
         s = step_spec
         num_layers = model.config.num_hidden_layers
-        named = dict(model.named_parameters())
-        trainable = {n: p for n, p in named.items() if is_trainable(n, s.trainable, num_layers, s.last_k)}
+        trainable = [n for n, _ in model.named_parameters() if is_trainable(n, s.trainable, num_layers, s.last_k)]
         # Only the naive jvp and backprop need autograd to track anything. Everything else runs with every
         # parameter detached, so no graph is ever recorded (frozen parameters never get a gradient either way).
         track = s.mode == "backprop" or (s.mode == "jvp" and s.jvp_impl == "naive")
-        for n, p in named.items():
+        for n, p in model.named_parameters():
             p.requires_grad_(track and n in trainable)
-        self.params = trainable
-        self.n_params = sum(p.numel() for p in named.values())
-        self.n_trainable = sum(p.numel() for p in trainable.values())
         # Dropout is on for the training modes; inference and MeZO run the model in eval mode (MeZO's reference
         # implementation does, so that the two perturbed passes see the same function).
         model.train(s.mode in ("backprop", "jvp", "jacfwd"))
@@ -364,9 +402,18 @@ class Trainer:
                 model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.optimizer = None if s.mode == "inference" else make_optimizer(trainable, s.optimizer)
+        # Beyond one device: `module` is what the forward pass runs (DDP around the model for backprop under
+        # parallel=ddp; FSDP2 shards the model in place, its parameters becoming DTensors), and `reduce` what the
+        # modes exchange (bench/torch_impl/parallel.py). On one device: the model, and nothing to exchange.
+        self.module = model if world is None else world.distribute(model, backward=s.mode == "backprop")
+        self.reduce = identity if world is None else world.all_reduce_mean
+        named = dict(model.named_parameters())  # after sharding: the parameters the optimizer must see
+        self.params = {n: named[n] for n in trainable}
+        self.n_params = sum(p.numel() for p in named.values())
+        self.n_trainable = sum(p.numel() for p in self.params.values())
+        self.n_sharded = sum(p.numel() for p in named.values() if sharded(p))
+        self.optimizer = None if s.mode == "inference" else make_optimizer(self.params, s.optimizer)
         self.jacfwd_chunk = jacfwd_chunk_for(s.jacfwd_chunk, "torch", self.device.type)
-        self.n_sharded = 0
         self.step_count = 0
 
     # -- data ------------------------------------------------------------------------------------------------
@@ -384,12 +431,12 @@ class Trainer:
     # -- the mode --------------------------------------------------------------------------------------------
     def gradient(self, micro_batches, tangents=None):
         """(loss before the update, gradient or estimate over the trainable parameters)."""
-        s, step = self.spec, self.step_count
+        s, step, model, reduce = self.spec, self.step_count, self.module, self.reduce
         if s.mode == "backprop":
-            return backprop_gradient(self.model, self.params, micro_batches)
+            return backprop_gradient(model, self.params, micro_batches, reduce)
         if s.mode == "jvp":
             return forward_gradient(
-                self.model,
+                model,
                 self.params,
                 micro_batches,
                 num_tangents=s.num_tangents,
@@ -397,19 +444,23 @@ class Trainer:
                 step=step,
                 impl=s.jvp_impl,
                 tangents=tangents,
+                reduce=reduce,
             )
         if s.mode == "jacfwd":
             return jacfwd_gradient(
-                self.model,
+                model,
                 self.params,
                 micro_batches,
                 chunk=self.jacfwd_chunk,
                 seed=s.seed,
                 step=step,
                 trunk=s.trainable == "head",
+                reduce=reduce,
             )
         if s.mode == "mezo":
-            return spsa_gradient(self.model, self.params, micro_batches, eps=s.mezo_eps, seed=s.seed, step=step)
+            return spsa_gradient(
+                model, self.params, micro_batches, eps=s.mezo_eps, seed=s.seed, step=step, reduce=reduce
+            )
         raise ValueError(f"mode={s.mode!r} has no gradient")
 
     def apply(self, grads) -> None:
@@ -418,7 +469,7 @@ class Trainer:
         if isinstance(grads, (SeededGradient, TangentGradient)):
             for name, g in grads:
                 p = self.params[name]
-                p.grad = g
+                p.grad = like_param(g, p)
                 self.optimizer.step()
                 p.grad = None
         else:
@@ -431,12 +482,14 @@ class Trainer:
     def step(self, micro_batches):
         if self.spec.mode == "inference":
             with torch.inference_mode():
-                return sum(loss_fn(self.model, b) for b in micro_batches) / len(micro_batches)
+                return self.reduce(sum(loss_fn(self.module, b) for b in micro_batches) / len(micro_batches))
         loss, grads = self.gradient(micro_batches)
         self.apply(grads)
         return loss
 
     def weights(self) -> dict[str, np.ndarray]:
+        if self.n_sharded:  # FSDP2: every parameter gathered whole (a collective: every rank calls this)
+            return {n: p.full_tensor().detach().cpu().numpy() for n, p in self.model.named_parameters()}
         return export_weights(self.model)
 
     def state_bytes(self) -> dict[str, int]:
@@ -501,4 +554,4 @@ def make_trainer(
     on `world`'s devices (bench.torch_impl.parallel; None: this device alone)."""
     device = resolve_device(device)
     use_fp32()
-    return Trainer(build_model(spec, weights, device, attn_implementation), step_spec, device)
+    return Trainer(build_model(spec, weights, device, attn_implementation), step_spec, device, world)
