@@ -14,7 +14,7 @@ comma     := ,
 STAMP     := $(VENV)/.bench-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast bench sweep ops ops-report report lint clean
+.PHONY: help setup test test-fast bench sweep ops ops-report report dashboard lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -48,6 +48,9 @@ ops-report: $(STAMP)  ## ops plots and tables from results/ops.csv -> results/op
 
 report: $(STAMP)  ## tables and plots from results/runs.csv -> results/report.md
 	$(PY) -m bench.report
+
+dashboard: $(STAMP)  ## W&B workspace + report of the runs (offline: spec -> results/dashboard.json; ARGS=--online saves)
+	$(PY) -m bench.dashboard $(ARGS)
 
 lint: $(STAMP)  ## ruff, and the import contracts in pyproject.toml (layers, no cycles, no framework in the parent)
 	$(PY) -m ruff check bench tests

@@ -159,6 +159,9 @@ class BenchConfig:
     resume: bool = _f(False, "skip trials already recorded ok for the same configuration")
     timeout_s: int = _f(1800, "per-trial wall-clock limit, seconds >= 1 (the trial ends as timeout)")
     max_host_mem_mb: Any = _f(None, "null | MiB >= 1: kill a trial process whose host RSS exceeds this (status oom)")
+    budget_mb: Any = _f(
+        None, "null | MiB >= 1: the device memory a trial may use (CUDA: the framework's own limit; CPU: host RSS)"
+    )
     sweep_id: Any = _f(None, "groups the trials of one sweep (default: an id unique to each launch)")
     evaluate: bool = _f(
         False, "after the timed steps: loss and accuracy on the held-out split -> eval_loss, eval_accuracy"
@@ -266,7 +269,7 @@ def timed_steps(c: dict) -> int:
 
 
 # Keys that do not change what a trial measures: `resume=true` ignores them when matching recorded trials.
-NOT_IDENTITY = ("results_dir", "resume", "logger", "timeout_s", "max_host_mem_mb", "sweep_id")
+NOT_IDENTITY = ("results_dir", "resume", "logger", "timeout_s", "max_host_mem_mb", "budget_mb", "sweep_id")
 
 
 def hash_identity(identity: dict) -> str:
@@ -298,5 +301,6 @@ def validate_process(c: dict) -> None:
     at_least("timeout_s", c["timeout_s"], 1)
     if not isinstance(c["seed"], int) or isinstance(c["seed"], bool) or not 0 <= c["seed"] < MAX_SEED:
         raise ConfigError(f"seed={c['seed']}: accepted an integer in [0, 2^63) (jax keys take an int64)")
-    if c["max_host_mem_mb"] is not None:
-        at_least("max_host_mem_mb", c["max_host_mem_mb"], 1)
+    for name in ("max_host_mem_mb", "budget_mb"):
+        if c[name] is not None:
+            at_least(name, c[name], 1)

@@ -17,12 +17,14 @@ would have filled, and never enter a number or a plot. Trials beyond one device 
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench import parallel_report, targets
+from bench.capacity_report import capacity_section
 from bench.ops_report import ops_report
 from bench.plots import MAX_PANELS, PLOT_DIR, Plot, draw, plan_plots
 from bench.results import (
@@ -55,6 +57,7 @@ from bench.results import (
 from bench.spec import TRAINABLE_SCOPES
 from bench.tables import FP32_BYTES, OneLineParser, fmt_ratio, fmt_value, md_table, num
 from bench.trackers import MiB
+from bench.wandb_runs import log_report
 
 DEFAULT_CSV = Path("results") / "runs.csv"
 DEFAULT_OUT = Path("results")
@@ -398,6 +401,10 @@ def build_report(csv_paths: list[str | Path], out_dir: str | Path) -> Report:
     for ops_csv in dict.fromkeys(Path(p).parent / "ops.csv" for p in csv_paths):
         if ops_csv.is_file():
             text += "\n" + ops_report(ops_csv, out_dir)
+    # python -m bench.capacity writes capacity.csv beside runs.csv: its "What fits" section comes last
+    for capacity_csv in dict.fromkeys(Path(p).parent / "capacity.csv" for p in csv_paths):
+        if capacity_csv.is_file():
+            text += "\n" + capacity_section(capacity_csv, out_dir)
     report_path.write_text(text, encoding="utf-8")
     return Report(report_path, plots, len(rows), len(sel.failed))
 
@@ -420,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     except ReportError as e:
         print(f"bench.report: error: {e}", file=sys.stderr)
         return 2
+    # with W&B on (the results hold its offline runs), a `report` run keeps report.md and every plot it shows
+    shown = re.findall(rf"\]\(({PLOT_DIR}/[^)]+\.png)\)", report.path.read_text(encoding="utf-8"))
+    log_report(report.path, [report.path.parent / p for p in sorted(set(shown))])
     drawn = sum(p.drawn for p in report.plots)
     print(f"bench.report: {report.path} ({report.rows} rows, {report.failed} not ok; {drawn} plots, "
           f"{len(report.plots) - drawn} skipped for lack of data)")  # fmt: skip

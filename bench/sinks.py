@@ -43,6 +43,8 @@ EXTRA_COLUMNS = (
     "parallel", "devices", "nodes", "world_size", "global_batch_size", "fsdp_reshard_after_forward", "fsdp_offload",
     "comm_bytes_per_step", "comm_bytes_expected", "mem_params_mb", "mem_optimizer_mb",
     "experiment",  # the conf/experiment a trial was launched by (+experiment=NAME), empty otherwise
+    "budget_mb",  # the memory budget the trial ran under (the capacity search's probes)
+    "n_sharded",  # parameters the parallel strategy shards over the devices (fsdp)
 )  # fmt: skip
 CSV_COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 

@@ -15,6 +15,7 @@ from bench.config import launch_id
 from bench.preflight import compose_trials
 from bench.scenarios import config_hash, scenario_of
 from bench.sinks import read_rows
+from bench.wandb_runs import log_sweep
 
 SWEEP_FILE = "bench_sweep.json"
 LAST_STATUSES: list[str] | None = None  # set when a sweep ends in this process: `python -m bench`'s exit code
@@ -40,6 +41,7 @@ class SweepCallback(Callback):
         info = sweep_info(config.hydra.sweep.dir)
         rows = scenario.sweep_rows(read_rows(results_path(config)), info.get("config_hashes", []), info["sweep_id"])
         print(scenario.summary(rows), flush=True)
+        log_sweep(config, rows, scenario.columns, info["sweep_id"])  # the sweep's W&B run: its rows as a Table
         print(next_step(config), flush=True)
         LAST_STATUSES = trial_statuses(rows)
         counts = Counter(LAST_STATUSES)

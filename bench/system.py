@@ -60,6 +60,20 @@ def cuda_device_count() -> int:
     return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
 
 
+@functools.cache
+def cuda_memory_mb() -> list[int]:
+    """Each GPU's total memory on this host in MiB, by nvidia-smi (the parent never imports a framework to ask)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"], capture_output=True,
+                             text=True, timeout=20)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(float(v)) for v in out.stdout.split()] if out.returncode == 0 else []
+
+
 def free_port() -> int:
     """A TCP port nobody listens on now, for a trial's rendezvous on localhost (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -2,7 +2,13 @@
 nothing of BERT. A W&B failure never costs the CSV row: WandbSink warns in one line and returns None. No API key
 is ever written: scrub_secrets redacts anything that looks like one before it reaches a run.
 
-Reading an offline run back (read_wandb_offline) is for the tests and the report: wandb no longer ships a reader.
+What a run carries, so that a view can be built on it (bench/dashboard.py): config keys named as the CSV's columns
+(run_config), per-device numbers under devices/<i>/<column> (device_summary), W&B Tables of rows. Beside the
+trials' runs: one sweep-level run per sweep (log_sweep: the sweep's rows as a Table) and one per report (log_report:
+the report's plots and markdown).
+
+Reading an offline run back (read_wandb_offline, offline_runs) is for the tests and the dashboard: wandb no longer
+ships a reader.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import re
 import struct
 import time
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -123,8 +130,20 @@ class WandbSink:
         self.job_type = job_type
         self.run_dir: Path | None = None
 
-    def write(self, row: Mapping[str, Any], history: Mapping[str, Sequence[float]] | None = None) -> Path | None:
-        """Log one trial; returns its run directory (None when disabled, or when W&B failed: one warning)."""
+    def write(
+        self,
+        row: Mapping[str, Any],
+        history: Mapping[str, Sequence[float]] | None = None,
+        summary: Mapping[str, Any] | None = None,
+        tables: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+        images: Mapping[str, Sequence[str | os.PathLike[str]]] | None = None,
+        artifacts: Mapping[str, Sequence[str | os.PathLike[str]]] | None = None,
+    ) -> Path | None:
+        """Log one trial; returns its run directory (None when disabled, or when W&B failed: one warning).
+        `summary`: further summary keys beside the row's columns (devices/<i>/<column>); `tables`: W&B Tables
+        of rows (a list of dicts; the columns are their keys, first seen first), logged once after the history;
+        `images`: lists of image files, each list one media key, one image a step (the file's stem its caption);
+        `artifacts`: files, each list one artifact of the run's job_type."""
         if self.mode == "disabled":
             return None
         try:
@@ -155,10 +174,24 @@ class WandbSink:
             return None
         try:
             self.run_dir = Path(run.settings.sync_dir)
-            for step, metrics in enumerate(_history_rows(history or {})):
+            steps = _history_rows(history or {})
+            for step, metrics in enumerate(steps):
                 run.log(metrics, step=step)
-            summary = scrub_secrets({k: v for k, v in row.items() if v is not None})
-            run.summary.update(summary)
+            step = len(steps)  # tables and images after the per-step series: the history's steps stay the trial's
+            if tables:
+                run.log({name: _table(wandb, rs) for name, rs in tables.items()}, step=step)
+                step += 1
+            for name, paths in (images or {}).items():  # one image a step: plots of different sizes stay apart
+                for p in paths:
+                    run.log({name: wandb.Image(str(p), caption=Path(p).stem)}, step=step)
+                    step += 1
+            for name, paths in (artifacts or {}).items():
+                artifact = wandb.Artifact(name, type=self.job_type or "files")
+                for p in paths:
+                    artifact.add_file(str(p))
+                run.log_artifact(artifact)
+            extra = {k: v for k, v in (summary or {}).items() if v is not None}
+            run.summary.update(scrub_secrets({**{k: v for k, v in row.items() if v is not None}, **extra}))
         except Exception as e:
             _warn_wandb(self.name, "log", e)
         finally:
@@ -178,6 +211,17 @@ class WandbSink:
         return self.run_dir
 
 
+def _table(wandb, rows: Sequence[Mapping[str, Any]]):
+    """A W&B Table of result rows, scrubbed as the summary is; cells as the CSV holds them (None: empty)."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    data = [[_cell(scrub_secrets(r).get(c)) for c in columns] for r in rows]
+    return wandb.Table(columns=columns, data=data, allow_mixed_types=True)
+
+
+def _cell(v: Any) -> Any:
+    return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
+
+
 def _history_rows(history: Mapping[str, Sequence[float]]) -> list[dict[str, float]]:
     n = max((len(v) for v in history.values()), default=0)
     return [{k: float(v[i]) for k, v in history.items() if i < len(v) and v[i] is not None} for i in range(n)]
@@ -192,7 +236,85 @@ def _warn_wandb(name: str | None, what: str, e: Exception) -> None:
     )
 
 
-# --- reading an offline run back (tests, report)
+# --- what a run carries for the views (bench/dashboard.py)
+
+SWEEP_TABLE = "sweep_rows"  # the sweep-level run's Table: the sweep's rows, as its summary table shows them
+REPORT_PLOTS = "report_plots"  # the report run's images: the report's PNG plots
+DEVICES = "devices"  # per-device numbers: devices/<i>/<column>, i the device's place in the trial's list
+OPS_TABLE = "ops_rows"  # an ops trial's Table: its rows, one per op and shape
+
+
+def geomean_key(column: str) -> str:
+    """The summary key of a column's geometric mean over a trial's rows (an ops trial's cost ratios)."""
+    return f"{column}_geomean"
+
+
+def run_config(config: Mapping[str, Any], columns: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's config: `config` flattened under its dotted names (model.num_layers: the override that reproduces
+    it), and `columns`, the result row's configuration columns, under the CSV's own names (what views group and
+    filter by: config and summary then name a thing alike). A top-level config key that a column of the same name
+    gives another value (device=auto that ran on cpu) keeps what was asked as requested.<name> (not when nothing
+    was: null)."""
+    flat = flatten(config)
+    out = dict(flat)
+    for k, v in columns.items():
+        if k in flat and flat[k] is not None and flat[k] != v:
+            out[f"requested.{k}"] = flat[k]
+        out[k] = v
+    return out
+
+
+def device_summary(devices: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each device's numbers (a trial's history["devices"]: one dict per device, not per step) as summary keys
+    devices/<i>/<column>: W&B history is per step, so a list per device has no place there."""
+    return {f"{DEVICES}/{i}/{k}": v for i, d in enumerate(devices) for k, v in d.items()
+            if v is None or isinstance(v, (bool, int, float, str))}  # fmt: skip
+
+
+def run_tags(*tags: Any) -> list[str]:
+    """Tags without the empty ones and repeats, in order: a run's framework, mode, experiment, strategy..."""
+    return list(dict.fromkeys(str(t) for t in tags if t not in (None, "")))
+
+
+def log_sweep(config: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
+              sweep_id: str) -> Path | None:  # fmt: skip
+    """The sweep-level run, when a sweep ends (logger=wandb): the sweep's rows as one W&B Table (SWEEP_TABLE,
+    `columns` in the CSV's order) and its trials counted by status, in the sweep's group, job_type "sweep".
+    `config` is the sweep's (Hydra) config: its logger and results_dir say where the run goes."""
+    lg = config["logger"]
+    if lg["name"] != "wandb" or not rows:
+        return None
+    experiment = next((r.get("experiment") for r in rows if r.get("experiment")), "")
+    statuses = Counter(f"trials_{r.get('status') or 'unknown'}" for r in rows)
+    table = [{c: r.get(c) for c in columns if c in r} for r in rows]
+    sink = WandbSink(
+        project=lg["project"], group=sweep_id, name=f"sweep {sweep_id}", mode=lg["mode"], dir=config["results_dir"],
+        config={"sweep_id": sweep_id, "experiment": experiment, "scenario": config.get("scenario", "model")},
+        entity=lg["entity"], tags=run_tags("sweep", experiment, *lg["tags"]), job_type="sweep",
+    )  # fmt: skip
+    return sink.write({"sweep_id": sweep_id, "rows": len(rows), **statuses}, tables={SWEEP_TABLE: table})
+
+
+def log_report(report_path: str | os.PathLike[str], plot_paths: Sequence[str | os.PathLike[str]],
+               results_dir: str | os.PathLike[str] | None = None) -> Path | None:  # fmt: skip
+    """The report's PNG plots (REPORT_PLOTS) and its markdown (an artifact of type "report") as one run, job_type
+    "report", when W&B is on for these results: their folder (default: the report's) holds offline runs
+    (results/wandb/offline-run-*) and WANDB_MODE is not disabled. The run goes where the trials' runs went: their
+    project, offline unless WANDB_MODE=online. Returns its run directory, or None when W&B is off."""
+    results = Path(results_dir) if results_dir is not None else Path(report_path).parent
+    found = offline_runs(results)
+    if not found or resolve_wandb_mode("offline") == "disabled":
+        return None
+    project = Counter(r["run"].get("project") for r in found).most_common(1)[0][0] or "bench"
+    entity = next((r["run"]["entity"] for r in reversed(found) if r["run"].get("entity")), None)
+    sink = WandbSink(project=project, group="report", name=f"report {time.strftime('%Y%m%d-%H%M%S')}",
+                     config={"report": str(report_path)}, dir=results, entity=entity, tags=["report"],
+                     job_type="report")  # fmt: skip
+    return sink.write({"plots": len(plot_paths)}, images={REPORT_PLOTS: list(plot_paths)},
+                      artifacts={"bench-report": [report_path, *plot_paths]})
+
+
+# --- reading an offline run back (tests, the dashboard, log_report)
 
 LOG_BLOCK = 32768  # W&B's .wandb file is a LevelDB log: 32 KiB blocks of records with 7-byte headers
 _LOG_HEADER = struct.Struct("<IHB")  # crc32, length, type
@@ -233,6 +355,15 @@ def _item_key(item: Any) -> str:
     return ".".join(item.nested_key) if item.nested_key else item.key
 
 
+def _put(d: dict[str, Any], item: Any) -> None:
+    """A summary or history item into d: a nested key (a Table's {"_type": "table-file", ...}, "_wandb") as the
+    nested dict wandb logged, so d's keys are the names that were logged."""
+    *outer, last = list(item.nested_key) or [item.key]
+    for k in outer:
+        d = d.setdefault(k, {})
+    d[last] = json.loads(item.value_json)
+
+
 def _datastore(run_dir: str | os.PathLike[str]) -> Path:
     found = sorted(Path(run_dir).glob("run-*.wandb"))
     if len(found) != 1:
@@ -254,10 +385,25 @@ def wait_for_wandb_run(run_dir: str | os.PathLike[str], timeout_s: float = FLUSH
         time.sleep(0.02)
 
 
+def offline_runs(results_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every complete offline run under results_dir/wandb (read_wandb_offline's dict and its "dir"), by folder
+    name (offline-run-<time>-<id>); a run still being written, or not a W&B datastore, is left out."""
+    found = []
+    for run_dir in sorted(Path(results_dir, "wandb").glob("offline-run-*")):
+        try:
+            run = read_wandb_offline(run_dir)
+        except Exception:  # unreadable (OSError), not a datastore (ValueError), a damaged record (DecodeError)
+            continue
+        if run["complete"]:
+            found.append({**run, "dir": run_dir})
+    return found
+
+
 def read_wandb_offline(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """{"run", "config", "summary", "history", "complete"} of an offline run, read from its run-*.wandb file.
-    "run" holds the run's identity (project, name, group, job_type, tags); "complete" whether the final "exit"
-    record is there (see wait_for_wandb_run).
+    "run" holds the run's identity (project, entity, name, group, job_type, tags); "complete" whether the final
+    "exit" record is there (see wait_for_wandb_run). A nested summary or history value (a Table's
+    {"_type": "table-file", "path": ...}) comes back as the nested dict that was logged.
 
     wandb 0.31 writes no files/wandb-summary.json or config.yaml for offline runs: everything is in the .wandb
     datastore (a LevelDB-format log of protobuf Records), which wandb no longer ships a Python reader for.
@@ -273,7 +419,7 @@ def read_wandb_offline(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         kind = rec.WhichOneof("record_type")
         if kind == "run":
             r = rec.run
-            run = {"project": r.project, "name": r.display_name, "group": r.run_group,
+            run = {"project": r.project, "entity": r.entity, "name": r.display_name, "group": r.run_group,
                    "job_type": r.job_type, "tags": list(r.tags)}  # fmt: skip
         if kind in ("run", "config"):
             cfg = rec.run.config if kind == "run" else rec.config
@@ -281,11 +427,14 @@ def read_wandb_offline(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
                 config[_item_key(item)] = json.loads(item.value_json)
         elif kind == "summary":
             for item in rec.summary.update:
-                summary[_item_key(item)] = json.loads(item.value_json)
+                _put(summary, item)
             for item in rec.summary.remove:
                 summary.pop(_item_key(item), None)
         elif kind == "history":
-            history.append({_item_key(item): json.loads(item.value_json) for item in rec.history.item})
+            step: dict[str, Any] = {}
+            for item in rec.history.item:
+                _put(step, item)
+            history.append(step)
         elif kind == "exit":
             complete = True
     return {"run": run, "config": config, "summary": summary, "history": history, "complete": complete}

@@ -24,7 +24,7 @@ MAX_LINES = 600  # STYLE.md: a module past ~600 lines is usually two modules
 # must agree on names and parameters. Helpers particular to a framework (torch's lazy duals, JAX's key folding)
 # may differ.
 IMPL_API = {
-    "device": ("resolve_device", "device_kind", "device_name", "use_fp32", "memory_trackers"),
+    "device": ("resolve_device", "device_kind", "device_name", "use_fp32", "limit_memory", "memory_trackers"),
     "parallel": ("start",),
     "steps": ("make_trainer", "make_optimizer", "backprop_gradient", "directional_derivative", "forward_gradient",
               "forward_gradient_coeffs", "jacfwd_gradient", "spsa_gradient", "perturb", "sample_tangent",

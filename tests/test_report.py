@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.config import model_preset
 from bench.parallel import expected_comm_bytes
 from bench.parallel_report import FLAG, comm_mismatch
 from bench.plots import plan_plots
@@ -191,6 +192,7 @@ def pathology_rows() -> list[dict]:
 # Beyond one device: conf/experiment/scale_out.yaml and strategy_table.yaml's trials, MiniLM at 4 samples per device.
 SCALE = dict(model="minilm_l6", num_layers=6, hidden_size=384, optimizer="adamw", batch_size=4, seq_len=128, steps=3)
 N = MINILM["n_trainable"]
+MINILM_SPEC = model_preset("minilm_l6")[0].to_dict()  # FSDP2's expected gathers pad each tensor's rows
 PARAM_MB = N * 4 / MIB  # one fp32 copy of MiniLM's parameters: 86.6 MiB
 FSDP_JVP_REFUSED = ("ConfigError: mode=jvp with parallel=fsdp, framework=torch: forward-mode AD through FSDP2's "
                     "sharded (DTensor) parameters is not supported by torch")  # fmt: skip
@@ -201,8 +203,9 @@ def parallel_trial(framework: str, mode: str, parallel: str = "none", devices: i
     """A row as the runner writes it for a trial on `devices` devices: memory is the largest device's, step time
     the slowest's, samples/s the global batch's; the bytes expected are bench.parallel's formula, the bytes counted
     the same unless given."""
-    c = {"parallel": parallel, "devices": devices, "nodes": 1, "mode": mode, "num_tangents": 1,
-         "fsdp_reshard_after_forward": reshard}  # fmt: skip
+    c = {"framework": framework, "parallel": parallel, "devices": devices, "nodes": 1, "mode": mode,
+         "num_tangents": 1, "grad_accum": 1, "fsdp_reshard_after_forward": reshard, "trainable": "all", "last_k": 1,
+         "model": MINILM_SPEC}  # fmt: skip
     shards = devices if parallel == "fsdp" else 1
     r = dict(SCALE, experiment="scale_out", parallel=parallel, devices=devices, nodes=1, world_size=devices,
              global_batch_size=4 * devices, fsdp_reshard_after_forward=reshard, fsdp_offload=offload,
@@ -775,7 +778,8 @@ def test_beyond_one_device_has_per_device_memory_and_bytes_with_units(full):
     assert scale_line(table, "torch", "jvp[lazy]", "ddp", 2)[10:12] == ["8 B", "8 B"]
     # FSDP: half the parameters and optimizer state per device; parameters gathered for every forward pass
     full_shard = scale_line(table, "jax", "backprop", "fsdp FULL_SHARD", 2)
-    assert full_shard[6:8] == ["43", "87"] and full_shard[10:12] == ["260 MiB", "260 MiB"]  # 12n + 4
+    # 8n + 4: XLA gathers once for the forward and keeps the parameters for the backward, then reduces 4n
+    assert full_shard[6:8] == ["43", "87"] and full_shard[10:12] == ["173 MiB", "173 MiB"]
     assert scale_line(table, "torch", "backprop", "fsdp SHARD_GRAD_OP", 2)[10] == "173 MiB"  # 8n + 4
     assert scale_line(table, "torch", "jvp[lazy]", "fsdp FULL_SHARD", 2)[4] == "**error**"
     # a world of one exchanges nothing; the single-device rows of the same work are the baseline

@@ -3,6 +3,7 @@ W&B run really contains."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 from pathlib import Path
 
@@ -11,11 +12,17 @@ import pytest
 from bench import wandb_runs
 from bench.sinks import CSV_COLUMNS, REQUIRED_COLUMNS, CsvSink, SchemaError, read_rows
 from bench.wandb_runs import (
+    DEVICES,
     REDACTED,
     WandbSink,
+    device_summary,
     flatten,
+    log_report,
+    log_sweep,
     read_wandb_offline,
     resolve_wandb_mode,
+    run_config,
+    run_tags,
     scrub_secrets,
 )
 
@@ -199,6 +206,24 @@ def test_resolve_wandb_mode(mode, env, expected):
     assert resolve_wandb_mode(mode, env) == expected
 
 
+def test_run_config_keeps_the_config_and_names_columns_as_the_csv():
+    config = {"device": "auto", "sweep_id": None, "model": {"name": "tiny", "num_layers": 2}, "mode": "jvp"}
+    columns = {"device": "cpu", "sweep_id": "s-1", "model": "tiny", "num_layers": 2, "mode": "jvp"}
+    assert run_config(config, columns) == {
+        "device": "cpu", "requested.device": "auto",  # what ran, and what was asked
+        "sweep_id": "s-1",  # nothing was asked (null): no requested.sweep_id
+        "model.name": "tiny", "model.num_layers": 2, "model": "tiny", "num_layers": 2, "mode": "jvp",
+    }  # fmt: skip
+
+
+def test_device_summary_and_tags():
+    devices = [{"device": 0, "peak_mem_mb": 10.5, "mem_method": "rss_hwm"}, {"device": 1, "peak_mem_mb": 12.0}]
+    assert device_summary(devices) == {f"{DEVICES}/0/device": 0, f"{DEVICES}/0/peak_mem_mb": 10.5,
+                                       f"{DEVICES}/0/mem_method": "rss_hwm", f"{DEVICES}/1/device": 1,
+                                       f"{DEVICES}/1/peak_mem_mb": 12.0}  # fmt: skip
+    assert run_tags("torch", "jvp", "", None, "ddp", "torch") == ["torch", "jvp", "ddp"]
+
+
 def test_resolve_wandb_mode_rejects_unknown():
     with pytest.raises(ValueError, match="offline, online, disabled"):
         resolve_wandb_mode("cloud", {})
@@ -240,6 +265,7 @@ def test_offline_run_holds_config_summary_and_history_and_no_key(wandb_env):
     assert got["complete"]  # write() returns only once the run is on disk
     assert got["run"] == {
         "project": "bench-test",
+        "entity": "",
         "name": "r-1",
         "group": "s-1",
         "job_type": "jvp",
@@ -288,3 +314,27 @@ def test_wandb_datastore_reader_rejects_other_files(tmp_path):
     with pytest.raises(ValueError, match="not a W&B datastore"):
         read_wandb_offline(tmp_path)
     assert wandb_runs.LOG_BLOCK == 32768
+
+
+def test_tables_and_device_numbers_are_read_back_as_logged(wandb_env):
+    pytest.importorskip("wandb")
+    rows = [{"op": "exp", "shape": "8x8", "jvp_s": 1.5e-6, "note": FAKE_KEY}, {"op": "tanh", "shape": "8x8"}]
+    run_dir = WandbSink("bench-test", "g", "ops", {}, dir=wandb_env / "results").write(
+        {"run_id": "r-3"}, {"loss": [1.0, 0.5]}, summary={f"{DEVICES}/0/peak_mem_mb": 3.0}, tables={"t": rows})
+    got = read_wandb_offline(run_dir)
+    assert got["summary"][f"{DEVICES}/0/peak_mem_mb"] == 3.0
+    table = got["summary"]["t"]  # a nested summary value comes back as the dict wandb logged
+    assert table["_type"] == "table-file" and table["nrows"] == 2 and table["ncols"] == 4
+    assert [h["_step"] for h in got["history"] if "loss" in h] == [0, 1]  # the table comes after the steps
+    data = json.loads((run_dir / "files" / table["path"]).read_text())
+    assert data["columns"] == ["op", "shape", "jvp_s", "note"]
+    assert data["data"] == [["exp", "8x8", 1.5e-6, REDACTED], ["tanh", "8x8", None, None]]  # scrubbed too
+
+
+def test_sweep_and_report_runs_only_with_wandb_on(wandb_env, tmp_path):
+    off = {"logger": {"name": "none", "project": "p", "entity": None, "mode": "offline", "tags": []},
+           "results_dir": str(tmp_path / "r")}  # fmt: skip
+    assert log_sweep(off, [{"run_id": "a", "status": "ok"}], CSV_COLUMNS, "s-1") is None
+    (tmp_path / "report.md").write_text("# report\n")
+    assert log_report(tmp_path / "report.md", []) is None  # no offline runs beside the report: W&B is off
+    assert not (tmp_path / "r").exists() and not (tmp_path / "wandb").exists()

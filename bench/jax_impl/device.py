@@ -38,6 +38,12 @@ def use_fp32() -> None:
     jax.config.update("jax_default_matmul_precision", "highest")
 
 
+def limit_memory(device, budget_mb: float | None) -> None:
+    """budget_mb on a GPU is XLA's own allocator limit, XLA_PYTHON_CLIENT_MEM_FRACTION, which must be in the
+    environment before the backend starts: the trial's environment carries it (bench/scenarios/model.py env);
+    nothing is left to do here. On the CPU the runner enforces the budget on the process's RSS."""
+
+
 def memory_trackers(device) -> list[MemoryTracker]:
     """Primary tracker first: XLA's allocator peak on GPU, the process RSS high-water mark on CPU."""
     if device.platform == "gpu":

@@ -17,7 +17,7 @@ from pathlib import Path
 from bench import data, parallel
 from bench.config import NOT_IDENTITY, at_least, bert_spec, choice, timed_steps
 from bench.errors import ConfigError
-from bench.results import summary_table
+from bench.results import summary_table, variant
 from bench.scenarios import model_trial
 from bench.scenarios.base import Scenario
 from bench.sinks import CSV_COLUMNS
@@ -29,8 +29,8 @@ from bench.spec import (
     TRAINABLE_SCOPES,
     count_params,
 )
-from bench.system import host_facts, jaxlib_at_least
-from bench.wandb_runs import WandbSink
+from bench.system import cuda_memory_mb, host_facts, jaxlib_at_least
+from bench.wandb_runs import WandbSink, device_summary, run_config, run_tags
 from bench.weights import WeightsError, check_checkpoint
 
 DTYPES = ("fp32",)
@@ -69,16 +69,22 @@ class ModelScenario(Scenario):
         return trial_label(c)
 
     def env(self, c: dict) -> dict[str, str]:
-        if c["framework"] != "jax" or not jaxlib_at_least(0, 5):
-            return {}
-        # XLA:CPU's default scheduler orders the program for concurrency and ignores memory: it runs every
-        # layer's rematerialisation during the forward pass, so checkpointing saves nothing (MiniLM backprop
-        # temp 500 MiB with or without remat), and every mode holds more than it must. The memory-minimising
-        # scheduler gives remat its saving (185 MiB) and backprop 420 MiB; GPU backends ignore this flag.
+        env = {}
+        if c["framework"] != "jax":
+            return env
+        gpus = cuda_memory_mb()
+        if c.get("budget_mb") is not None and gpus and c["device"] != "cpu":
+            # XLA's allocator limit, read when the backend starts: the budget as a fraction of the (first) GPU
+            env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{min(1.0, c['budget_mb'] / gpus[0]):.4f}"
         flags = os.environ.get("XLA_FLAGS", "")
-        if "xla_cpu_enable_concurrency_optimized_scheduler" in flags:
-            return {}  # the user's own choice stands
-        return {"XLA_FLAGS": f"{flags} --xla_cpu_enable_concurrency_optimized_scheduler=false".strip()}
+        if jaxlib_at_least(0, 5) and "xla_cpu_enable_concurrency_optimized_scheduler" not in flags:
+            # XLA:CPU's default scheduler orders the program for concurrency and ignores memory: it runs every
+            # layer's rematerialisation during the forward pass, so checkpointing saves nothing (MiniLM backprop
+            # temp 500 MiB with or without remat), and every mode holds more than it must. The memory-minimising
+            # scheduler gives remat its saving (185 MiB) and backprop 420 MiB; GPU backends ignore this flag. A
+            # setting of the user's own stands.
+            env["XLA_FLAGS"] = f"{flags} --xla_cpu_enable_concurrency_optimized_scheduler=false".strip()
+        return env
 
     def rows(self, c: dict, outcome: dict, ids: dict) -> list[dict]:
         return [make_row(c, outcome, ids)]
@@ -90,18 +96,23 @@ class ModelScenario(Scenario):
         return describe(rows[0])
 
     def log_wandb(self, c: dict, rows: list[dict], outcome: dict, results_dir: Path) -> None:
+        """The trial's W&B run: named by its label, grouped by its sweep, job_type its mode, tagged with framework,
+        mode, experiment and strategy; config: the flattened config and the row's configuration columns
+        (wandb_columns); summary: the row and each device's numbers; history: the per-step series."""
         lg, row = c["logger"], rows[0]
+        history = outcome.get("history") or {}
+        strategy = c["parallel"] if c["parallel"] != "none" else ""
         WandbSink(
             project=lg["project"],
             group=row["sweep_id"],
-            name=row["run_id"],
-            config={k: c[k] for k in self.config_keys(c)},
+            name=self.label(c),
+            config=run_config({k: c[k] for k in self.config_keys(c)}, wandb_columns(c, row)),
             mode=lg["mode"],
             dir=results_dir,
             entity=lg["entity"],
-            tags=[c["framework"], c["mode"], *lg["tags"]],
+            tags=run_tags(c["framework"], c["mode"], row.get("experiment"), strategy, *lg["tags"]),
             job_type=c["mode"],
-        ).write(row, per_step(outcome.get("history", {})))
+        ).write(row, per_step(history), summary=device_summary(history.get("devices") or []))
 
     def config_keys(self, c: dict) -> tuple[str, ...]:
         return tuple(k for k in c if k not in OTHER_SCENARIOS_KEYS[1:])  # every key but the ops scenario's
@@ -289,6 +300,7 @@ def make_row(c: dict, outcome: dict, ids: dict) -> dict:
         "global_batch_size": parallel.global_batch_size(c),
         "fsdp_reshard_after_forward": c["fsdp_reshard_after_forward"],
         "fsdp_offload": c["fsdp_offload"],
+        "budget_mb": c["budget_mb"],
         "mezo_eps": c["mezo_eps"],
         "dropout": m["dropout"],
         "warmup_steps": c["warmup_steps"],
@@ -314,9 +326,21 @@ def describe(row: dict) -> str:
     )
 
 
+def wandb_columns(c: dict, row: dict) -> dict:
+    """The row's configuration columns, which its W&B run's config carries under the CSV's names: every column the
+    row has without a measurement (make_row of an empty outcome: the configuration, where and with what it ran),
+    its sweep, experiment and config_hash, and two that views group by: variant (the mode with its knobs, as the
+    report names it: backprop+remat, jvp(K=4)) and framework_mode ("torch backprop+remat")."""
+    columns = {k: row.get(k) for k in make_row(c, {}, {})}
+    columns.update(sweep_id=row.get("sweep_id"), experiment=row.get("experiment") or "",
+                   config_hash=row.get("config_hash"), variant=variant(row))  # fmt: skip
+    columns["framework_mode"] = f"{row['framework']} {columns['variant']}"
+    return columns
+
+
 def per_step(history: dict) -> dict:
     """The history's per-step series (loss, step_time_s, eval_*): what W&B logs step by step; the per-device
-    memory ("devices") stays in the history JSON."""
+    numbers ("devices", one entry per device) go to the run's summary instead (device_summary)."""
     return {k: v for k, v in history.items() if k != "devices"}
 
 

@@ -47,6 +47,7 @@ def measure_process(c: dict, world: World) -> dict:
     dev, steps = implementation(fw, "device"), implementation(fw, "steps")
     device = world.device
     kind = dev.device_kind(device)
+    dev.limit_memory(device, c["budget_mb"])
     spec = bert_spec(m)
     weights = build_weights(spec, c["seed"], m["checkpoint"])
     digest = weights_digest(weights)

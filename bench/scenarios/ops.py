@@ -15,6 +15,7 @@ gets the trial's status and error, each op it never reached the same status with
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from bench.sinks import OPS_CSV_COLUMNS
 from bench.spec import implementation
 from bench.system import classify, cpu_name, error_line, host_facts, maybe_inject_fault, thread_env
 from bench.timing import time_calls
-from bench.wandb_runs import WandbSink
+from bench.wandb_runs import OPS_TABLE, WandbSink, geomean_key, run_config, run_tags
 
 DTYPES = ("fp32", "fp64", "bf16")
 THREADS = ("1", "all")
@@ -36,6 +37,11 @@ IDENTITY_KEYS = ("scenario", "framework", "device", "dtype", "threads", "seed", 
 SUMMARY_KEYS = ("run_id", "sweep_id", "framework", "execution", "dtype", "threads", "num_threads", "device",
                 "device_name", "git_sha")  # fmt: skip
 SUMMARY_METRICS = ("primal_s", "jvp_s", "vjp_s", "vjp_backward_s", "jvp_over_primal", "vjp_over_primal", "status")
+# The columns every row of a trial shares (make_rows' common part): its W&B run's config under the CSV's names.
+WANDB_CONFIG_COLUMNS = ("framework", "execution", "dtype", "threads", "num_threads", "device", "device_name",
+                        "warmup", "repeats", "seed", "sweep_id", "experiment", "config_hash", "hostname",
+                        "python_version", "git_sha", "jax_version", "jaxlib_version", "torch_version")  # fmt: skip
+RATIOS = ("jvp_over_primal", "vjp_over_primal")
 
 
 class OpsScenario(Scenario):
@@ -79,7 +85,10 @@ class OpsScenario(Scenario):
         return text + "".join(f"\n    {r['op']} {r['shape']}: {r['status']}: {r.get('error')}" for r in bad[:5])
 
     def log_wandb(self, c: dict, rows: list[dict], outcome: dict, results_dir: Path) -> None:
-        """One W&B run per ops trial: the config, and a summary keyed op/shape/metric ("matmul/1024x1024/vjp_s")."""
+        """One W&B run per ops trial, named by its label, grouped by its sweep: config, the flattened config and
+        the rows' common columns under the CSV's names (WANDB_CONFIG_COLUMNS); summary, each op and shape's
+        numbers ("matmul/1024x1024/vjp_s") and the geometric mean of each ratio over the ok rows
+        ("jvp_over_primal_geomean"); a W&B Table of the trial's rows (OPS_TABLE)."""
         lg, first = c["logger"], rows[0]
         summary = {k: first[k] for k in SUMMARY_KEYS}
         summary["rows_ok"] = sum(r["status"] == "ok" for r in rows)
@@ -87,17 +96,19 @@ class OpsScenario(Scenario):
         for r in rows:
             for k in SUMMARY_METRICS:
                 summary[f"{r['op']}/{r['shape']}/{k}"] = r.get(k)
+        summary.update(ratio_geomeans(rows))
         WandbSink(
             project=lg["project"],
             group=first["sweep_id"],
-            name=first["run_id"],
-            config={k: c[k] for k in self.config_keys(c)},
+            name=self.label(c),
+            config=run_config({k: c[k] for k in self.config_keys(c)},
+                              {k: first.get(k) for k in WANDB_CONFIG_COLUMNS}),  # fmt: skip
             mode=lg["mode"],
             dir=results_dir,
             entity=lg["entity"],
-            tags=[c["framework"], "ops", *lg["tags"]],
+            tags=run_tags(c["framework"], "ops", first.get("execution"), first.get("experiment"), *lg["tags"]),
             job_type="ops",
-        ).write(summary)
+        ).write(summary, tables={OPS_TABLE: rows})
 
     def sweep_rows(self, rows: list[dict], hashes: list[str], sweep_id: str) -> list[dict]:
         # every row of this sweep's trials (one per op and shape); a resumed trial shows its earlier run's rows
@@ -174,6 +185,16 @@ def validate(c: dict) -> None:
     for name in ("compile", "check"):
         if not isinstance(o[name], bool):
             raise ConfigError(f"ops.{name}={o[name]}: accepted true | false")
+
+
+def ratio_geomeans(rows: list[dict]) -> dict:
+    """The geometric mean of each cost ratio over the trial's ok rows (geomean_key; None without one): one
+    number per trial for the views. Geometric, because ratios of different ops multiply, they do not add."""
+    out = {}
+    for ratio in RATIOS:
+        values = [float(r[ratio]) for r in rows if r.get("status") == "ok" and (r.get(ratio) or 0) > 0]
+        out[geomean_key(ratio)] = math.exp(sum(map(math.log, values)) / len(values)) if values else None
+    return out
 
 
 def execution(c: dict) -> str:

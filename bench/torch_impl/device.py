@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.trackers import HostRssTracker, MemoryTracker, NvmlTracker, TorchCudaTracker
+from bench.trackers import HostRssTracker, MemoryTracker, MiB, NvmlTracker, TorchCudaTracker
 
 
 def resolve_device(requested: str | torch.device) -> torch.device:
@@ -34,6 +34,14 @@ def use_fp32() -> None:
     "highest" matmul precision)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+
+
+def limit_memory(device: torch.device, budget_mb: float | None) -> None:
+    """budget_mb on CUDA: the caching allocator refuses to hold more (an OutOfMemoryError: status oom); on the CPU
+    the runner enforces it on the process's RSS instead."""
+    if budget_mb is not None and device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, budget_mb * MiB / total), device)
 
 
 def memory_trackers(device: torch.device) -> list[MemoryTracker]:

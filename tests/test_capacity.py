@@ -1,0 +1,111 @@
+"""What fits: the capacity search finds the largest value within a budget, by prediction then bisection, in a
+bounded number of probes; every probe is a real, recorded trial; a budget too small for the first value is a
+result ("does not fit"), not an error."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from bench.capacity import Probe, search
+from bench.sinks import read_rows
+from tests.test_runner import REPO
+
+
+def synthetic(base: float, per_item: float, fails_above: float | None = None, log: list | None = None):
+    """A probe whose peak memory is base + per_item * value, out of memory above the budget it is given."""
+
+    def make(budget: float):
+        def probe(value: int) -> Probe:
+            peak = base + per_item * value
+            if log is not None:
+                log.append(value)
+            status = "oom" if peak > budget else ("error" if fails_above is not None and value > fails_above else "ok")
+            return Probe(value, status, peak if status == "ok" else None, f"run-{value}")
+
+        return probe
+
+    return make
+
+
+@pytest.mark.parametrize("base, per_item, budget", [(300, 37, 1000), (500, 3.5, 1000), (100, 900, 1000),
+                                                    (300, 37, 300 + 37 * 64)])  # fmt: skip
+def test_the_search_finds_the_largest_value_that_fits(base, per_item, budget):
+    s = search(synthetic(base, per_item)(budget), budget)
+    want = int((budget - base) // per_item)
+    assert s.verdict == "fits" and s.best.value == want
+    values = [p.value for p in s.probes]
+    assert want in values and want + 1 in values and len(values) <= 12
+    assert len(set(values)) == len(values)  # no value probed twice
+
+
+def test_a_budget_below_the_first_value_does_not_fit():
+    s = search(synthetic(300, 37)(200), 200)
+    assert s.verdict == "does not fit" and s.best is None and len(s.probes) == 1
+
+
+def test_the_search_stops_at_its_limit_and_within_its_probes():
+    s = search(synthetic(300, 1)(10_000), 10_000, limit=40)
+    assert s.verdict == "fits at the limit" and s.best.value == 40
+    s = search(synthetic(0, 1e-9)(10), 10, limit=1 << 40, max_probes=5)
+    assert s.verdict == "undecided" and len(s.probes) == 5
+
+
+def test_a_probe_that_errors_ends_the_search_as_failed():
+    s = search(synthetic(300, 37, fails_above=5)(1000), 1000)
+    assert s.verdict == "failed" and s.probes[-1].status == "error"
+
+
+def capacity(*args: str, tmp_path) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "bench.capacity", *args, "framework=torch", "model=tiny", "seq_len=512", "steps=1",
+           "warmup_steps=1", "data.num_train=256", "logger=none", f"results_dir={tmp_path}"]  # fmt: skip
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.slow
+def test_a_real_search_between_two_measured_batches(tmp_path):
+    """The budget is placed between the peaks of two batch sizes measured first: the search lands between them,
+    the largest value's probe ran ok and the next one's did not, and every probe is a row of runs.csv."""
+    measured = tmp_path / "measured"
+    subprocess.run([sys.executable, "-m", "bench", "-m", "framework=torch", "mode=backprop", "model=tiny",
+                    "seq_len=512", "batch_size=2,24", "steps=1", "warmup_steps=1", "data.num_train=256", "logger=none",
+                    f"results_dir={measured}"], cwd=REPO, check=True, capture_output=True, timeout=900)  # fmt: skip
+    peak = {int(r["batch_size"]): float(r["peak_mem_mb"]) for r in read_rows(measured / "runs.csv")}
+    budget = (peak[2] + peak[24]) / 2
+    out = capacity(f"budget_mb={budget:.0f}", "mode=backprop", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (result,) = read_rows(tmp_path / "capacity.csv")
+    assert result["verdict"] == "fits" and 2 <= int(result["max_value"]) < 24, result
+    probes = {r["run_id"]: r for r in read_rows(tmp_path / "runs.csv")}
+    assert set(result["probe_run_ids"].split()) == set(probes) and int(result["probes"]) == len(probes) <= 12
+    by_batch = {int(r["batch_size"]): r["status"] for r in probes.values()}
+    assert by_batch[int(result["max_value"])] == "ok" and by_batch[int(result["max_value"]) + 1] == "oom"
+    assert "largest" in out.stdout and "fits" in out.stdout  # the table it prints at the end
+
+
+@pytest.mark.slow
+def test_a_budget_too_small_for_one_example_is_a_result(tmp_path):
+    out = capacity("budget_mb=50", "mode=backprop", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (result,) = read_rows(tmp_path / "capacity.csv")
+    assert result["verdict"] == "does not fit" and result["max_value"] == "" and result["probes"] == "1"
+    assert [r["status"] for r in read_rows(tmp_path / "runs.csv")] == ["oom"]
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["batch_size=4", "budget_mb=100"], "batch_size: it is what --search=batch_size varies"),
+        (["--search", "vocab", "budget_mb=100"], "argument --search: invalid choice: 'vocab'"),
+        pytest.param(["mode=backprop"], "budget_mb=null: no GPU here to take the budget from",
+                     marks=pytest.mark.skipif(bool(shutil.which("nvidia-smi")), reason="a GPU gives the budget")),
+        (["budget_mb=0"], "budget_mb=0: must be a number >= 1"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, args, expected):
+    out = capacity(*args, tmp_path=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and expected in out.stderr, out.stderr
+    assert not (tmp_path / "runs.csv").exists()

@@ -1,0 +1,215 @@
+"""The W&B views (bench/dashboard.py) and what the runs carry for them (bench/wandb_runs.py, the scenarios' W&B
+runs): one small sweep, offline, shared by the slow tests; the dashboard's spec is read back and every key a panel
+plots is looked up in the runs' own files. No test talks to a W&B server."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.dashboard import SECTIONS, Panel, Section, check_sections, ready
+from bench.sinks import CSV_COLUMNS, read_rows
+from bench.wandb_runs import DEVICES, OPS_TABLE, REPORT_PLOTS, SWEEP_TABLE, geomean_key, offline_runs
+
+REPO = Path(__file__).resolve().parent.parent
+FAST = ["model=tiny", "batch_size=4", "seq_len=32", "steps=3", "warmup_steps=1", "data.num_train=64",
+        "data.num_eval=16"]  # fmt: skip
+MARKER = "bench-marker-" + "5e" * 20  # the API key in the environment: it must reach no file
+# What a single-device model sweep without evaluate / measure_grad_cosine (and one ops trial) does not log: the
+# panels naming these are "not filled by these runs", and nothing else may be.
+NOT_FILLED = {"eval_loss", "eval_accuracy", "grad_cosine", "comm_bytes_per_step",
+              *(f"{DEVICES}/{i}/peak_mem_mb" for i in range(1, 8)),
+              *(["budget_mb"] if "budget_mb" in CSV_COLUMNS else [])}  # fmt: skip (budget_mb: no probe ran under one)
+OPS = ["scenario=ops", "framework=torch", "ops.names=[exp,matmul]", "ops.sizes=[8]", "ops.repeats=2",
+       "ops.min_sample_s=0"]  # fmt: skip
+
+
+def run(*args: str, env: dict, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=900)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def wandb_env(tmp: Path) -> dict:
+    """Offline, quiet, a marker API key in the environment, W&B's own folders kept in the test's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    return {**env, "WANDB_API_KEY": MARKER, "WANDB_SILENT": "true", "WANDB_CONFIG_DIR": str(tmp / "wandb-config"),
+            "WANDB_CACHE_DIR": str(tmp / "wandb-cache"), "WANDB_DATA_DIR": str(tmp / "wandb-data")}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """The sweep, its sweep-level run, one ops trial, `make report` with W&B on, and the dashboard's spec."""
+    tmp = tmp_path_factory.mktemp("dashboard")
+    results, env = tmp / "results", wandb_env(tmp)
+    out = run("-m", "bench", "-m", "framework=torch,jax", "mode=backprop,jvp", *FAST, "logger=wandb",
+              f"results_dir={results}", env=env).stdout  # fmt: skip
+    # the sweep wrote its sweep-level run (bench/sweep.py), and the report writes its own (W&B on: the results hold
+    # offline runs)
+    run("-m", "bench", *OPS, "logger=wandb", f"results_dir={results}", env=env)
+    run("-m", "bench.report", str(results / "runs.csv"), "--out", str(results), env=env)
+    spec_path = results / "dashboard-spec.json"
+    dash = run("-m", "bench.dashboard", "--results", str(results), "--dry-run", str(spec_path), env=env)
+    runs = offline_runs(results)  # read_wandb_offline of each: W&B's own datastore, record by record
+    return {"results": results, "env": env, "stdout": out, "runs": runs, "dashboard": dash,
+            "spec": json.loads(spec_path.read_text())}  # fmt: skip
+
+
+def trial_runs(sweep) -> list[dict]:
+    return [r for r in sweep["runs"] if r["run"]["job_type"] not in ("sweep", "report", "ops")]
+
+
+# ------------------------------------------------------------------------------------------- the panel table
+
+
+def test_panels_name_only_keys_the_suite_logs():
+    check_sections()
+    typo = (Section("x", "", (Panel("bar", "t", ("exces_mem_mb",)), Panel("line", "u", ("loss",), x="depth"))),)
+    with pytest.raises(ValueError, match=r"x / t: summary key exces_mem_mb; x / u: config key depth"):
+        check_sections(typo)
+    assert len({s.name for s in SECTIONS}) == len(SECTIONS)
+    # a section waiting for columns that do not exist yet is left out, and says what it waits for
+    later = Section("later", "", (Panel("bar", "t", ("mem_activations_mb",)),), needs=("mem_activations_mb",))
+    built, waiting = ready((*SECTIONS, later))
+    assert later not in built and waiting[-1] == {"section": "later", "needs": ["mem_activations_mb"]}
+    check_sections((*SECTIONS, later))
+
+
+def test_no_runs_is_one_line_and_exit_2(tmp_path):
+    proc = run("-m", "bench.dashboard", "--results", str(tmp_path / "none"), env=wandb_env(tmp_path), check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("bench.dashboard: error: no W&B runs under")
+    assert not (tmp_path / "none").exists()  # nothing written
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--sweep", ""], "--sweep='': empty"),
+    (["--title", "t" * 129], "--title: 129 characters; accepted at most 128"),
+    (["--online", "--dry-run", "x.json"], "--online with --dry-run: accepted one of them"),
+])  # fmt: skip
+def test_bad_options_are_one_line_and_exit_2(tmp_path, args, expected):
+    proc = run("-m", "bench.dashboard", "--results", str(tmp_path), *args, env=wandb_env(tmp_path), check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and expected in proc.stderr, proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------- with a sweep
+
+
+def spec_keys(spec: dict) -> dict[str, set[str]]:
+    """Every key the built W&B objects refer to, read from their specification as W&B would store it."""
+    found: dict[str, set[str]] = {"summary": set(), "history": set(), "config": set()}
+    panels = [p for s in spec["workspace"]["spec"]["section"]["panelBankConfig"]["sections"] for p in s["panels"]]
+    panels += [p for b in spec["report"]["spec"]["blocks"] if b["type"] == "panel-grid"
+               for p in b["metadata"]["panelBankSectionConfig"]["panels"]]  # fmt: skip
+    for p in panels:
+        cfg, kind = p["config"], p["viewType"]
+        if kind == "Bar Chart":
+            found["summary"] |= set(cfg["metrics"])
+        elif kind == "Run History Line Plot":
+            found["history"] |= set(cfg["metrics"])
+        elif kind == "Scatter Plot":
+            found["config"].add(re.fullmatch(r"config:(\w+)\.value", cfg["xAxis"])[1])
+            found["summary"].add(re.fullmatch(r"summary:(\w+)", cfg["yAxis"])[1])
+        elif kind == "Media Browser":
+            found["summary"] |= set(cfg["mediaKeys"])
+        elif kind == "Weave":
+            found["summary"] |= set(re.findall(r'"nodeType": "const", "type": "string", "val": "(\w+)"',
+                                               json.dumps(cfg)))  # fmt: skip
+        else:
+            raise AssertionError(f"a panel of an unexpected kind: {kind}")
+        if "groupBy" in cfg:
+            found["config"].add(cfg["groupBy"].removesuffix(".value"))
+    return found
+
+
+@pytest.mark.slow
+def test_the_dashboard_refers_only_to_what_the_runs_carry(sweep):
+    spec, runs = sweep["spec"], sweep["runs"]
+    assert spec["format"] == "bench.dashboard/1" and spec["mode"] == "offline" and spec["project"] == "bench"
+    assert spec["runs"]["shown"] == len(runs) == 7  # 4 trials, the sweep-level run, an ops trial, the report's
+    logged = {"summary": set().union(*(r["summary"] for r in runs)),
+              "history": set().union(*(h for r in runs for h in r["history"])),
+              "config": set().union(*(r["config"] for r in runs))}  # fmt: skip
+    referred = spec_keys(spec)
+    assert referred["history"] and referred["config"] >= {"framework_mode", "num_layers", "num_tangents"}
+    for where, keys in referred.items():
+        absent = keys - logged[where]
+        # the rule: a key the runs lack is one this sweep does not produce, and its panel says so
+        assert absent <= NOT_FILLED, (where, absent - NOT_FILLED)
+    missing = {k for p in spec["panels"] for k in p["missing"]}
+    assert missing == NOT_FILLED
+    for p in spec["panels"]:  # filled: some plotted key and every config key are in the runs
+        plotted = set(p.get("summary", p.get("history", [])))
+        assert p["filled"] == (not plotted <= NOT_FILLED and not set(p["config"]) & NOT_FILLED), p
+    built, waiting = ready()
+    assert spec["waiting"] == waiting
+    assert [s["name"] for s in spec["workspace"]["spec"]["section"]["panelBankConfig"]["sections"]] == [
+        s.name for s in built
+    ]
+    out = sweep["dashboard"].stdout
+    assert f"-> {sweep['results'] / 'dashboard-spec.json'}" in out and "not filled by these runs:" in out
+    assert "to save them: wandb sync" in out and "python -m bench.dashboard --online" in out
+
+
+@pytest.mark.slow
+def test_runs_are_named_grouped_tagged_and_keyed_as_the_csv(sweep):
+    rows = {r["run_id"]: r for r in read_rows(sweep["results"] / "runs.csv")}
+    labels = set(re.findall(r"^\[\d/4\] (.+): running", sweep["stdout"], re.M))
+    trials = trial_runs(sweep)
+    assert len(trials) == 4 and {t["run"]["name"] for t in trials} == labels
+    for t in trials:
+        row, cfg, summary = rows[t["summary"]["run_id"]], t["config"], t["summary"]
+        assert t["run"]["group"] == row["sweep_id"] and t["run"]["job_type"] == row["mode"]
+        assert t["run"]["tags"] == [row["framework"], row["mode"]]  # no experiment, no strategy here
+        for column in ("framework", "mode", "model", "num_layers", "batch_size", "seq_len", "num_tangents",
+                       "parallel", "devices", "world_size", "device", "sweep_id", "config_hash"):  # fmt: skip
+            assert str(cfg[column]) == row[column] == str(summary[column]), column
+        assert cfg["model.num_layers"] == 2 and cfg["requested.device"] == "auto"  # the Hydra config stays too
+        assert cfg["framework_mode"] == f"{row['framework']} {row['mode']}" and cfg["experiment"] == ""
+        devices = json.loads((sweep["results"] / "history" / f"{row['run_id']}.json").read_text())["devices"]
+        assert summary[f"{DEVICES}/0/peak_mem_mb"] == devices[0]["peak_mem_mb"]
+        assert len(t["history"]) == 3 and all(set(h) >= {"loss", "step_time_s"} for h in t["history"])
+        assert not any(k.startswith(DEVICES) for h in t["history"] for k in h)  # per device, not per step
+
+
+@pytest.mark.slow
+def test_the_sweep_and_the_report_have_runs_of_their_own(sweep):
+    (swept,) = [r for r in sweep["runs"] if r["run"]["job_type"] == "sweep"]
+    rows = read_rows(sweep["results"] / "runs.csv")
+    assert swept["run"]["group"] == rows[0]["sweep_id"] and swept["summary"]["trials_ok"] == 4
+    table = swept["summary"][SWEEP_TABLE]
+    assert table["_type"] == "table-file" and table["nrows"] == 4
+    data = json.loads((swept["dir"] / "files" / table["path"]).read_text())
+    assert sorted(r[data["columns"].index("run_id")] for r in data["data"]) == sorted(r["run_id"] for r in rows)
+    (report,) = [r for r in sweep["runs"] if r["run"]["job_type"] == "report"]
+    plots = sorted(p.stem for p in (sweep["results"] / "plots").glob("*.png"))
+    shown = [h[REPORT_PLOTS]["caption"] for h in report["history"] if REPORT_PLOTS in h]
+    assert plots and shown == plots
+
+
+@pytest.mark.slow
+def test_no_api_key_reaches_any_file(sweep):
+    files = [f for f in sweep["results"].rglob("*") if f.is_file()]
+    assert len(files) > 20 and any(f.name == "dashboard-spec.json" for f in files)
+    assert [f for f in files if MARKER.encode() in f.read_bytes()] == []
+
+
+@pytest.mark.slow
+def test_an_ops_run_carries_its_ratios_and_rows(sweep):
+    (ops,) = [r for r in sweep["runs"] if r["run"]["job_type"] == "ops"]
+    rows = read_rows(sweep["results"] / "ops.csv")
+    assert ops["run"]["name"] == "torch ops eager fp32 threads=all device=auto"  # OpsScenario.label
+    assert ops["run"]["group"] == rows[0]["sweep_id"] and ops["run"]["tags"] == ["torch", "ops", "eager"]
+    assert ops["config"]["execution"] == rows[0]["execution"] and ops["config"]["requested.device"] == "auto"
+    for ratio in ("jvp_over_primal", "vjp_over_primal"):
+        values = [float(r[ratio]) for r in rows]
+        assert min(values) <= ops["summary"][geomean_key(ratio)] <= max(values)
+    assert ops["summary"][OPS_TABLE]["nrows"] == len(rows) >= 2
