@@ -31,7 +31,15 @@ def trials_of(pid: int) -> list[psutil.Process]:
         kids = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
-    return [p for p in kids if "bench.runner" in " ".join(p.cmdline())]
+    return [p for p in kids if "bench.runner" in " ".join(cmdline(p))]
+
+
+def cmdline(p: psutil.Process) -> list[str]:
+    """A process's command line, or nothing for one that ended (or is a zombie) while we looked."""
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
 
 
 def trial_processes_anywhere(launcher_pid: int) -> list[psutil.Process]:
