@@ -12,7 +12,8 @@ dropout, device, parallel strategy and devices), one row per framework x mode, t
 (jvp(K=4), jvp[naive], mezo(eps=0.0001), backprop(attn=sdpa)) and trainable scope (jacfwd[head]). Rows that differ
 in a knob never share a cell. Rows whose status is not ok are listed, in their own table and in the cell they
 would have filled, and never enter a number or a plot. Trials beyond one device also get a section of their own
-(bench.parallel_report). bench.plots plans and draws the plots; nothing but `main` prints.
+(bench.parallel_report), and so do trials whose memory was broken down by what holds it (bench.memory_report:
+measured against the memory model). bench.plots plans and draws the plots; nothing but `main` prints.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import parallel_report, targets
+from bench import memory_report, parallel_report, targets
 from bench.capacity_report import capacity_section
 from bench.ops_report import ops_report
 from bench.plots import MAX_PANELS, PLOT_DIR, Plot, draw, plan_plots
@@ -255,8 +256,10 @@ class Report:
     failed: int
 
 
-def render(sel: Selection, contexts: dict[Context, Cells], plots: list[Plot], sources: list[str], n_rows: int) -> str:
-    """report.md's text; plots are linked as plots/<name>.png."""
+def render(sel: Selection, contexts: dict[Context, Cells], plots: list[Plot], sources: list[str], n_rows: int,
+           memory: list[str] | None = None) -> str:  # fmt: skip
+    """report.md's text; plots are linked as plots/<name>.png. `memory`: the "Memory, explained" section's lines
+    (bench.memory_report), placed after the memory growth with depth."""
     status = Counter(r.get("status") or "no status" for r in sel.failed)
     not_ok = ", ".join(f"{s} {n}" for s, n in sorted(status.items()))
     out = ["# bench report", ""]
@@ -348,6 +351,7 @@ def render(sel: Selection, contexts: dict[Context, Cells], plots: list[Plot], so
         for key, body in growth:
             out += [f"{context_label(key)}", "", md_table(GROWTH_HEAD, body), ""]
 
+    out += memory or []
     out += parallel_report.section(contexts)
 
     drawn = [p for p in plots if p.drawn]
@@ -395,8 +399,17 @@ def build_report(csv_paths: list[str | Path], out_dir: str | Path) -> Report:
             p.path = draw(p, target)
         else:
             target.unlink(missing_ok=True)
+    # "Memory, explained": only where some ok row has the breakdown; its chart is drawn in its own section
+    breakdown = memory_report.breakdown_contexts(sel)
+    memory_plot = memory_report.breakdown_plot(breakdown)
+    target = plot_dir / f"{memory_plot.name}.png"
+    if memory_plot.drawn:
+        memory_plot.path = memory_report.draw_breakdown(memory_plot, target)
+    else:
+        target.unlink(missing_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
-    text = render(sel, contexts, plots, [str(p) for p in csv_paths], len(rows))
+    text = render(sel, contexts, plots, [str(p) for p in csv_paths], len(rows),
+                  memory_report.section(breakdown, memory_plot))  # fmt: skip
     # scenario=ops writes ops.csv beside runs.csv: its section (tables, plots/ops_*.png) follows the model's
     for ops_csv in dict.fromkeys(Path(p).parent / "ops.csv" for p in csv_paths):
         if ops_csv.is_file():
@@ -406,7 +419,8 @@ def build_report(csv_paths: list[str | Path], out_dir: str | Path) -> Report:
         if capacity_csv.is_file():
             text += "\n" + capacity_section(capacity_csv, out_dir)
     report_path.write_text(text, encoding="utf-8")
-    return Report(report_path, plots, len(rows), len(sel.failed))
+    shown = [*plots, memory_plot] if memory_plot.drawn else plots
+    return Report(report_path, shown, len(rows), len(sel.failed))
 
 
 # -------------------------------------------------------------------------------------------------------- CLI

@@ -45,6 +45,11 @@ EXTRA_COLUMNS = (
     "experiment",  # the conf/experiment a trial was launched by (+experiment=NAME), empty otherwise
     "budget_mb",  # the memory budget the trial ran under (the capacity search's probes)
     "n_sharded",  # parameters the parallel strategy shards over the devices (fsdp)
+    # what holds the memory (bench/<framework>_impl/memory.py), per device like the memory columns above, and
+    # what the memory model predicts (bench/memory_model.py): README "Memory, explained"
+    "mem_trainable_mb", "mem_grads_mb", "mem_directions_mb", "mem_saved_mb", "mem_temp_mb", "mem_tracked_peak_mb",
+    "mem_breakdown_method", "mem_predicted_mb", "mem_predicted_saved_mb", "mem_predicted_grads_mb",
+    "mem_predicted_directions_mb", "mem_predicted_temp_mb",
 )  # fmt: skip
 CSV_COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 

@@ -23,9 +23,10 @@ import numpy as np
 FRAMEWORKS = ("torch", "jax")
 # What each framework package provides, module by module (bench/<framework>_impl/<module>.py, the same names in
 # both): device (devices, numerics, memory trackers), parallel (a trial's devices and processes: `start(c)` ->
-# World), steps (the modes, Trainer, make_trainer), ops (the op micro-benchmarks' builders). A trial imports only
+# World), steps (the modes, Trainer, make_trainer), memory (what holds a trial's memory: breakdown(trainer,
+# batches)), ops (the op micro-benchmarks' builders). A trial imports only
 # the modules its scenario needs: an ops trial never loads the BERT model code.
-IMPL_MODULES = ("device", "parallel", "steps", "ops")
+IMPL_MODULES = ("device", "parallel", "steps", "memory", "ops")
 MODES = ("inference", "backprop", "jvp", "jacfwd", "mezo")
 TRAINABLE_SCOPES = ("all", "head", "bias", "last_k")
 OPTIMIZERS = ("sgd", "adamw")

@@ -29,6 +29,7 @@ IMPL_API = {
     "steps": ("make_trainer", "make_optimizer", "backprop_gradient", "directional_derivative", "forward_gradient",
               "forward_gradient_coeffs", "jacfwd_gradient", "spsa_gradient", "perturb", "sample_tangent",
               "direction"),  # fmt: skip
+    "memory": ("breakdown",),
     "ops": ("setup", "sync", "to_device", "to_numpy", "functions", "build"),
 }
 

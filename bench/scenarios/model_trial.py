@@ -19,6 +19,7 @@ import numpy as np
 
 from bench import data
 from bench.config import bert_spec, step_spec, timed_steps
+from bench.memory_model import predict
 from bench.parallel import expected_comm_bytes, global_batch_size
 from bench.spec import World, implementation
 from bench.system import cpu_name, maybe_inject_fault
@@ -132,9 +133,11 @@ def measure_process(c: dict, world: World) -> dict:
     stats = timer.stats()
     devices = world.device_memory(trainer, trackers)
     state = trainer.state_bytes()
+    # what holds the memory: one instrumented step (torch) or the compiled programs (JAX), never timed
+    held = implementation(fw, "memory").breakdown(trainer, updates[0])
     for d in devices:
         d.update(rank=world.rank, mem_params_mb=state["params"] / MiB, mem_optimizer_mb=state["optimizer"] / MiB,
-                 step_time_median_s=stats.median_s)  # fmt: skip
+                 step_time_median_s=stats.median_s, **breakdown_columns(held, d))  # fmt: skip
     samples = global_batch_size(c) * ga
     result = {
         "status": "ok",
@@ -177,6 +180,25 @@ def measure_process(c: dict, world: World) -> dict:
     return result
 
 
+BREAKDOWN = ("trainable", "grads", "directions", "saved", "temp", "tracked_peak")
+
+
+def breakdown_columns(held: dict, device: dict) -> dict:
+    """The breakdown's mem_*_mb columns for one device. Where the framework has no allocator statistics (torch
+    on the CPU), temp is what the device's measured excess leaves after the optimizer state and the other
+    categories: labelled so in the method."""
+    out = {f"mem_{k}_mb": held[k] / MiB for k in BREAKDOWN if held[k] is not None}
+    method = held["method"]
+    if held["temp"] is None and device.get("excess_mem_mb") is not None:
+        # the heap keeps what a category freed in pieces the next buffers do not fit (bench/memory_model.py):
+        # the high-water mark holds every category's peak, summed
+        held_each = sum(out[f"mem_{k}_mb"] for k in ("grads", "directions", "saved"))
+        rest = device["excess_mem_mb"] - device.get("mem_optimizer_mb", 0) - held_each
+        out["mem_temp_mb"] = max(rest, 0.0)
+        method += f"+{device['mem_method']}_remainder"
+    return {**out, "mem_breakdown_method": method}
+
+
 def merge(c: dict, results: list[dict]) -> dict:
     """The trial's result from every process's: memory as the largest over devices (each device's in the
     history), step time as the slowest process's, host RSS as the largest process's. The main process's result
@@ -189,14 +211,28 @@ def merge(c: dict, results: list[dict]) -> dict:
     timing = ("samples_per_s", "tokens_per_s", "total_train_time_s")
     out.update({k: v for k, v in slowest.items() if k.startswith("step_time_") or k in timing})
     out["history"] = {**main["history"], "step_time_s": slowest["history"]["step_time_s"], "devices": devices}
-    for column in ("peak_mem_mb", "excess_mem_mb", "baseline_mem_mb", "mem_params_mb", "mem_optimizer_mb"):
+    columns = ("peak_mem_mb", "excess_mem_mb", "baseline_mem_mb", "mem_params_mb", "mem_optimizer_mb",
+               *(f"mem_{k}_mb" for k in BREAKDOWN))  # fmt: skip
+    for column in columns:
         values = [d[column] for d in devices if d.get(column) is not None]
         out[column] = max(values) if values else None
     out["mem_method"] = worst["mem_method"]
+    out["mem_breakdown_method"] = worst.get("mem_breakdown_method")
+    out.update(predicted_columns(c, main, len(devices)))
     out["host_peak_rss_mb"] = max(r["host_peak_rss_mb"] or 0 for r in results) or None
     out["world_size"] = len(devices)
     out["comm_bytes_expected"] = expected_comm_bytes(c, main["n_trainable"], main["n_sharded"])
     return out
+
+
+def predicted_columns(c: dict, main: dict, world: int) -> dict:
+    """The memory model's prediction for the trial (bench.memory_model), per device: the excess and each
+    category the breakdown measures."""
+    p = predict(bert_spec(c["model"]), step_spec(c), c["batch_size"], c["seq_len"], framework=c["framework"],
+                device=main["device"], world=world, sharded=c["parallel"] == "fsdp",
+                jacfwd_chunk=main["jacfwd_chunk"]).mib()  # fmt: skip
+    return {"mem_predicted_mb": p["excess"],
+            **{f"mem_predicted_{k}_mb": p[k] for k in ("saved", "grads", "directions", "temp")}}  # fmt: skip
 
 
 def cosine(a, b) -> float:

@@ -87,12 +87,24 @@ def direction_seed(seed: int, step: int, k: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, step, k, index]).generate_state(1, np.uint64)[0] >> 1)
 
 
+# bench.torch_impl.memory's instrumented step watches the buffers the modes make (observe(kind, tensor)); empty
+# on the timed path
+WATCHERS: list = []
+
+
+def observe(kind: str, t: torch.Tensor) -> torch.Tensor:
+    """Report a new buffer of `kind` (directions | grads) to the memory breakdown, if one is watching."""
+    for watch in WATCHERS:
+        watch(kind, t)
+    return t
+
+
 def direction(p: torch.Tensor, seed: int, whole: bool = False) -> torch.Tensor:
     """The seeded N(0, I) direction of p's shape; where FSDP2 shards p, the rows this device holds of it (`whole`:
     all of it, for a forward pass through p gathered whole)."""
     g = torch.Generator(device=p.device)
     g.manual_seed(seed)
-    z = torch.randn(p.shape, generator=g, device=p.device, dtype=p.dtype)
+    z = observe("directions", torch.randn(p.shape, generator=g, device=p.device, dtype=p.dtype))
     return z if whole else local_rows(z, p)
 
 
@@ -302,7 +314,7 @@ def jacfwd_gradient(
     sizes = [params[n].numel() for n in names]
     n = sum(sizes)
     ref = next(iter(params.values()))
-    exchanged = torch.zeros(n + 1, device=ref.device, dtype=ref.dtype)  # the gradient, then the loss
+    exchanged = observe("grads", torch.zeros(n + 1, device=ref.device, dtype=ref.dtype))  # the gradient, the loss
     grad_flat, total = exchanged[:n], exchanged[n]
     devices = [ref.device.index or 0] if ref.device.type == "cuda" else []
     for batch in micro_batches:
@@ -315,7 +327,7 @@ def jacfwd_gradient(
             f = lambda p, batch=batch: loss_fn(model, batch, p)
         for start in range(0, n, chunk):
             c = min(chunk, n - start)
-            basis = torch.zeros(c, n, device=ref.device, dtype=ref.dtype)  # (c, n)
+            basis = observe("directions", torch.zeros(c, n, device=ref.device, dtype=ref.dtype))  # (c, n)
             basis[torch.arange(c), torch.arange(start, start + c)] = 1.0
             tangent = {
                 name: part.view(c, *params[name].shape) for name, part in zip(names, torch.split(basis, sizes, dim=1))

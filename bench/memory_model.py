@@ -1,0 +1,135 @@
+"""What each way of differentiating should cost in memory, on paper: one framework-neutral model from the shapes.
+
+A trial's memory is split into the categories both frameworks report (bench/<framework>_impl/memory.py measures
+them; README "Memory, explained" has the formulas with their derivation):
+
+    params      every parameter (trainable + frozen): resident before the step, part of the baseline
+    grads       gradient buffers the optimizer reads (backprop: 4n; jacfwd: its 4n exchange buffer; the seeded
+                estimates of jvp and MeZO are built in the direction's own buffer, so they count as directions)
+    optimizer   optimizer state (SGD with momentum: 4n; AdamW: 8n), created by the first update: in the excess
+    directions  random directions / tangents resident at once (jvp: one whole tangent, 4n, in torch; one
+                parameter tensor's with jvp_impl=lazy, and in MeZO; in JAX's jvp about the largest tensor's and one
+                layer's; jacfwd: the (chunk, n) basis block)
+    saved       activations kept for a backward pass (zero for every mode without one)
+    temp        transient working memory of the computation itself (a layer's live intermediates)
+
+and `excess`, what the step adds over the baseline at its peak: the optimizer state plus every category of the step,
+summed. Summed even where a category is freed before another peaks (backprop frees a layer's saved activations as it
+makes that layer's gradients; MeZO draws its direction between its forward passes), because the memory freed is of
+other sizes than what comes next: XLA's buffer assignment for backprop holds both (BERT-base, 4 layers: a 491 MiB
+program for 201 MiB of gradients and ~290 of activations), and on the CPU the heap keeps what was freed in pieces
+the next buffers do not fit. Measured on the CPU, the sum is within 10 % where the max would miss by 40 %.
+
+Shapes: B x T tokens per device micro-batch, H hidden, I intermediate, A heads, L layers, V vocabulary, n
+trainable parameters; 4 bytes per fp32 number; masks of m bytes (torch's dropout on CPU multiplies by a float mask,
+m = 4; JAX and torch on CUDA keep a bool mask, m = 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from bench.spec import BertSpec, StepSpec, is_trainable, param_shapes
+
+FP32 = 4
+CATEGORIES = ("params", "grads", "optimizer", "directions", "saved", "temp")
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes per category on one device (see the module docstring), and the step's predicted excess."""
+
+    params: int
+    grads: int
+    optimizer: int
+    directions: int
+    saved: int
+    temp: int
+    excess: int
+
+    def mib(self) -> dict[str, float]:
+        return {k: v / 2**20 for k, v in asdict(self).items()}
+
+
+def mask_bytes(framework: str, device: str) -> int:
+    """Bytes per element of a dropout mask kept for the backward pass: torch's CPU dropout keeps a float mask."""
+    return FP32 if (framework, device) == ("torch", "cpu") else 1
+
+
+def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, framework: str, device: str = "cpu",
+            world: int = 1, sharded: bool = False, jacfwd_chunk: int = 1) -> Memory:  # fmt: skip
+    """The model's bytes per category on one device, for a step of `s` on a `batch_size` x `seq_len` micro-batch;
+    `sharded`: parameters, gradients and optimizer state split over `world` devices (parallel=fsdp).
+
+    One set of formulas; where the frameworks keep different buffers for the same maths, `framework` and `device`
+    say which (each such fact is named where it is used): the dropout mask's bytes, and how a forward-mode pass
+    holds its tangent (torch's make_dual copies each tangent onto its parameter; XLA draws each where it is used)."""
+    mask = mask_bytes(framework, device)
+    H, I, A, L = spec.hidden_size, spec.intermediate_size, spec.num_heads, spec.num_layers  # noqa: E741
+    T, tokens = seq_len, batch_size * seq_len
+    d = 1 if spec.dropout > 0 and s.mode in ("backprop", "jvp", "jacfwd") else 0  # dropout runs in training modes
+    shapes = param_shapes(spec)
+    trainable = {k: v for k, v in shapes.items() if is_trainable(k, s.trainable, L, s.last_k)}
+    n = sum(int(np.prod(v)) for v in trainable.values())
+    n_all = sum(int(np.prod(v)) for v in shapes.values())
+    largest = max((int(np.prod(v)) for v in trainable.values()), default=0) * FP32
+    layer_params = sum(int(np.prod(v)) for k, v in trainable.items() if k.startswith("bert.encoder.layer.0."))
+    share = world if sharded else 1
+
+    # activations, per token
+    layer = FP32 * (8 * H + 2 * I + (1 + d) * A * T) + d * mask * (A * T + 2 * H)
+    if s.trainable == "bias":
+        layer -= FP32 * (3 * H + I)
+    trained_layers = {"all": L, "bias": L, "last_k": min(s.last_k, L), "head": 0}[s.trainable]
+    trunk_trains = s.trainable in ("all", "bias")
+    embeddings = (FP32 * H + d * mask * H) if trunk_trains else 0  # LayerNorm input and dropout mask
+    head = FP32 * H if trained_layers or s.trainable == "head" else 0  # the last hidden state the pooler slices
+    # working memory of one layer's forward: the attention scores and probabilities beside Q, K, V and the
+    # context, or the intermediate and its GELU beside the layer's input and output, whichever is larger
+    forward_temp = tokens * FP32 * max(2 * A * T + 4 * H, 2 * I + 2 * H)
+
+    opt = s.optimizer
+    optimizer = {"adamw": 2 * FP32 * n, "sgd": FP32 * n if opt.momentum else 0}[opt.name] // share
+    params = FP32 * n_all // share
+    grads = directions = saved = temp = 0
+    if s.mode == "inference":
+        temp = forward_temp
+    elif s.mode == "backprop":
+        grads = FP32 * n // share
+        if s.remat:
+            # each layer keeps its input across the step; its own activations are recomputed during its
+            # backward, one layer at a time, as working memory (torch's checkpoint and JAX's remat hold them
+            # apart from the saved tensors)
+            saved = tokens * (trained_layers * FP32 * H + embeddings + head)
+            temp = forward_temp + tokens * layer * bool(trained_layers)
+        else:
+            saved = tokens * (trained_layers * layer + embeddings + head)
+            temp = forward_temp
+    elif s.mode == "jvp":
+        temp = 2 * forward_temp  # primal and tangent activations, dropped as the pass goes
+        if framework == "jax":
+            # XLA draws each leaf's tangent just before the pass reaches it and frees it after: about the
+            # largest leaf (the word embeddings) beside one layer's
+            directions = min(FP32 * n, largest + FP32 * layer_params)
+        else:
+            directions = FP32 * n if s.jvp_impl != "lazy" else largest
+            # torch's make_dual returns a view of the parameter, so the tangent is copied onto the parameter's
+            # base (zeros, then the view's part): a second tangent-sized buffer, per dual made
+            temp += directions
+        if s.jvp_impl == "naive":
+            # autograd records the primal and the tangent computations for a backward that never comes: 2.5x
+            # backprop's saved activations (measured, torch on CPU, BERT at 2 and 4 layers: 2.51x)
+            saved = 5 * tokens * (trained_layers * layer + embeddings + head) // 2
+    elif s.mode == "jacfwd":
+        grads = FP32 * n
+        directions = FP32 * n * jacfwd_chunk
+        temp = 2 * forward_temp * jacfwd_chunk
+    elif s.mode == "mezo":
+        directions = largest  # one tensor's direction at a time, in the perturbation and in the update
+        temp = forward_temp
+    else:
+        raise ValueError(f"mode={s.mode!r}: no memory model")
+    return Memory(params, grads, optimizer, directions, saved, temp, optimizer + grads + directions + saved + temp)
+
