@@ -143,7 +143,7 @@ class BenchConfig:
         2_000_000, "jacfwd: refuse more trainable parameters (one forward-mode pass each) than this, integer >= 1"
     )
     mezo_eps: float = _f(1e-3, "mezo: perturbation scale, > 0 (Malladi et al. 2023)")
-    dtype: str = _f("fp32", "fp32 (scenario=ops: fp32 | fp64 | bf16)")
+    dtype: str = _f("fp32", "fp32 | bf16 (mixed precision) | bf16_pure (scenario=ops: fp32 | fp64 | bf16)")
     device: str = _f("auto", "auto | cpu | cuda")
     parallel: str = _f(
         "none", "none | ddp (data parallel) | fsdp (fully sharded); torch: torch.distributed, jax: a Mesh's sharding"
@@ -245,6 +245,7 @@ def step_spec(cfg) -> StepSpec:
         jacfwd_chunk=cfg["jacfwd_chunk"],
         mezo_eps=cfg["mezo_eps"],
         grad_accum=cfg["grad_accum"],
+        dtype=cfg["dtype"],
         seed=cfg["seed"],
     )
 

@@ -21,8 +21,9 @@ program for 201 MiB of gradients and ~290 of activations), and on the CPU the he
 the next buffers do not fit. Measured on the CPU, the sum is within 10 % where the max would miss by 40 %.
 
 Shapes: B x T tokens per device micro-batch, H hidden, I intermediate, A heads, L layers, V vocabulary, n
-trainable parameters; 4 bytes per fp32 number; masks of m bytes (torch's dropout on CPU multiplies by a float mask,
-m = 4; JAX and torch on CUDA keep a bool mask, m = 1).
+trainable parameters; 4 bytes per fp32 number (dtype=bf16: 2 per activation, with fp32 parameters, gradients and
+optimizer state and bf16 copies of the weights; bf16_pure: 2 for everything); masks of m bytes (torch's dropout
+on CPU multiplies by a float mask, m = 4; JAX and torch on CUDA keep a bool mask, m = 1).
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
     say which (each such fact is named where it is used): the dropout mask's bytes, and how a forward-mode pass
     holds its tangent (torch's make_dual copies each tangent onto its parameter; XLA draws each where it is used)."""
     mask = mask_bytes(framework, device)
+    # bytes of a parameter (and of its gradient, direction and optimizer moments) and of an activation
+    P = 2 if s.dtype == "bf16_pure" else FP32
+    X = 2 if s.dtype in ("bf16", "bf16_pure") else FP32
     H, I, A, L = spec.hidden_size, spec.intermediate_size, spec.num_heads, spec.num_layers  # noqa: E741
     T, tokens = seq_len, batch_size * seq_len
     d = 1 if spec.dropout > 0 and s.mode in ("backprop", "jvp", "jacfwd") else 0  # dropout runs in training modes
@@ -74,47 +78,50 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
     trainable = {k: v for k, v in shapes.items() if is_trainable(k, s.trainable, L, s.last_k)}
     n = sum(int(np.prod(v)) for v in trainable.values())
     n_all = sum(int(np.prod(v)) for v in shapes.values())
-    largest = max((int(np.prod(v)) for v in trainable.values()), default=0) * FP32
+    largest = max((int(np.prod(v)) for v in trainable.values()), default=0) * P
     layer_params = sum(int(np.prod(v)) for k, v in trainable.items() if k.startswith("bert.encoder.layer.0."))
     share = world if sharded else 1
 
     # activations, per token
-    layer = FP32 * (8 * H + 2 * I + (1 + d) * A * T) + d * mask * (A * T + 2 * H)
+    layer = X * (8 * H + 2 * I + (1 + d) * A * T) + d * mask * (A * T + 2 * H)
     if s.trainable == "bias":
-        layer -= FP32 * (3 * H + I)
+        layer -= X * (3 * H + I)
     trained_layers = {"all": L, "bias": L, "last_k": min(s.last_k, L), "head": 0}[s.trainable]
     trunk_trains = s.trainable in ("all", "bias")
-    embeddings = (FP32 * H + d * mask * H) if trunk_trains else 0  # LayerNorm input and dropout mask
-    head = FP32 * H if trained_layers or s.trainable == "head" else 0  # the last hidden state the pooler slices
+    embeddings = (X * H + d * mask * H) if trunk_trains else 0  # LayerNorm input and dropout mask
+    head = X * H if trained_layers or s.trainable == "head" else 0  # the last hidden state the pooler slices
     # working memory of one layer's forward: the attention scores and probabilities beside Q, K, V and the
     # context, or the intermediate and its GELU beside the layer's input and output, whichever is larger
-    forward_temp = tokens * FP32 * max(2 * A * T + 4 * H, 2 * I + 2 * H)
+    forward_temp = tokens * X * max(2 * A * T + 4 * H, 2 * I + 2 * H)
 
     opt = s.optimizer
-    optimizer = {"adamw": 2 * FP32 * n, "sgd": FP32 * n if opt.momentum else 0}[opt.name] // share
-    params = FP32 * n_all // share
+    optimizer = {"adamw": 2 * P * n, "sgd": P * n if opt.momentum else 0}[opt.name] // share
+    params = P * n_all // share
     grads = directions = saved = temp = 0
     if s.mode == "inference":
         temp = forward_temp
     elif s.mode == "backprop":
-        grads = FP32 * n // share
+        grads = P * n // share
         if s.remat:
             # each layer keeps its input across the step; its own activations are recomputed during its
             # backward, one layer at a time, as working memory (torch's checkpoint and JAX's remat hold them
             # apart from the saved tensors)
-            saved = tokens * (trained_layers * FP32 * H + embeddings + head)
+            saved = tokens * (trained_layers * X * H + embeddings + head)
             temp = forward_temp + tokens * layer * bool(trained_layers)
         else:
             saved = tokens * (trained_layers * layer + embeddings + head)
             temp = forward_temp
+        if s.dtype == "bf16":  # bf16 copies of the Linear weights (not the embeddings'), kept for the backward
+            saved += 2 * sum(int(np.prod(v)) for k, v in trainable.items()
+                             if len(v) == 2 and not k.startswith("bert.embeddings.")) // share  # fmt: skip
     elif s.mode == "jvp":
         temp = 2 * forward_temp  # primal and tangent activations, dropped as the pass goes
         if framework == "jax":
             # XLA draws each leaf's tangent just before the pass reaches it and frees it after: about the
             # largest leaf (the word embeddings) beside one layer's
-            directions = min(FP32 * n, largest + FP32 * layer_params)
+            directions = min(P * n, largest + P * layer_params)
         else:
-            directions = FP32 * n if s.jvp_impl != "lazy" else largest
+            directions = P * n if s.jvp_impl != "lazy" else largest
             # torch's make_dual returns a view of the parameter, so the tangent is copied onto the parameter's
             # base (zeros, then the view's part): a second tangent-sized buffer, per dual made
             temp += directions
@@ -123,8 +130,8 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
             # backprop's saved activations (measured, torch on CPU, BERT at 2 and 4 layers: 2.51x)
             saved = 5 * tokens * (trained_layers * layer + embeddings + head) // 2
     elif s.mode == "jacfwd":
-        grads = FP32 * n
-        directions = FP32 * n * jacfwd_chunk
+        grads = P * n
+        directions = P * n * jacfwd_chunk
         temp = 2 * forward_temp * jacfwd_chunk
     elif s.mode == "mezo":
         directions = largest  # one tensor's direction at a time, in the perturbation and in the update

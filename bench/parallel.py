@@ -157,7 +157,8 @@ def shard_batches(micro_batches: Sequence[Batch], index: int, count: int) -> lis
 
 
 def expected_comm_bytes(c: dict, n_trainable: int, n_sharded: int) -> int:
-    """What the way of differentiating should exchange per step per device, in bytes, by its definition (fp32):
+    """What the way of differentiating should exchange per step per device, in bytes, by its definition (fp32;
+    bf16_pure: 2-byte parameters and gradients, the scalars still fp32):
     the size of each collective's buffer (all-reduce: the tensor; all-gather: the gathered output; reduce-scatter:
     the input), summed over the step. `n_sharded` is how many parameters the strategy shards. Every step also
     all-reduces its loss (4 bytes) so each device reports the global batch's loss.
@@ -179,13 +180,14 @@ def expected_comm_bytes(c: dict, n_trainable: int, n_sharded: int) -> int:
     if c["parallel"] == "none" or world_size(c) == 1:
         return 0
     mode, k, s, ga, torch = c["mode"], c["num_tangents"], FP32_BYTES, c["grad_accum"], c["framework"] == "torch"
-    loss = s
+    p = 2 if c.get("dtype") == "bf16_pure" else FP32_BYTES  # a parameter's (and its gradient's) bytes
+    loss = s  # the loss and the directional derivatives stay fp32 in every dtype
     if c["parallel"] == "ddp":
-        per_update = {"inference": loss, "backprop": s * n_trainable + loss, "jacfwd": s * n_trainable + loss,
+        per_update = {"inference": loss, "backprop": p * n_trainable + loss, "jacfwd": p * n_trainable + loss,
                       "jvp": s * (k + 1), "mezo": 2 * s}[mode]  # fmt: skip
         return per_update if torch else ga * per_update
-    gather = s * (padded_params(c) if torch else n_sharded)
-    reduce_scatter = s * (padded_params(c, trainable=True) if torch else n_trainable)
+    gather = p * (padded_params(c) if torch else n_sharded)
+    reduce_scatter = p * (padded_params(c, trainable=True) if torch else n_trainable)
     if mode == "inference":
         per_micro, per_update = gather, loss
     elif mode == "mezo":

@@ -30,6 +30,9 @@ IMPL_MODULES = ("device", "parallel", "steps", "memory", "ops")
 MODES = ("inference", "backprop", "jvp", "jacfwd", "mezo")
 TRAINABLE_SCOPES = ("all", "head", "bias", "last_k")
 OPTIMIZERS = ("sgd", "adamw")
+# fp32; bf16: mixed precision (fp32 parameters and optimizer state, bf16 matmuls: torch.autocast's recipe, which
+# jax_impl mirrors); bf16_pure: parameters, gradients, directions and optimizer state in bf16 too
+DTYPES = ("fp32", "bf16", "bf16_pure")
 MAX_SEED = 2**63  # seeds must fit both frameworks: jax.random.key takes an int64, torch's generators a uint64
 # torch only (HF's attn_implementation): sdpa is PyTorch's fused attention, which has no forward-mode AD rule.
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
@@ -168,6 +171,7 @@ class StepSpec:
     mezo_eps: float = 1e-3  # MeZO perturbation scale (Malladi et al. 2023 use 1e-3)
     grad_accum: int = 1  # micro-batches per optimizer update
     seed: int = 0  # tangent / perturbation / dropout randomness
+    dtype: str = "fp32"  # fp32 | bf16 (mixed precision) | bf16_pure (see DTYPES)
 
 
 def jacfwd_chunk_for(chunk: int | str, framework: str, device_kind: str) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 
-FP32_BYTES = 4  # bench's models run fp32 only (bench.config.DTYPES): the size of one parameter-sized buffer
+FP32_BYTES = 4  # one fp32 number: the report's guide lines are one fp32 copy of the trainable parameters
 
 
 def num(row: dict, key: str) -> float | None:

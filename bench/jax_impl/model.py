@@ -12,7 +12,7 @@ so its state splits cleanly into trainable and frozen parameters.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +27,26 @@ from bench.spec import BertSpec
 MASK_VALUE = float(np.finfo(np.float32).min)
 
 
+class Precision(NamedTuple):
+    """What the layers compute in and keep their parameters in, per dtype (bench.spec.DTYPES), mirroring torch:
+    `bf16` is torch.autocast's recipe (Linear layers and the attention matmuls in bf16 on fp32 parameters,
+    LayerNorm in fp32, softmax in fp32 and cast back, embeddings in their parameters' fp32, sums promoted to
+    fp32); `bf16_pure` keeps the parameters in bf16 and computes in bf16 (softmax in fp32, as HF's eager
+    attention does, and reductions accumulate in fp32 in both frameworks)."""
+
+    linear: Any  # nnx.Linear's computation dtype (None: its inputs' and parameters' promoted dtype)
+    norm: Any  # nnx.LayerNorm's computation and output dtype
+    params: Any  # every parameter's dtype
+
+
+PRECISIONS = {
+    "fp32": Precision(None, None, jnp.float32),
+    "bf16": Precision(jnp.bfloat16, jnp.float32, jnp.float32),
+    "bf16_pure": Precision(None, None, jnp.bfloat16),
+}
+FP32 = PRECISIONS["fp32"]
+
+
 class BertOutput(NamedTuple):
     """What __call__ returns with output_hidden_states=True (a NamedTuple, so it is a pytree under jit)."""
 
@@ -35,29 +55,31 @@ class BertOutput(NamedTuple):
     hidden_states: tuple[jax.Array, ...]  # (embeddings output, layer 1, ..., layer L), each (B, T, H)
 
 
-def _linear(n_in: int, n_out: int, spec: BertSpec, rngs: nnx.Rngs) -> nnx.Linear:
+def _linear(n_in: int, n_out: int, spec: BertSpec, rngs: nnx.Rngs, p: Precision) -> nnx.Linear:
     # HF's _init_weights: N(0, initializer_range) weights, zero biases. build_model overwrites them with the
     # shared weights anyway; this only makes a model built directly start from the same distribution.
-    return nnx.Linear(n_in, n_out, kernel_init=nnx.initializers.normal(spec.initializer_range), rngs=rngs)
+    init = nnx.initializers.normal(spec.initializer_range)
+    return nnx.Linear(n_in, n_out, kernel_init=init, dtype=p.linear, param_dtype=p.params, rngs=rngs)
 
 
-def _layer_norm(spec: BertSpec, rngs: nnx.Rngs) -> nnx.LayerNorm:
+def _layer_norm(spec: BertSpec, rngs: nnx.Rngs, p: Precision) -> nnx.LayerNorm:
     # use_fast_variance=False: E[x^2] - E[x]^2 loses digits against torch's two-pass variance when |mean| >>
     # std.
-    return nnx.LayerNorm(spec.hidden_size, epsilon=spec.layer_norm_eps, use_fast_variance=False, rngs=rngs)
+    return nnx.LayerNorm(spec.hidden_size, epsilon=spec.layer_norm_eps, use_fast_variance=False, dtype=p.norm,
+                         param_dtype=p.params, rngs=rngs)  # fmt: skip
 
 
-def _embed(n: int, spec: BertSpec, rngs: nnx.Rngs) -> nnx.Embed:
+def _embed(n: int, spec: BertSpec, rngs: nnx.Rngs, p: Precision) -> nnx.Embed:
     init = nnx.initializers.normal(spec.initializer_range)
-    return nnx.Embed(n, spec.hidden_size, embedding_init=init, rngs=rngs)
+    return nnx.Embed(n, spec.hidden_size, embedding_init=init, param_dtype=p.params, rngs=rngs)
 
 
 class BertEmbeddings(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
-        self.word_embeddings = _embed(spec.vocab_size, spec, rngs)
-        self.position_embeddings = _embed(spec.max_position_embeddings, spec, rngs)
-        self.token_type_embeddings = _embed(spec.type_vocab_size, spec, rngs)
-        self.LayerNorm = _layer_norm(spec, rngs)
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32):
+        self.word_embeddings = _embed(spec.vocab_size, spec, rngs, p)
+        self.position_embeddings = _embed(spec.max_position_embeddings, spec, rngs, p)
+        self.token_type_embeddings = _embed(spec.type_vocab_size, spec, rngs, p)
+        self.LayerNorm = _layer_norm(spec, rngs, p)
         self.dropout = nnx.Dropout(spec.dropout)
 
     def __call__(self, input_ids, token_type_ids, *, deterministic, rngs):
@@ -71,13 +93,13 @@ class BertEmbeddings(nnx.Module):
 
 
 class BertSelfAttention(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32):
         H = spec.hidden_size
         self.num_heads = spec.num_heads
         self.head_dim = spec.head_dim
-        self.query = _linear(H, H, spec, rngs)
-        self.key = _linear(H, H, spec, rngs)
-        self.value = _linear(H, H, spec, rngs)
+        self.query = _linear(H, H, spec, rngs, p)
+        self.key = _linear(H, H, spec, rngs, p)
+        self.value = _linear(H, H, spec, rngs, p)
         self.dropout = nnx.Dropout(spec.dropout)
 
     def __call__(self, x, mask_bias, *, deterministic, rngs):
@@ -92,7 +114,7 @@ class BertSelfAttention(nnx.Module):
         # probabilities.
         scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * (hd**-0.5)  # (B, nh, T, T)
         scores = scores + mask_bias  # (B, 1, 1, T) broadcast over heads and queries
-        probs = jax.nn.softmax(scores, axis=-1)
+        probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)  # fp32 softmax, back to the matmuls' dtype
         probs = self.dropout(probs, deterministic=deterministic, rngs=rngs)
         out = jnp.einsum("bhqk,bhkd->bhqd", probs, v)  # (B, nh, T, hd)
         return out.transpose(0, 2, 1, 3).reshape(B, T, H)  # (B, T, H)
@@ -101,9 +123,9 @@ class BertSelfAttention(nnx.Module):
 class BertSelfOutput(nnx.Module):
     """Attention output projection + dropout + residual + LayerNorm (post-LN)."""
 
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
-        self.dense = _linear(spec.hidden_size, spec.hidden_size, spec, rngs)
-        self.LayerNorm = _layer_norm(spec, rngs)
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32):
+        self.dense = _linear(spec.hidden_size, spec.hidden_size, spec, rngs, p)
+        self.LayerNorm = _layer_norm(spec, rngs, p)
         self.dropout = nnx.Dropout(spec.dropout)
 
     def __call__(self, x, residual, *, deterministic, rngs):
@@ -112,9 +134,9 @@ class BertSelfOutput(nnx.Module):
 
 
 class BertAttention(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
-        self.self = BertSelfAttention(spec, rngs=rngs)  # HF's name, so the path reads attention.self.query
-        self.output = BertSelfOutput(spec, rngs=rngs)
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32):
+        self.self = BertSelfAttention(spec, rngs=rngs, p=p)  # HF's name, so the path reads attention.self.query
+        self.output = BertSelfOutput(spec, rngs=rngs, p=p)
 
     def __call__(self, x, mask_bias, *, deterministic, rngs):
         a = self.self(x, mask_bias, deterministic=deterministic, rngs=rngs)
@@ -122,8 +144,8 @@ class BertAttention(nnx.Module):
 
 
 class BertIntermediate(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
-        self.dense = _linear(spec.hidden_size, spec.intermediate_size, spec, rngs)
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32):
+        self.dense = _linear(spec.hidden_size, spec.intermediate_size, spec, rngs, p)
 
     def __call__(self, x):
         return jax.nn.gelu(self.dense(x), approximate=False)  # (B, T, I); BERT's exact erf GELU (HF "gelu")
@@ -133,9 +155,9 @@ class BertFeedForwardOutput(nnx.Module):
     """HF's BertOutput module (renamed here: BertOutput is this file's return type). FFN down-projection +
     dropout + residual + LayerNorm."""
 
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
-        self.dense = _linear(spec.intermediate_size, spec.hidden_size, spec, rngs)
-        self.LayerNorm = _layer_norm(spec, rngs)
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32):
+        self.dense = _linear(spec.intermediate_size, spec.hidden_size, spec, rngs, p)
+        self.LayerNorm = _layer_norm(spec, rngs, p)
         self.dropout = nnx.Dropout(spec.dropout)
 
     def __call__(self, x, residual, *, deterministic, rngs):
@@ -144,10 +166,10 @@ class BertFeedForwardOutput(nnx.Module):
 
 
 class BertLayer(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
-        self.attention = BertAttention(spec, rngs=rngs)
-        self.intermediate = BertIntermediate(spec, rngs=rngs)
-        self.output = BertFeedForwardOutput(spec, rngs=rngs)
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32):
+        self.attention = BertAttention(spec, rngs=rngs, p=p)
+        self.intermediate = BertIntermediate(spec, rngs=rngs, p=p)
+        self.output = BertFeedForwardOutput(spec, rngs=rngs, p=p)
 
     def __call__(self, x, mask_bias, *, deterministic, rngs):
         a = self.attention(x, mask_bias, deterministic=deterministic, rngs=rngs)  # (B, T, H)
@@ -165,8 +187,8 @@ _remat_layer_forward = nnx.remat(_layer_forward, static_argnums=(4,))
 
 
 class BertEncoder(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False):
-        self.layer = nnx.List([BertLayer(spec, rngs=rngs) for _ in range(spec.num_layers)])
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32):
+        self.layer = nnx.List([BertLayer(spec, rngs=rngs, p=p) for _ in range(spec.num_layers)])
         self.remat = remat
 
     def __call__(self, x, mask_bias, *, deterministic, rngs):
@@ -179,18 +201,18 @@ class BertEncoder(nnx.Module):
 
 
 class BertPooler(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs):
-        self.dense = _linear(spec.hidden_size, spec.hidden_size, spec, rngs)
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32):
+        self.dense = _linear(spec.hidden_size, spec.hidden_size, spec, rngs, p)
 
     def __call__(self, x):
         return jnp.tanh(self.dense(x[:, 0]))  # (B, H), from the [CLS] position
 
 
 class BertModel(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False):
-        self.embeddings = BertEmbeddings(spec, rngs=rngs)
-        self.encoder = BertEncoder(spec, rngs=rngs, remat=remat)
-        self.pooler = BertPooler(spec, rngs=rngs)
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32):
+        self.embeddings = BertEmbeddings(spec, rngs=rngs, p=p)
+        self.encoder = BertEncoder(spec, rngs=rngs, remat=remat, p=p)
+        self.pooler = BertPooler(spec, rngs=rngs, p=p)
 
 
 class BertForSequenceClassification(nnx.Module):
@@ -198,11 +220,11 @@ class BertForSequenceClassification(nnx.Module):
     (B, num_labels), or a BertOutput with the pooled output and HF's hidden_states tuple when
     output_hidden_states=True."""
 
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False):
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32):
         self.spec = spec  # frozen dataclass: static metadata of the graph, not state
-        self.bert = BertModel(spec, rngs=rngs, remat=remat)
+        self.bert = BertModel(spec, rngs=rngs, remat=remat, p=p)
         self.dropout = nnx.Dropout(spec.dropout)
-        self.classifier = _linear(spec.hidden_size, spec.num_labels, spec, rngs)
+        self.classifier = _linear(spec.hidden_size, spec.num_labels, spec, rngs, p)
 
     def __call__(
         self,
@@ -253,11 +275,13 @@ def cross_entropy_loss(logits, labels):
 
 
 def build_model(
-    spec: BertSpec, weights: dict[str, np.ndarray], *, remat: bool = False
+    spec: BertSpec, weights: dict[str, np.ndarray], *, remat: bool = False, dtype: str = "fp32"
 ) -> BertForSequenceClassification:
-    """BertForSequenceClassification with exactly `weights` (HF names, torch layout); see params.py."""
+    """BertForSequenceClassification with exactly `weights` (HF names, torch layout; cast to bf16 for
+    dtype=bf16_pure), computing as `dtype` says (PRECISIONS); see params.py."""
     # Build abstractly (shapes only, like torch's meta device): a random init would be thrown away
     # immediately.
-    model = nnx.eval_shape(lambda: BertForSequenceClassification(spec, rngs=nnx.Rngs(0), remat=remat))
+    p = PRECISIONS[dtype]
+    model = nnx.eval_shape(lambda: BertForSequenceClassification(spec, rngs=nnx.Rngs(0), remat=remat, p=p))
     load_weights(model, weights)
     return model

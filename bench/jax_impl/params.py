@@ -135,7 +135,8 @@ def export_weights(model) -> dict[str, np.ndarray]:
     out = {}
     for name in param_shapes(model.spec):
         var, transform = params[name]
-        out[name] = transform(np.array(var.get_value()))  # np.array copies: never aliases the model's arrays
+        # np.array copies: never aliases the model's arrays; bf16 parameters leave as fp32, as torch_impl's do
+        out[name] = transform(np.array(var.get_value(), dtype=np.float32))
     return out
 
 

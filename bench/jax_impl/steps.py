@@ -60,6 +60,7 @@ def make_loss_fn(graphdef, frozen, train: bool, gather=whole):
             deterministic=not train,
             rngs=nnx.Rngs(dropout=key) if train else None,
         )  # (B, C)
+        logits = logits.astype(jnp.float32)  # the loss in fp32 whatever the model computes in (as torch_impl)
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
 
     return loss_of
@@ -80,7 +81,7 @@ def make_trunk_head_fns(graphdef, frozen, train: bool, gather=whole):
         logits = model.head(
             hidden, deterministic=not train, rngs=nnx.Rngs(dropout=jax.random.fold_in(key, 1)) if train else None
         )
-        return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
+        return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), batch["labels"]).mean()
 
     return features_of, head_loss_of
 
@@ -123,9 +124,9 @@ def seeded_gradient(params, coeffs, seed: int, step):
     """g = sum_k coeffs[k] * z_k, every z_k regenerated from its keys (no stored tangents), one k at a time."""
     leaves, treedef = jax.tree.flatten(params)
 
-    def body(k, gs):
+    def body(k, gs):  # in the parameters' dtype (bf16_pure: the fp32 coefficient would promote it)
         keys = direction_keys(seed, step, k, len(leaves))
-        return [g + coeffs[k] * direction(p, keys[i]) for i, (g, p) in enumerate(zip(gs, leaves))]
+        return [(g + coeffs[k] * direction(p, keys[i])).astype(p.dtype) for i, (g, p) in enumerate(zip(gs, leaves))]
 
     if coeffs.shape[0] == 1:  # MeZO, K=1: no loop, so XLA can fuse c * z into the optimizer update (no |theta| g)
         return jax.tree.unflatten(treedef, body(0, [jnp.zeros_like(p) for p in leaves]))
@@ -135,7 +136,7 @@ def seeded_gradient(params, coeffs, seed: int, step):
 
 def tangent_gradient(tangents, coeffs):
     """g = sum_k coeffs[k] * tangents[k] for tangents supplied by the caller (tests)."""
-    return jax.tree.map(lambda *ts: sum(c * t for c, t in zip(coeffs, ts)), *tangents)
+    return jax.tree.map(lambda *ts: sum(c * t for c, t in zip(coeffs, ts)).astype(ts[0].dtype), *tangents)
 
 
 def dropout_key(seed: int, step):
@@ -215,7 +216,7 @@ def jacfwd_gradient(loss_of, params, micro_batches, key, *, chunk: int, trunk=No
         basis_derivative = lambda i: jax.jvp(f, (flat,), (jax.nn.one_hot(i, n, dtype=flat.dtype),))  # noqa: B023
         losses, d = jax.lax.map(basis_derivative, jnp.arange(n), batch_size=min(chunk, n))
         total, grad_flat = total + losses[0] / len(micro_batches), grad_flat + d / len(micro_batches)
-    return total, unravel(grad_flat)
+    return total, unravel(grad_flat.astype(flat.dtype))  # the loss's fp32 derivatives, in the parameters' dtype
 
 
 def perturb(params, scale, seed: int, step):
@@ -528,7 +529,7 @@ class Trainer:
 
             def eval_batch(params, batch):
                 model = nnx.merge(graphdef, params, frozen)
-                logits = model(*(batch[k] for k in INPUT_KEYS), deterministic=True, rngs=None)  # (B, C)
+                logits = model(*(batch[k] for k in INPUT_KEYS), deterministic=True, rngs=None).astype(jnp.float32)
                 loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).sum()
                 return loss, (logits.argmax(-1) == batch["labels"]).sum()
 
@@ -560,12 +561,13 @@ def make_trainer(
     spec: BertSpec, weights, step_spec: StepSpec, device="cpu", *, attn_implementation: str = "eager", world=None
 ) -> Trainer:
     """The one way to build a trainer, for the runner and the tests alike (torch_impl.steps.make_trainer mirrors
-    it): the model with exactly `weights` on `device` (auto | cpu | cuda, or a jax.Device), fp32 numerics,
-    on `world`'s devices (bench.jax_impl.parallel; None: this device alone).
+    it): the model with exactly `weights` on `device` (auto | cpu | cuda, or a jax.Device), fp32 numerics
+    ("highest" matmul precision) or step_spec.dtype's bf16, on `world`'s devices (bench.jax_impl.parallel; None:
+    this device alone).
     Attention is always the eager formula here (jax has no other); the keyword exists so both read the same."""
     if attn_implementation != ATTN_IMPLEMENTATIONS[0]:
         raise ValueError(f"attn_implementation={attn_implementation}: torch only; framework=jax accepts eager")
     device = resolve_device(device)
     use_fp32()
     remat = step_spec.mode == "backprop" and step_spec.remat
-    return Trainer(build_model(spec, weights, remat=remat), step_spec, device, world)
+    return Trainer(build_model(spec, weights, remat=remat, dtype=step_spec.dtype), step_spec, device, world)

@@ -23,6 +23,7 @@ from bench.scenarios.base import Scenario
 from bench.sinks import CSV_COLUMNS
 from bench.spec import (
     ATTN_IMPLEMENTATIONS,
+    DTYPES,
     JVP_IMPLS,
     MODES,
     OPTIMIZERS,
@@ -33,7 +34,6 @@ from bench.system import cuda_memory_mb, host_facts, jaxlib_at_least
 from bench.wandb_runs import WandbSink, device_summary, run_config, run_tags
 from bench.weights import WeightsError, check_checkpoint
 
-DTYPES = ("fp32",)
 # Keys only scenario=ops reads. A model trial's identity leaves them out: it hashes as it did before scenarios
 # existed, so `resume` still finds rows recorded then.
 OTHER_SCENARIOS_KEYS = ("scenario", "threads", "ops")
@@ -183,6 +183,12 @@ def validate(c: dict) -> None:
         raise ConfigError(f"last_k={c['last_k']}: accepted 1..{spec.num_layers} (model.num_layers)")
     if c["remat"] and c["mode"] != "backprop":
         raise ConfigError(f"remat=true: applies to mode=backprop only (got mode={c['mode']}); use case=backprop_remat")
+    if c["dtype"] == "bf16_pure" and c["mode"] == "mezo":
+        raise ConfigError(
+            "mode=mezo with dtype=bf16_pure: MeZO's in-place +eps, -2eps, +eps round trip does not bring bf16 "
+            "parameters back (three steps at lr=0 move them by 0.6%, fp32's by 1e-7); accepted: dtype=bf16 "
+            "(fp32 parameters, bf16 compute) or dtype=fp32"
+        )
     if c["framework"] == "jax" and c["jvp_impl"] != "func":
         raise ConfigError(f"jvp_impl={c['jvp_impl']}: torch only; framework=jax accepts jvp_impl=func (jax.jvp)")
     if c["framework"] == "jax" and c["attn_implementation"] != "eager":

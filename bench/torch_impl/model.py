@@ -83,7 +83,7 @@ def _spec_of(model) -> BertSpec:
 
 def export_weights(model) -> dict[str, np.ndarray]:
     """The model's parameters as the shared {hf_name: numpy} dict (the inverse of load_weights)."""
-    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items() if not _is_buffer(k)}
+    return {k: v.detach().cpu().float().numpy().copy() for k, v in model.state_dict().items() if not _is_buffer(k)}
 
 
 def weights_from_state_dict(state_dict) -> dict[str, np.ndarray]:

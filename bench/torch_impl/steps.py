@@ -27,6 +27,7 @@ forward-mode pass, so the update reuses it (`TangentGradient`) rather than payin
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,13 +56,14 @@ def identity(values):
 
 
 def loss_fn(model, batch, params=None):
-    """Mean cross-entropy of the classifier; `params` (name -> tensor) override the module's own parameters."""
+    """Mean cross-entropy of the classifier; `params` (name -> tensor) override the module's own parameters.
+    The loss is computed in fp32 whatever the model computes in (bf16: autocast's logits are bf16)."""
     inputs = {k: batch[k] for k in INPUT_KEYS}
     if params is None:
         logits = model(**inputs).logits
     else:
         logits = functional_call(model, params, args=(), kwargs=inputs).logits
-    return F.cross_entropy(logits, batch["labels"])  # (B, C) -> scalar
+    return F.cross_entropy(logits.float(), batch["labels"])  # (B, C) -> scalar
 
 
 def features(model, batch):
@@ -75,7 +77,7 @@ def head_loss(model, hidden, batch, params):
     sub = lambda prefix: {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
     pooled = functional_call(model.bert.pooler, sub("bert.pooler."), (hidden,))  # (B, H)
     logits = functional_call(model.classifier, sub("classifier."), (model.dropout(pooled),))  # (B, C)
-    return F.cross_entropy(logits, batch["labels"])
+    return F.cross_entropy(logits.float(), batch["labels"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -407,6 +409,13 @@ class Trainer:
         # Dropout is on for the training modes; inference and MeZO run the model in eval mode (MeZO's reference
         # implementation does, so that the two perturbed passes see the same function).
         model.train(s.mode in ("backprop", "jvp", "jacfwd"))
+        # dtype=bf16: torch.autocast around every forward pass (matmuls in bf16 on the fp32 parameters, LayerNorm
+        # and softmax in fp32), never around a backward one, as torch's AMP recipe has it; jax_impl's model
+        # mirrors the same casts. bf16_pure: the parameters themselves are bf16 (make_trainer).
+        self.autocast = contextlib.nullcontext
+        if s.dtype == "bf16":
+            self.autocast = lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)
+            model.forward = self.autocast()(model.forward)
         if s.mode == "backprop" and s.remat:
             # per-encoder-layer activation checkpointing; non-reentrant is the recommended implementation
             # (transformers 5 renamed the method; 4.x has only the old name)
@@ -458,17 +467,10 @@ class Trainer:
                 tangents=tangents,
                 reduce=reduce,
             )
-        if s.mode == "jacfwd":
-            return jacfwd_gradient(
-                model,
-                self.params,
-                micro_batches,
-                chunk=self.jacfwd_chunk,
-                seed=s.seed,
-                step=step,
-                trunk=s.trainable == "head",
-                reduce=reduce,
-            )
+        if s.mode == "jacfwd":  # trainable=head runs the trunk and the head apart, outside model.forward
+            with self.autocast():
+                return jacfwd_gradient(model, self.params, micro_batches, chunk=self.jacfwd_chunk, seed=s.seed,
+                                       step=step, trunk=s.trainable == "head", reduce=reduce)  # fmt: skip
         if s.mode == "mezo":
             return spsa_gradient(
                 model, self.params, micro_batches, eps=s.mezo_eps, seed=s.seed, step=step, reduce=reduce
@@ -521,7 +523,7 @@ class Trainer:
         try:
             with torch.inference_mode():
                 for b in micro_batches:
-                    logits = self.model(**{k: b[k] for k in INPUT_KEYS}).logits  # (B, C)
+                    logits = self.model(**{k: b[k] for k in INPUT_KEYS}).logits.float()  # (B, C)
                     loss_sum += float(F.cross_entropy(logits, b["labels"], reduction="sum"))
                     correct += int((logits.argmax(-1) == b["labels"]).sum())
                     n += len(b["labels"])
@@ -562,8 +564,12 @@ def make_trainer(
     spec: BertSpec, weights, step_spec: StepSpec, device="cpu", *, attn_implementation: str = "eager", world=None
 ) -> Trainer:
     """The one way to build a trainer, for the runner and the tests alike (jax_impl.steps.make_trainer mirrors
-    it): the model with exactly `weights` on `device` (auto | cpu | cuda, or a torch.device), fp32 numerics,
-    on `world`'s devices (bench.torch_impl.parallel; None: this device alone)."""
+    it): the model with exactly `weights` on `device` (auto | cpu | cuda, or a torch.device), fp32 numerics
+    (true fp32: no TF32) or step_spec.dtype's bf16, on `world`'s devices (bench.torch_impl.parallel; None: this
+    device alone)."""
     device = resolve_device(device)
     use_fp32()
-    return Trainer(build_model(spec, weights, device, attn_implementation), step_spec, device, world)
+    model = build_model(spec, weights, device, attn_implementation)
+    if step_spec.dtype == "bf16_pure":
+        model = model.to(torch.bfloat16)
+    return Trainer(model, step_spec, device, world)
