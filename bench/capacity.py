@@ -43,13 +43,14 @@ from bench.tables import OneLineParser
 
 SEARCHES = ("batch_size", "seq_len")
 MAX_PROBES = 12
+OUT_OF_MEMORY = ("oom", "over")  # what a probe that does not fit the budget ends as
 RESULTS_FILE = "capacity.csv"
 
 
 @dataclass(frozen=True)
 class Probe:
     value: int
-    status: str  # ok | oom | error | crashed | timeout
+    status: str  # ok | oom | over (ran, but its peak passed the budget) | error | crashed | timeout
     peak_mb: float | None
     run_id: str
     row: dict = field(default_factory=dict, compare=False)
@@ -79,7 +80,7 @@ def search(probe: Callable[[int], Probe], budget_mb: float, start: int = 1, limi
 
     first = run(start)
     if not first.fits:
-        return Search(probes, None, "does not fit" if first.status == "oom" else "failed")
+        return Search(probes, None, "does not fit" if first.status in OUT_OF_MEMORY else "failed")
     lo, hi = first, None  # largest fitted, smallest that did not
     while len(probes) < max_probes and (hi is None or hi.value > lo.value + 1):
         if hi is None and lo.value >= limit:
@@ -88,7 +89,7 @@ def search(probe: Callable[[int], Probe], budget_mb: float, start: int = 1, limi
         p = run(nxt)
         if p.fits:
             lo = p if p.value > lo.value else lo
-        elif p.status == "oom":
+        elif p.status in OUT_OF_MEMORY:
             hi = p if hi is None or p.value < hi.value else hi
         else:
             return Search(probes, lo, "failed")
@@ -130,7 +131,12 @@ def probe_with_runner(overrides: list[str], key: str, budget_mb: float, on_cpu: 
         rows = {r["run_id"]: r for r in read_rows(Path(c["results_dir"]) / "runs.csv")}
         row = rows.get(out["run_id"], {})
         peak = float(row["peak_mem_mb"]) if row.get("peak_mem_mb") not in (None, "") else None
-        return Probe(value, out["status"], peak, out["run_id"], row)
+        status = out["status"]
+        if status == "ok" and peak is not None and peak > budget_mb:
+            # on the CPU the watchdog samples the RSS: a peak between two samples can pass the budget unkilled;
+            # the kernel's high-water mark (the row's peak) says it did not fit
+            status = "over"
+        return Probe(value, status, peak, out["run_id"], row)
 
     return probe
 

@@ -40,15 +40,16 @@ def capacity_table(rows: list[dict]) -> str:
     """The fixed-width table `python -m bench.capacity` prints at its end."""
     if not rows:
         return "(no searches)"
-    head = ["framework", "mode", "search", "budget MiB", "largest", "verdict", "peak MiB", "step ms", "tokens/s",
-            "probes"]  # fmt: skip
+    head = ["framework", "mode", "dtype", "search", "budget MiB", "largest", "verdict", "peak MiB", "step ms",
+            "tokens/s", "probes"]  # fmt: skip
     body = []
     for r in rows:
         def f(key, fmt, scale=1.0, r=r):
             v = num(r, key)
             return "-" if v is None else format(v * scale, fmt)
 
-        body.append([r.get("framework", ""), label(r), f"{r.get('search')} ({_fixed(r)})", f("budget_mb", ".0f"),
+        body.append([r.get("framework", ""), label(r), r.get("dtype", ""), f"{r.get('search')} ({_fixed(r)})",
+                     f("budget_mb", ".0f"),
                      "-" if r.get("max_value") in (None, "") else str(r["max_value"]), r.get("verdict", ""),
                      f("peak_mem_mb", ".0f"), f("step_time_median_s", ".1f", 1e3), f("tokens_per_s", ".0f"),
                      str(r.get("probes", ""))])  # fmt: skip

@@ -42,6 +42,19 @@ def test_the_search_finds_the_largest_value_that_fits(base, per_item, budget):
     assert len(set(values)) == len(values)  # no value probed twice
 
 
+def test_a_probe_that_ran_past_the_budget_does_not_fit():
+    """On the CPU the watchdog samples the RSS, so a probe can end ok with a peak over the budget: `over`, which
+    the search treats as out of memory."""
+
+    def probe(value: int) -> Probe:
+        peak = 100 + 10 * value
+        return Probe(value, "oom" if value > 40 else ("over" if peak > 300 else "ok"), peak, f"run-{value}")
+
+    s = search(probe, 300)
+    assert s.verdict == "fits" and s.best.value == 20
+    assert {p.value: p.status for p in s.probes}[21] == "over"
+
+
 def test_a_budget_below_the_first_value_does_not_fit():
     s = search(synthetic(300, 37)(200), 200)
     assert s.verdict == "does not fit" and s.best is None and len(s.probes) == 1
@@ -81,8 +94,11 @@ def test_a_real_search_between_two_measured_batches(tmp_path):
     assert result["verdict"] == "fits" and 2 <= int(result["max_value"]) < 12, result
     probes = {r["run_id"]: r for r in read_rows(tmp_path / "runs.csv")}
     assert set(result["probe_run_ids"].split()) == set(probes) and int(result["probes"]) == len(probes) <= 12
-    by_batch = {int(r["batch_size"]): r["status"] for r in probes.values()}
-    assert by_batch[int(result["max_value"])] == "ok" and by_batch[int(result["max_value"]) + 1] == "oom"
+    largest, beyond = (next(r for r in probes.values() if int(r["batch_size"]) == v)
+                       for v in (int(result["max_value"]), int(result["max_value"]) + 1))  # fmt: skip
+    assert largest["status"] == "ok" and float(largest["peak_mem_mb"]) <= budget
+    # the next one ran out (the watchdog killed it), or ran past the budget between the watchdog's samples
+    assert beyond["status"] == "oom" or float(beyond["peak_mem_mb"]) > budget
     assert "largest" in out.stdout and "fits" in out.stdout  # the table it prints at the end
 
 
