@@ -143,6 +143,7 @@ class BenchConfig:
         2_000_000, "jacfwd: refuse more trainable parameters (one forward-mode pass each) than this, integer >= 1"
     )
     mezo_eps: float = _f(1e-3, "mezo: perturbation scale, > 0 (Malladi et al. 2023)")
+    directions: str = _f("gaussian", "jvp tangents and mezo perturbations: gaussian | rademacher (+-1 entries)")
     dtype: str = _f("fp32", "fp32 | bf16 (mixed precision) | bf16_pure (scenario=ops: fp32 | fp64 | bf16)")
     device: str = _f("auto", "auto | cpu | cuda")
     parallel: str = _f(
@@ -246,6 +247,7 @@ def step_spec(cfg) -> StepSpec:
         mezo_eps=cfg["mezo_eps"],
         grad_accum=cfg["grad_accum"],
         dtype=cfg["dtype"],
+        directions=cfg["directions"],
         seed=cfg["seed"],
     )
 

@@ -50,6 +50,7 @@ EXTRA_COLUMNS = (
     "mem_trainable_mb", "mem_grads_mb", "mem_directions_mb", "mem_saved_mb", "mem_temp_mb", "mem_tracked_peak_mb",
     "mem_breakdown_method", "mem_predicted_mb", "mem_predicted_saved_mb", "mem_predicted_grads_mb",
     "mem_predicted_directions_mb", "mem_predicted_temp_mb",
+    "directions",  # jvp's tangents and MeZO's perturbations: gaussian | rademacher
 )  # fmt: skip
 CSV_COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 

@@ -33,6 +33,8 @@ OPTIMIZERS = ("sgd", "adamw")
 # fp32; bf16: mixed precision (fp32 parameters and optimizer state, bf16 matmuls: torch.autocast's recipe, which
 # jax_impl mirrors); bf16_pure: parameters, gradients, directions and optimizer state in bf16 too
 DTYPES = ("fp32", "bf16", "bf16_pure")
+# jvp's tangents and MeZO's perturbations: N(0, I), or +-1 entries (Rademacher; SPSA's own), both E[z z^T] = I
+DIRECTIONS = ("gaussian", "rademacher")
 MAX_SEED = 2**63  # seeds must fit both frameworks: jax.random.key takes an int64, torch's generators a uint64
 # torch only (HF's attn_implementation): sdpa is PyTorch's fused attention, which has no forward-mode AD rule.
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
@@ -172,6 +174,7 @@ class StepSpec:
     grad_accum: int = 1  # micro-batches per optimizer update
     seed: int = 0  # tangent / perturbation / dropout randomness
     dtype: str = "fp32"  # fp32 | bf16 (mixed precision) | bf16_pure (see DTYPES)
+    directions: str = "gaussian"  # gaussian | rademacher (see DIRECTIONS)
 
 
 def jacfwd_chunk_for(chunk: int | str, framework: str, device_kind: str) -> int:

@@ -207,20 +207,23 @@ def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(mo
                                    atol=1e-7, err_msg=n)  # fmt: skip
 
 
+@pytest.mark.parametrize("directions", ["gaussian", "rademacher"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_forward_gradient_is_unbiased(framework):
+def test_forward_gradient_is_unbiased(framework, directions):
     """Averaged over K seeded tangents, the estimate's cosine with the true gradient is > 0.9 (n = 340 head
-    parameters, K = 4096: expected ~sqrt(K / (K + n)) = 0.96)."""
+    parameters, K = 4096: expected ~sqrt(K / (K + n)) = 0.96), for N(0, I) and for +-1 (Rademacher) tangents
+    alike: both have E[v v^T] = I."""
     K = 4096
     _, exact = gradient(framework, make(framework, "backprop", NARROW, NARROW_WEIGHTS, trainable="head"))
-    t = make(framework, "jvp", NARROW, NARROW_WEIGHTS, trainable="head", num_tangents=K)
+    t = make(framework, "jvp", NARROW, NARROW_WEIGHTS, trainable="head", num_tangents=K, directions=directions)
     _, est = gradient(framework, t)
     a = np.concatenate([est[n].ravel() for n in exact]).astype(np.float64)
     b = np.concatenate([exact[n].ravel() for n in exact]).astype(np.float64)
     cos = a @ b / np.linalg.norm(a) / np.linalg.norm(b)
     assert cos > 0.9, cos
     # one tangent is an unbiased but noisy estimate: far from the gradient's direction
-    _, one = gradient(framework, make(framework, "jvp", NARROW, NARROW_WEIGHTS, trainable="head"))
+    _, one = gradient(framework, make(framework, "jvp", NARROW, NARROW_WEIGHTS, trainable="head",
+                                      directions=directions))
     c1 = np.concatenate([one[n].ravel() for n in exact]) @ b / np.linalg.norm(b)
     assert abs(c1) / np.linalg.norm(np.concatenate([one[n].ravel() for n in exact])) < 0.5
 
@@ -229,15 +232,18 @@ def test_forward_gradient_is_unbiased(framework):
 # MeZO
 
 
+@pytest.mark.parametrize("directions", ["gaussian", "rademacher"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_mezo_projection_is_its_finite_difference_and_theta_is_restored(framework):
+def test_mezo_projection_is_its_finite_difference_and_theta_is_restored(framework, directions):
     eps = 1e-3
-    t = make(framework, "mezo", mezo_eps=eps)
+    t = make(framework, "mezo", mezo_eps=eps, directions=directions)
     theta = params_hf(framework, t)
     if framework == "torch":
-        z = {n: x.numpy() for n, x in tsteps.sample_tangent(t.params, 0, 0, 0).items()}
+        z = {n: x.numpy() for n, x in tsteps.sample_tangent(t.params, 0, 0, 0, directions).items()}
     else:
-        z = to_hf(jsteps.sample_tangent(t.params, 0, jnp.int32(0), 0))
+        z = to_hf(jsteps.sample_tangent(t.params, 0, jnp.int32(0), 0, directions))
+    if directions == "rademacher":
+        assert all(set(np.unique(v)) == {-1.0, 1.0} for v in z.values() if v.size > 8)  # +-1 entries, both
     loss, est = gradient(framework, t)  # the step's perturbation round trip, on the trainer's own parameters
     restored = params_hf(framework, t)
     for n in theta:  # +eps z, -2 eps z, +eps z in float32: back to theta up to the rounding of each addition

@@ -110,23 +110,28 @@ def direction_keys(seed: int, step, k, n: int):
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(n, dtype=jnp.uint32))
 
 
-def direction(p, key):
+def direction(p, key, kind: str = "gaussian"):
+    """The direction of p's shape from `key`: N(0, I), or (kind="rademacher") +-1 entries from random bits
+    (jax.random.rademacher), both with E[z z^T] = I."""
+    if kind == "rademacher":
+        return jax.random.rademacher(key, p.shape, p.dtype)
     return jax.random.normal(key, p.shape, p.dtype)
 
 
-def sample_tangent(params, seed: int, step, k):
+def sample_tangent(params, seed: int, step, k, kind: str = "gaussian"):
     leaves, treedef = jax.tree.flatten(params)
     keys = direction_keys(seed, step, k, len(leaves))
-    return jax.tree.unflatten(treedef, [direction(p, keys[i]) for i, p in enumerate(leaves)])
+    return jax.tree.unflatten(treedef, [direction(p, keys[i], kind) for i, p in enumerate(leaves)])
 
 
-def seeded_gradient(params, coeffs, seed: int, step):
+def seeded_gradient(params, coeffs, seed: int, step, kind: str = "gaussian"):
     """g = sum_k coeffs[k] * z_k, every z_k regenerated from its keys (no stored tangents), one k at a time."""
     leaves, treedef = jax.tree.flatten(params)
 
     def body(k, gs):  # in the parameters' dtype (bf16_pure: the fp32 coefficient would promote it)
         keys = direction_keys(seed, step, k, len(leaves))
-        return [(g + coeffs[k] * direction(p, keys[i])).astype(p.dtype) for i, (g, p) in enumerate(zip(gs, leaves))]
+        return [(g + coeffs[k] * direction(p, keys[i], kind)).astype(p.dtype)
+                for i, (g, p) in enumerate(zip(gs, leaves))]  # fmt: skip
 
     if coeffs.shape[0] == 1:  # MeZO, K=1: no loop, so XLA can fuse c * z into the optimizer update (no |theta| g)
         return jax.tree.unflatten(treedef, body(0, [jnp.zeros_like(p) for p in leaves]))
@@ -162,13 +167,14 @@ def directional_derivative(loss_of, params, batch, tangent, key):
     return jax.jvp(lambda p: loss_of(p, batch, key), (params,), (tangent,))
 
 
-def forward_gradient(loss_of, params, micro_batches, key, *, num_tangents, seed, step, tangents=None):
+def forward_gradient(loss_of, params, micro_batches, key, *, num_tangents, seed, step, tangents=None,
+                     kind="gaussian"):  # fmt: skip
     """Forward gradient: K tangents in a fori_loop (sequential: memory does not grow with K); each tangent is
     dropped after its pass and regenerated from its key when the update needs it."""
     if tangents is None:
         loss, coeffs = forward_gradient_coeffs(loss_of, params, micro_batches, key, num_tangents=num_tangents,
-                                               seed=seed, step=step)
-        return loss, seeded_gradient(params, coeffs, seed, step)
+                                               seed=seed, step=step, kind=kind)  # fmt: skip
+        return loss, seeded_gradient(params, coeffs, seed, step, kind)
     K = len(tangents)
     losses, ds = zip(*(_dir_deriv(loss_of, params, micro_batches, key, v) for v in tangents))
     return losses[0], tangent_gradient(tangents, [d / K for d in ds])
@@ -182,13 +188,13 @@ def _dir_deriv(loss_of, params, micro_batches, key, v):
     return loss, d
 
 
-def forward_gradient_coeffs(loss_of, params, micro_batches, key, *, num_tangents, seed, step):
+def forward_gradient_coeffs(loss_of, params, micro_batches, key, *, num_tangents, seed, step, kind="gaussian"):
     """(loss, c) with c_k = (grad . v_k) / K for the K seeded tangents: the forward gradient is sum_k c_k v_k,
     built by `seeded_gradient` where the update needs it (the timed step runs the two as separate programs)."""
 
     def body(k, carry):
         loss, ds = carry
-        l_k, d_k = _dir_deriv(loss_of, params, micro_batches, key, sample_tangent(params, seed, step, k))
+        l_k, d_k = _dir_deriv(loss_of, params, micro_batches, key, sample_tangent(params, seed, step, k, kind))
         return jnp.where(k == 0, l_k, loss), ds.at[k].set(d_k)
 
     loss, ds = jax.lax.fori_loop(0, num_tangents, body, (jnp.float32(0), jnp.zeros(num_tangents, jnp.float32)))
@@ -219,12 +225,12 @@ def jacfwd_gradient(loss_of, params, micro_batches, key, *, chunk: int, trunk=No
     return total, unravel(grad_flat.astype(flat.dtype))  # the loss's fp32 derivatives, in the parameters' dtype
 
 
-def perturb(params, scale, seed: int, step):
+def perturb(params, scale, seed: int, step, kind: str = "gaussian"):
     """theta + scale * z, z regenerated tensor by tensor from its key (no stored noise). Under jit with the
     parameters donated, XLA writes the result over theta: the in-place perturbation of MeZO."""
     leaves, treedef = jax.tree.flatten(params)
     keys = direction_keys(seed, step, 0, len(leaves))
-    return jax.tree.unflatten(treedef, [p + scale * direction(p, keys[i]) for i, p in enumerate(leaves)])
+    return jax.tree.unflatten(treedef, [p + scale * direction(p, keys[i], kind) for i, p in enumerate(leaves)])
 
 
 def spsa_projection(loss_of, perturb_fn, params, micro_batches, key, *, eps: float):
@@ -243,13 +249,13 @@ def spsa_projection(loss_of, perturb_fn, params, micro_batches, key, *, eps: flo
     return params, total, proj
 
 
-def spsa_gradient(loss_of, params, micro_batches, key, *, eps: float, seed: int, step):
+def spsa_gradient(loss_of, params, micro_batches, key, *, eps: float, seed: int, step, kind: str = "gaussian"):
     """MeZO (Malladi et al. 2023): the projection along one seeded z, and the estimate proj * z regenerated from
     its keys. Returns the restored parameters, the step's loss and the estimate."""
     params, total, proj = spsa_projection(
-        loss_of, lambda p, scale: perturb(p, scale, seed, step), params, micro_batches, key, eps=eps
+        loss_of, lambda p, scale: perturb(p, scale, seed, step, kind), params, micro_batches, key, eps=eps
     )
-    return params, total, seeded_gradient(params, jnp.reshape(proj, (1,)), seed, step)
+    return params, total, seeded_gradient(params, jnp.reshape(proj, (1,)), seed, step, kind)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -335,7 +341,8 @@ class Trainer:
             # tangent); apart, each program holds what it must.
             self._update = jit(self._seeded_update_fn, (0, 1), (ps, os_, r, r), (ps, os_))
         if s.mode == "mezo":
-            self._perturb = jit(lambda p, scale, step: perturb(p, scale, s.seed, step), (0,), (ps, r, r), ps)
+            self._perturb = jit(lambda p, scale, step: perturb(p, scale, s.seed, step, s.directions), (0,),
+                                (ps, r, r), ps)  # fmt: skip
             self._loss = jit(self._loss_fn, (), (fs, ps, bs, r), r)
         if s.mode == "jvp":
             self._coeffs = jit(self._coeffs_fn, (), (fs, ps, bs, r), (r, r))
@@ -426,13 +433,15 @@ class Trainer:
                 seed=s.seed,
                 step=step,
                 tangents=tangents,
+                kind=s.directions,
             )
         if s.mode == "jacfwd":
             return params, *jacfwd_gradient(
                 self.loss_of, params, micro_batches, key, chunk=self.jacfwd_chunk, trunk=self.trunk
             )
         if s.mode == "mezo":
-            return spsa_gradient(self.loss_of, params, micro_batches, key, eps=s.mezo_eps, seed=s.seed, step=step)
+            return spsa_gradient(self.loss_of, params, micro_batches, key, eps=s.mezo_eps, seed=s.seed, step=step,
+                                 kind=s.directions)  # fmt: skip
         raise ValueError(f"mode={s.mode!r} has no gradient")
 
     def _step_fn(self, frozen, params, opt_state, micro_batches, step):
@@ -444,11 +453,11 @@ class Trainer:
         """jvp: (loss, c) of the forward gradient sum_k c_k v_k; the update regenerates the v_k."""
         s = self.spec
         return forward_gradient_coeffs(self._on(frozen).loss_of, params, micro_batches, dropout_key(s.seed, step),
-                                       num_tangents=s.num_tangents, seed=s.seed, step=step)
+                                       num_tangents=s.num_tangents, seed=s.seed, step=step, kind=s.directions)
 
     def _seeded_update_fn(self, params, opt_state, coeffs, step):
         """Optimizer update with g = sum_k coeffs[k] z_k regenerated inside: XLA fuses g into the update."""
-        grads = seeded_gradient(params, coeffs, self.spec.seed, step)
+        grads = seeded_gradient(params, coeffs, self.spec.seed, step, self.spec.directions)
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 

@@ -23,6 +23,7 @@ from bench.scenarios.base import Scenario
 from bench.sinks import CSV_COLUMNS
 from bench.spec import (
     ATTN_IMPLEMENTATIONS,
+    DIRECTIONS,
     DTYPES,
     JVP_IMPLS,
     MODES,
@@ -39,7 +40,8 @@ from bench.weights import WeightsError, check_checkpoint
 OTHER_SCENARIOS_KEYS = ("scenario", "threads", "ops")
 # Keys added after rows were recorded, with the value every earlier trial had: at that value a key is left out of
 # the identity, so a single-device trial hashes as it did before multi-device trials existed.
-ADDED_KEYS = {"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True, "fsdp_offload": False}
+ADDED_KEYS = {"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True, "fsdp_offload": False,
+              "directions": "gaussian"}  # fmt: skip
 # The optimizer's hyperparameters as runs.csv columns (the optimizer's name is the `optimizer` column); `eps` is
 # AdamW's epsilon, named apart from mezo_eps.
 OPTIMIZER_COLUMNS = {"lr": "lr", "momentum": "momentum", "weight_decay": "weight_decay", "beta1": "beta1",
@@ -145,6 +147,7 @@ def validate(c: dict) -> None:
     choice("optimizer", c["optimizer"]["name"], OPTIMIZERS)
     choice("jvp_impl", c["jvp_impl"], JVP_IMPLS)
     choice("dtype", c["dtype"], DTYPES)
+    choice("directions", c["directions"], DIRECTIONS)
     choice("attn_implementation", c["attn_implementation"], ATTN_IMPLEMENTATIONS)
     for name in ("batch_size", "seq_len", "steps", "grad_accum", "num_tangents"):
         at_least(name, c[name], 1)
@@ -308,6 +311,7 @@ def make_row(c: dict, outcome: dict, ids: dict) -> dict:
         "fsdp_offload": c["fsdp_offload"],
         "budget_mb": c["budget_mb"],
         "mezo_eps": c["mezo_eps"],
+        "directions": c["directions"],
         "dropout": m["dropout"],
         "warmup_steps": c["warmup_steps"],
         "num_layers": m["num_layers"],

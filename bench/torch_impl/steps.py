@@ -101,17 +101,31 @@ def observe(kind: str, t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def direction(p: torch.Tensor, seed: int, whole: bool = False) -> torch.Tensor:
-    """The seeded N(0, I) direction of p's shape; where FSDP2 shards p, the rows this device holds of it (`whole`:
-    all of it, for a forward pass through p gathered whole)."""
+def direction(p: torch.Tensor, seed: int, whole: bool = False, kind: str = "gaussian") -> torch.Tensor:
+    """The seeded direction of p's shape, N(0, I) or (kind="rademacher") +-1 entries from random bits, both with
+    E[z z^T] = I; where FSDP2 shards p, the rows this device holds of it (`whole`: all of it, for a forward pass
+    through p gathered whole)."""
     g = torch.Generator(device=p.device)
     g.manual_seed(seed)
-    z = observe("directions", torch.randn(p.shape, generator=g, device=p.device, dtype=p.dtype))
+    if kind == "rademacher":
+        z = rademacher(p.shape, g, p.device, p.dtype)
+    else:
+        z = torch.randn(p.shape, generator=g, device=p.device, dtype=p.dtype)
+    observe("directions", z)
     return z if whole else local_rows(z, p)
 
 
-def sample_tangent(params: dict[str, torch.Tensor], seed: int, step: int, k: int) -> dict[str, torch.Tensor]:
-    return {n: direction(p, direction_seed(seed, step, k, i)) for i, (n, p) in enumerate(params.items())}
+def rademacher(shape, g: torch.Generator, device, dtype) -> torch.Tensor:
+    """+-1 entries, one random bit each: 8 bits per drawn byte, unpacked (torch draws no single bits itself)."""
+    n = int(np.prod(shape))
+    packed = torch.randint(0, 256, ((n + 7) // 8,), generator=g, device=device, dtype=torch.uint8)
+    bits = packed[:, None].bitwise_right_shift(torch.arange(8, device=device, dtype=torch.uint8)).bitwise_and_(1)
+    return bits.view(-1)[:n].to(dtype).mul_(2).sub_(1).view(shape)
+
+
+def sample_tangent(params: dict[str, torch.Tensor], seed: int, step: int, k: int,
+                   kind: str = "gaussian") -> dict[str, torch.Tensor]:  # fmt: skip
+    return {n: direction(p, direction_seed(seed, step, k, i), kind=kind) for i, (n, p) in enumerate(params.items())}
 
 
 @dataclass
@@ -123,6 +137,7 @@ class SeededTangent:
     seed: int
     step: int
     k: int
+    kind: str = "gaussian"
 
     def __post_init__(self):
         self.index = {name: i for i, name in enumerate(self.params)}
@@ -130,7 +145,7 @@ class SeededTangent:
     def __getitem__(self, name: str) -> torch.Tensor:
         # whole: the pass runs the module with the parameter gathered (under FSDP2, by its unit's forward)
         seed = direction_seed(self.seed, self.step, self.k, self.index[name])
-        return direction(self.params[name], seed, whole=True)
+        return direction(self.params[name], seed, whole=True, kind=self.kind)
 
 
 @dataclass
@@ -141,13 +156,14 @@ class SeededGradient:
     coeffs: list[float]
     seed: int
     step: int
+    kind: str = "gaussian"
 
     def __iter__(self):
         for i, (name, p) in enumerate(self.params.items()):
             # the first direction becomes g in place: for K=1 (MeZO) one tensor-sized buffer, not two
-            g = direction(p, direction_seed(self.seed, self.step, 0, i)).mul_(self.coeffs[0])
+            g = direction(p, direction_seed(self.seed, self.step, 0, i), kind=self.kind).mul_(self.coeffs[0])
             for k, c in enumerate(self.coeffs[1:], start=1):
-                g.add_(direction(p, direction_seed(self.seed, self.step, k, i)), alpha=c)
+                g.add_(direction(p, direction_seed(self.seed, self.step, k, i), kind=self.kind), alpha=c)
             yield name, g
 
     def materialize(self) -> dict[str, torch.Tensor]:
@@ -256,7 +272,8 @@ def lazy_duals(model, params: dict[str, torch.Tensor], tangent):
 
 
 def forward_gradient(
-    model, params, micro_batches, *, num_tangents, seed, step, impl="func", tangents=None, reduce=identity
+    model, params, micro_batches, *, num_tangents, seed, step, impl="func", tangents=None, reduce=identity,
+    kind="gaussian",
 ):
     """Forward gradient: K tangents looped (memory does not grow with K); each tangent is dropped after its pass
     and regenerated from its seed when the update needs it. With one tangent, it is kept for the update instead:
@@ -269,13 +286,12 @@ def forward_gradient(
         loss, *ds = reduce(torch.stack([losses[0], *ds]))
         return loss, TangentGradient(tangents, [float(d) / K for d in ds])
     if num_tangents == 1 and impl != "lazy":
-        v = sample_tangent(params, seed, step, 0)
+        v = sample_tangent(params, seed, step, 0, kind)
         loss, d = reduce(torch.stack(_dir_deriv(model, params, micro_batches, v, impl)))
         return loss, TangentGradient([v], [float(d)], in_place=True)
-    loss, coeffs = forward_gradient_coeffs(
-        model, params, micro_batches, num_tangents=num_tangents, seed=seed, step=step, impl=impl, reduce=reduce
-    )
-    return loss, SeededGradient(params, coeffs, seed, step)
+    loss, coeffs = forward_gradient_coeffs(model, params, micro_batches, num_tangents=num_tangents, seed=seed,
+                                           step=step, impl=impl, reduce=reduce, kind=kind)  # fmt: skip
+    return loss, SeededGradient(params, coeffs, seed, step, kind)
 
 
 def _dir_deriv(model, params, micro_batches, v, impl):
@@ -286,13 +302,15 @@ def _dir_deriv(model, params, micro_batches, v, impl):
     return loss, d
 
 
-def forward_gradient_coeffs(model, params, micro_batches, *, num_tangents, seed, step, impl="func", reduce=identity):
+def forward_gradient_coeffs(model, params, micro_batches, *, num_tangents, seed, step, impl="func", reduce=identity,
+                            kind="gaussian"):  # fmt: skip
     """(loss, c) with c_k = (grad . v_k) / K for the K seeded tangents: the forward gradient is sum_k c_k v_k,
     built by `SeededGradient` where the update needs it. Each tangent is dropped after its pass (lazy: drawn
     tensor by tensor as the pass reaches it, never whole). `reduce` averages [loss, d_1..d_K] over devices."""
     loss, ds = 0.0, []
     for k in range(num_tangents):
-        v = SeededTangent(params, seed, step, k) if impl == "lazy" else sample_tangent(params, seed, step, k)
+        lazy = impl == "lazy"
+        v = SeededTangent(params, seed, step, k, kind) if lazy else sample_tangent(params, seed, step, k, kind)
         l_k, d_k = _dir_deriv(model, params, micro_batches, v, impl)
         del v  # before the next tangent is drawn: one resident at a time
         loss = l_k if k == 0 else loss
@@ -347,30 +365,31 @@ def jacfwd_gradient(
 
 
 @torch.no_grad()
-def perturb(params, scale: float, seed: int, step: int) -> None:
+def perturb(params, scale: float, seed: int, step: int, kind: str = "gaussian") -> None:
     """theta += scale * z in place, z regenerated tensor by tensor from its seed (no stored noise); under FSDP2
     each device perturbs the rows it holds."""
     for i, p in enumerate(params.values()):
-        local(p).add_(direction(p, direction_seed(seed, step, 0, i)), alpha=scale)
+        local(p).add_(direction(p, direction_seed(seed, step, 0, i), kind=kind), alpha=scale)
 
 
 @torch.no_grad()
-def spsa_gradient(model, params, micro_batches, *, eps: float, seed: int, step: int, reduce=identity):
+def spsa_gradient(model, params, micro_batches, *, eps: float, seed: int, step: int, reduce=identity,
+                  kind: str = "gaussian"):  # fmt: skip
     """MeZO: projected gradient (L(theta + eps z) - L(theta - eps z)) / (2 eps) along one seeded z, two forward
     passes with in-place perturbations +eps, -2eps, +eps. Returns the mean of L+ and L- as the step's loss.
     `reduce` averages [loss, projection] over devices (each device's L+ - L- taken first: the cancellation loses
     no more than on one device)."""
     proj, total = 0.0, 0.0
     for batch in micro_batches:
-        perturb(params, +eps, seed, step)
+        perturb(params, +eps, seed, step, kind)
         loss_plus = loss_fn(model, batch)
-        perturb(params, -2 * eps, seed, step)
+        perturb(params, -2 * eps, seed, step, kind)
         loss_minus = loss_fn(model, batch)
-        perturb(params, +eps, seed, step)
+        perturb(params, +eps, seed, step, kind)
         proj = proj + (loss_plus - loss_minus) / (2 * eps) / len(micro_batches)
         total = total + (loss_plus + loss_minus) / 2 / len(micro_batches)
     total, proj = reduce(torch.stack([total, proj]))
-    return total, SeededGradient(params, [float(proj)], seed, step)
+    return total, SeededGradient(params, [float(proj)], seed, step, kind)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -466,15 +485,15 @@ class Trainer:
                 impl=s.jvp_impl,
                 tangents=tangents,
                 reduce=reduce,
+                kind=s.directions,
             )
         if s.mode == "jacfwd":  # trainable=head runs the trunk and the head apart, outside model.forward
             with self.autocast():
                 return jacfwd_gradient(model, self.params, micro_batches, chunk=self.jacfwd_chunk, seed=s.seed,
                                        step=step, trunk=s.trainable == "head", reduce=reduce)  # fmt: skip
         if s.mode == "mezo":
-            return spsa_gradient(
-                model, self.params, micro_batches, eps=s.mezo_eps, seed=s.seed, step=step, reduce=reduce
-            )
+            return spsa_gradient(model, self.params, micro_batches, eps=s.mezo_eps, seed=s.seed, step=step,
+                                 reduce=reduce, kind=s.directions)  # fmt: skip
         raise ValueError(f"mode={s.mode!r} has no gradient")
 
     def apply(self, grads) -> None:
