@@ -101,9 +101,9 @@ def test_the_memory_model_counts_bf16_bytes():
 
 @pytest.mark.slow
 def test_a_bf16_sweep_records_its_dtype_and_breakdown(tmp_path):
-    bench("-m", "framework=torch,jax", "mode=backprop,jvp", "dtype=bf16_pure", *FAST, "logger=none", results=tmp_path)
+    bench("-m", "framework=torch,jax", "mode=backprop", "dtype=bf16_pure", *FAST, "logger=none", results=tmp_path)
     found = rows(tmp_path)
-    assert len(found) == 4 and {r["status"] for r in found} == {"ok"}, [r["error"] for r in found]
+    assert len(found) == 2 and {r["status"] for r in found} == {"ok"}, [r["error"] for r in found]
     for r in found:
         assert r["dtype"] == "bf16_pure"
         assert float(r["mem_trainable_mb"]) == pytest.approx(2 * int(r["n_trainable"]) / 2**20, rel=1e-6)
