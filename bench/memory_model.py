@@ -35,7 +35,6 @@ import numpy as np
 from bench.spec import BertSpec, StepSpec, is_trainable, param_shapes
 
 FP32 = 4
-CATEGORIES = ("params", "grads", "optimizer", "directions", "saved", "temp")
 
 
 @dataclass(frozen=True)

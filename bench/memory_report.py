@@ -22,15 +22,15 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from bench.plots import MAX_PANELS, PLOT_DIR, Panel, Plot, Series
+from bench.plots import MAX_PANELS, PLOT_DIR, Panel, Plot, Series, fit_title
 from bench.results import (
     Cells,
     Context,
     Selection,
     cell_order,
+    context_heading,
     context_key,
     context_label,
-    provenance,
     richest_first,
     variant,
 )
@@ -133,18 +133,6 @@ SUPTITLE_HEIGHT = 0.35
 LABEL_CHAR_WIDTH = 0.065  # inches per character of an 8-point tick label (DejaVu Sans, on average)
 
 
-def _wrap(title: str, width: float) -> str:
-    """A context label broken at its " · " into at most two lines as wide as the panel."""
-    most = int(width / 0.062)  # inches per character of an 8-point title
-    lines = [""]
-    for part in title.split(" · "):
-        if lines[-1] and len(lines[-1]) + 3 + len(part) > most and len(lines) < 2:
-            lines.append(part)
-        else:
-            lines[-1] = f"{lines[-1]} · {part}" if lines[-1] else part
-    return "\n".join(lines)
-
-
 def draw_breakdown(plot: Plot, path: Path) -> Path:
     """Draw the planned stacked bars into a PNG with matplotlib's Agg canvas (no display, no pyplot state)."""
     # imported here only, as bench.plots does: reading rows never needs matplotlib
@@ -188,7 +176,7 @@ def _draw_stack(ax, p: Panel) -> None:
     ax.set_yticks(range(n), p.categories, fontsize=8)
     ax.set_ylim(n - 0.5, -0.5)  # the first cell on top, as the table lists it
     ax.set_xlim(left=0)
-    ax.set_title(_wrap(p.title, PANEL_WIDTH), fontsize=8)
+    ax.set_title(fit_title(p.title, PANEL_WIDTH), fontsize=8)
     ax.set_xlabel(p.xlabel, fontsize=9)
     ax.tick_params(labelsize=8)
     ax.grid(True, axis="x", alpha=0.3)
@@ -304,10 +292,7 @@ def section(contexts: dict[Context, Cells], plot: Plot) -> list[str]:
            "categories.", ""]  # fmt: skip
     for key in richest_first(contexts):
         cells = contexts[key]
-        out += [f"### {context_label(key)}", ""]
-        if provenance(cells.values()):
-            out += [provenance(cells.values()), ""]
-        out += [predicted_table(cells), ""]
+        out += [*context_heading(key, cells.values()), predicted_table(cells), ""]
         for rows in jvp_impl_rows(cells):
             out += [jvp_impl_paragraph(rows), ""]
     if plot.drawn:

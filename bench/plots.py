@@ -449,7 +449,7 @@ def _panel_width(p: Panel) -> float:
 TITLE_CHAR_WIDTH = 0.062  # inches per character of an 8-point title (DejaVu Sans, on average)
 
 
-def _fit(title: str, width: float) -> str:
+def fit_title(title: str, width: float) -> str:
     """A context label broken at its " · " into lines as wide as the panel and a little of the padding beside it
     (at most two lines: PAD_TOP's room)."""
     most = int((width + 0.5) / TITLE_CHAR_WIDTH)
@@ -498,7 +498,7 @@ def _draw_panel(ax, p: Panel) -> None:
         ax.set_yscale("log")
     if p.units == "bytes":
         _byte_axis(ax, [y for s in p.series for y in s.ys])
-    ax.set_title(_fit(p.title, _panel_width(p)), fontsize=8)
+    ax.set_title(fit_title(p.title, _panel_width(p)), fontsize=8)
     ax.set_xlabel(p.xlabel, fontsize=9)
     ax.set_ylabel(p.ylabel, fontsize=9)
     ax.tick_params(labelsize=8)

@@ -39,6 +39,7 @@ from bench.results import (
     best_groups,
     cell_order,
     config_key,
+    context_heading,
     context_key,
     context_label,
     context_order,
@@ -47,7 +48,6 @@ from bench.results import (
     group_contexts,
     load_rows,
     mode_order,
-    provenance,
     richest_first,
     select,
     series_groups,
@@ -295,10 +295,7 @@ def render(sel: Selection, contexts: dict[Context, Cells], plots: list[Plot], so
         out += ["(no trials recorded)", ""]
     for key in richest_first(contexts):
         cells = contexts[key]
-        out += [f"### {context_label(key)}", ""]
-        if provenance(cells.values()):
-            out += [provenance(cells.values()), ""]
-        out += [context_table(cells), ""]
+        out += [*context_heading(key, cells.values()), context_table(cells), ""]
         ratios = context_ratios(cells)
         if ratios:
             out += ["Ratios of the rows above (below 1: the first needs less):", "", ratio_table(ratios), ""]

@@ -316,6 +316,12 @@ def provenance(rows) -> str:
     return f"From {' and '.join(parts)}." if parts else ""
 
 
+def context_heading(key: Context, rows) -> list[str]:
+    """A context's markdown heading and where its rows came from, as the report's per-context sections open."""
+    where = provenance(rows)
+    return [f"### {context_label(key)}", "", *([where, ""] if where else [])]
+
+
 def started(row: dict) -> str:
     return row.get("started_at") or ""  # ISO 8601 in UTC: sorts as text
 

@@ -101,12 +101,17 @@ def test_the_memory_model_counts_bf16_bytes():
 
 @pytest.mark.slow
 def test_a_bf16_sweep_records_its_dtype_and_breakdown(tmp_path):
-    bench("-m", "framework=torch,jax", "mode=backprop", "dtype=bf16_pure", *FAST, "logger=none", results=tmp_path)
+    bench("-m", "framework=torch,jax", "mode=backprop", "dtype=bf16_pure", "optimizer=adamw", *FAST, "logger=none",
+          results=tmp_path)  # fmt: skip
     found = rows(tmp_path)
     assert len(found) == 2 and {r["status"] for r in found} == {"ok"}, [r["error"] for r in found]
     for r in found:
         assert r["dtype"] == "bf16_pure"
         assert float(r["mem_trainable_mb"]) == pytest.approx(2 * int(r["n_trainable"]) / 2**20, rel=1e-6)
+        assert float(r["mem_optimizer_mb"]) >= 2 * float(r["mem_trainable_mb"])  # AdamW's two bf16 moments
+        if r["mem_breakdown_method"].endswith("_remainder"):  # torch on the CPU: temp is the rest of the excess
+            held = sum(float(r[f"mem_{c}_mb"]) for c in ("optimizer", "grads", "directions", "saved"))
+            assert float(r["mem_temp_mb"]) == pytest.approx(max(float(r["excess_mem_mb"]) - held, 0.0), abs=1e-3)
 
 
 def test_torch_autocast_leaves_no_trace_on_the_fp32_parameters():

@@ -23,27 +23,13 @@ import jax
 import numpy as np
 from jax._src.ad_checkpoint import saved_residuals  # jax.ad_checkpoint.print_saved_residuals, as data
 
-from bench.jax_impl.steps import dropout_key
-
-
-def per_device(tree) -> int:
-    """Bytes of `tree` on the device that holds the most of it."""
-    held: dict = {}
-    for x in jax.tree.leaves(tree):
-        shards = getattr(x, "addressable_shards", None)
-        if not shards:
-            held[None] = held.get(None, 0) + x.size * x.dtype.itemsize
-            continue
-        for shard in shards:
-            held[shard.device] = held.get(shard.device, 0) + shard.data.nbytes
-    return max(held.values(), default=0)
+from bench.jax_impl.steps import dropout_key, per_device_bytes
 
 
 def saved_bytes(trainer, micro_batches) -> int:
     """Residuals the vjp of one micro-batch's loss keeps, beyond its arguments and constants."""
-    on = trainer._on(trainer.frozen)
-    key = dropout_key(trainer.spec.seed, 0)
-    found = saved_residuals(lambda p: on.loss_of(p, micro_batches[0], key), trainer.params)
+    key = dropout_key(trainer.spec.seed, 0)  # traced only: the loss's closed-over frozen state is never run
+    found = saved_residuals(lambda p: trainer.loss_of(p, micro_batches[0], key), trainer.params)
     return sum(int(np.prod(aval.shape)) * aval.dtype.itemsize for aval, why in found
                if not why.startswith(("from the argument", "from a constant", "from a literal")))  # fmt: skip
 
@@ -53,7 +39,7 @@ def breakdown(trainer, micro_batches) -> dict:
     s = trainer.spec
     leaves = jax.tree.leaves(trainer.params)
     n_bytes = sum(x.size * x.dtype.itemsize for x in leaves)
-    trainable = per_device(trainer.params)
+    trainable = per_device_bytes(trainer.params)
     saved = grads = directions = 0
     if s.mode == "backprop":
         saved, grads = saved_bytes(trainer, micro_batches), trainable

@@ -279,6 +279,15 @@ def make_optimizer(opt) -> optax.GradientTransformation:
 # trainer
 
 
+def per_device_bytes(tree) -> int:
+    """Bytes of `tree`'s arrays on the device that holds the most of them, from their own shards."""
+    held: dict = {}
+    for x in jax.tree.leaves(tree):
+        for shard in x.addressable_shards:
+            held[shard.device] = held.get(shard.device, 0) + shard.data.nbytes
+    return max(held.values(), default=0)
+
+
 class Trainer:
     """One mode on one model: `step(update)` = gradient + apply; the runner only uses this class.
 
@@ -516,16 +525,8 @@ class Trainer:
 
     def state_bytes(self) -> dict[str, int]:
         """Parameters and optimizer state held by one device (the fullest), from the arrays' own shards."""
-
-        def per_device(tree) -> int:
-            held: dict = {}
-            for x in jax.tree.leaves(tree):
-                for shard in x.addressable_shards:
-                    held[shard.device] = held.get(shard.device, 0) + shard.data.nbytes
-            return max(held.values(), default=0)
-
-        return {"params": per_device((self.params, nnx.filter_state(self.frozen, nnx.Param))),
-                "optimizer": per_device(self.opt_state)}  # fmt: skip
+        return {"params": per_device_bytes((self.params, nnx.filter_state(self.frozen, nnx.Param))),
+                "optimizer": per_device_bytes(self.opt_state)}  # fmt: skip
 
     def weights(self) -> dict[str, np.ndarray]:
         return export_weights(nnx.merge(self.graphdef, self.params, self.frozen))

@@ -137,7 +137,8 @@ def measure_process(c: dict, world: World) -> dict:
     held = implementation(fw, "memory").breakdown(trainer, updates[0])
     for d in devices:
         d.update(rank=world.rank, mem_params_mb=state["params"] / MiB, mem_optimizer_mb=state["optimizer"] / MiB,
-                 step_time_median_s=stats.median_s, **breakdown_columns(held, d))  # fmt: skip
+                 step_time_median_s=stats.median_s)  # fmt: skip
+        d.update(breakdown_columns(held, d))
     samples = global_batch_size(c) * ga
     result = {
         "status": "ok",
@@ -193,7 +194,7 @@ def breakdown_columns(held: dict, device: dict) -> dict:
         # the heap keeps what a category freed in pieces the next buffers do not fit (bench/memory_model.py):
         # the high-water mark holds every category's peak, summed
         held_each = sum(out[f"mem_{k}_mb"] for k in ("grads", "directions", "saved"))
-        rest = device["excess_mem_mb"] - device.get("mem_optimizer_mb", 0) - held_each
+        rest = device["excess_mem_mb"] - device["mem_optimizer_mb"] - held_each
         out["mem_temp_mb"] = max(rest, 0.0)
         method += f"+{device['mem_method']}_remainder"
     return {**out, "mem_breakdown_method": method}

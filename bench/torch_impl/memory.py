@@ -25,42 +25,43 @@ from contextlib import contextmanager
 import torch
 
 from bench.torch_impl import steps
+from bench.torch_impl.parallel import local
 
-KINDS = ("saved", "grads", "directions")
+CATEGORIES = ("saved", "grads", "directions")
 
 
 def storage(t: torch.Tensor) -> tuple[object, int]:
     """(a key naming the memory t lives in, its bytes): views share their base's storage, and count once.
     FSDP2's DTensors are counted by this device's shard; a tensor without storage (functorch's wrappers inside
     torch.func.jvp) by its own bytes."""
-    local = t.to_local() if hasattr(t, "to_local") else t
+    held = local(t)
     try:
-        s = local.untyped_storage()
+        s = held.untyped_storage()
         return s.data_ptr(), s.nbytes()
     except (RuntimeError, NotImplementedError):
-        return ("tensor", id(t)), local.numel() * local.element_size()
+        return ("tensor", id(t)), held.numel() * held.element_size()
 
 
 class Ledger:
-    """Live bytes per kind, and the most each kind (and all of them together) held at once."""
+    """Live bytes per category, and the most each category (and all of them together) held at once."""
 
     def __init__(self, resident: set):
         self.resident = resident  # storages that existed before the step: never counted
-        self.live: dict = {}  # storage key -> [kind, references, bytes]
-        self.now = dict.fromkeys(KINDS, 0)
-        self.peak = dict.fromkeys(KINDS, 0)
+        self.live: dict = {}  # storage key -> [category, references, bytes]
+        self.now = dict.fromkeys(CATEGORIES, 0)
+        self.peak = dict.fromkeys(CATEGORIES, 0)
         self.together = 0
         self.open = True
 
-    def hold(self, kind: str, t: torch.Tensor) -> None:
+    def hold(self, category: str, t: torch.Tensor) -> None:
         key, nbytes = storage(t)
         if key in self.resident:
             return
         entry = self.live.get(key)
-        if entry is None:  # a storage counts under the kind that held it first
-            self.live[key] = [kind, 1, nbytes]
-            self.now[kind] += nbytes
-            self.peak[kind] = max(self.peak[kind], self.now[kind])
+        if entry is None:  # a storage counts under the category that held it first
+            self.live[key] = [category, 1, nbytes]
+            self.now[category] += nbytes
+            self.peak[category] = max(self.peak[category], self.now[category])
             self.together = max(self.together, sum(self.now.values()))
         else:
             entry[1] += 1

@@ -89,15 +89,15 @@ def direction_seed(seed: int, step: int, k: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, step, k, index]).generate_state(1, np.uint64)[0] >> 1)
 
 
-# bench.torch_impl.memory's instrumented step watches the buffers the modes make (observe(kind, tensor)); empty
-# on the timed path
+# bench.torch_impl.memory's instrumented step watches the buffers the modes make (observe(category, tensor));
+# empty on the timed path
 WATCHERS: list = []
 
 
-def observe(kind: str, t: torch.Tensor) -> torch.Tensor:
-    """Report a new buffer of `kind` (directions | grads) to the memory breakdown, if one is watching."""
+def observe(category: str, t: torch.Tensor) -> torch.Tensor:
+    """Report a new buffer of a memory `category` (directions | grads) to the breakdown, if one is watching."""
     for watch in WATCHERS:
-        watch(kind, t)
+        watch(category, t)
     return t
 
 
@@ -334,7 +334,8 @@ def jacfwd_gradient(
     sizes = [params[n].numel() for n in names]
     n = sum(sizes)
     ref = next(iter(params.values()))
-    exchanged = observe("grads", torch.zeros(n + 1, device=ref.device, dtype=ref.dtype))  # the gradient, the loss
+    # the gradient, then the loss: fp32, as the loss's derivatives are (jax_impl accumulates in fp32 too)
+    exchanged = observe("grads", torch.zeros(n + 1, device=ref.device, dtype=torch.float32))
     grad_flat, total = exchanged[:n], exchanged[n]
     devices = [ref.device.index or 0] if ref.device.type == "cuda" else []
     for batch in micro_batches:
@@ -360,7 +361,7 @@ def jacfwd_gradient(
         total += loss[0].detach() / len(micro_batches)
     exchanged = reduce(exchanged)
     grad_flat, total = exchanged[:n], exchanged[n].clone()  # the loss outlives the step: no view of the buffer
-    grads = dict(zip(names, (g.view_as(params[nm]) for nm, g in zip(names, torch.split(grad_flat, sizes)))))
+    grads = {nm: g.view_as(params[nm]).to(params[nm].dtype) for nm, g in zip(names, torch.split(grad_flat, sizes))}
     return total, grads
 
 
@@ -522,13 +523,12 @@ class Trainer:
 
     def weights(self) -> dict[str, np.ndarray]:
         if self.n_sharded:  # FSDP2: every parameter gathered whole (a collective: every rank calls this)
-            return {n: p.full_tensor().detach().cpu().numpy() for n, p in self.model.named_parameters()}
+            return {n: p.full_tensor().detach().cpu().float().numpy() for n, p in self.model.named_parameters()}
         return export_weights(self.model)
 
     def state_bytes(self) -> dict[str, int]:
         """Parameters and optimizer state held by this process's device, from the tensors themselves."""
-        local = lambda t: t.to_local() if hasattr(t, "to_local") else t  # FSDP2's DTensor: this device's shard
-        nbytes = lambda ts: sum(local(t).numel() * local(t).element_size() for t in ts)
+        nbytes = lambda ts: sum(local(t).numel() * local(t).element_size() for t in ts)  # FSDP2: this shard
         states = [] if self.optimizer is None else self.optimizer.state.values()
         return {"params": nbytes(self.model.parameters()),
                 "optimizer": nbytes(v for st in states for v in st.values() if torch.is_tensor(v))}  # fmt: skip
