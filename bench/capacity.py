@@ -39,7 +39,7 @@ from bench.preflight import compose_trials, preflight
 from bench.runner import LAUNCHER_PID, run_job
 from bench.sinks import CsvSink, read_rows
 from bench.system import Interrupted, cuda_memory_mb, interrupts_raise
-from bench.tables import OneLineParser
+from bench.tables import OneLineParser, num
 
 SEARCHES = ("batch_size", "seq_len")
 MAX_PROBES = 12
@@ -130,7 +130,7 @@ def probe_with_runner(overrides: list[str], key: str, budget_mb: float, on_cpu: 
         c = to_container(cfg)
         rows = {r["run_id"]: r for r in read_rows(Path(c["results_dir"]) / "runs.csv")}
         row = rows.get(out["run_id"], {})
-        peak = float(row["peak_mem_mb"]) if row.get("peak_mem_mb") not in (None, "") else None
+        peak = num(row, "peak_mem_mb")
         status = out["status"]
         if status == "ok" and peak is not None and peak > budget_mb:
             # on the CPU the watchdog samples the RSS: a peak between two samples can pass the budget unkilled;

@@ -131,7 +131,10 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
     elif s.mode == "jacfwd":
         grads = P * n
         directions = P * n * jacfwd_chunk
-        temp = 2 * forward_temp * jacfwd_chunk
+        if s.trainable == "head":  # the trunk runs once, untangented; only the head's rows carry the chunk's tangents
+            temp = forward_temp + 2 * jacfwd_chunk * batch_size * X * H
+        else:  # every activation carries the chunk's tangents beside its primal
+            temp = 2 * forward_temp * jacfwd_chunk
     elif s.mode == "mezo":
         directions = largest  # one tensor's direction at a time, in the perturbation and in the update
         temp = forward_temp

@@ -123,3 +123,12 @@ def test_the_prediction_is_the_optimizer_state_and_the_steps_categories():
     p = predict(spec, StepSpec(mode="backprop", optimizer=OptimizerSpec(name="adamw")), 8, 128, framework="jax")
     assert p.optimizer == 8 * count_params(spec) == 2 * p.grads
     assert p.excess == p.optimizer + p.grads + p.saved + p.temp and p.directions == 0
+
+
+def test_jacfwd_on_the_head_pushes_only_the_head_forward():
+    """trainable=head: the trunk runs once without tangents, so the chunk multiplies the head's (B, H) rows, not
+    the whole forward's working set."""
+    spec = model_preset("minilm_l6")[0]
+    head = predict(spec, StepSpec(mode="jacfwd", trainable="head"), 8, 128, framework="torch", jacfwd_chunk=256)
+    inference = predict(spec, StepSpec(mode="inference"), 8, 128, framework="torch")
+    assert inference.temp < head.temp < 2 * inference.temp

@@ -38,7 +38,7 @@ def breakdown(trainer, micro_batches) -> dict:
     """Bytes per category of the trial's step on `micro_batches` (device batches), with their method."""
     s = trainer.spec
     leaves = jax.tree.leaves(trainer.params)
-    n_bytes = sum(x.size * x.dtype.itemsize for x in leaves)
+    n_bytes = sum(x.nbytes for x in leaves)
     trainable = per_device_bytes(trainer.params)
     saved = grads = directions = 0
     if s.mode == "backprop":
@@ -48,7 +48,7 @@ def breakdown(trainer, micro_batches) -> dict:
     elif s.mode == "jvp":
         directions = n_bytes
     elif s.mode == "mezo":
-        directions = max((x.size * x.dtype.itemsize for x in leaves), default=0)
+        directions = max((x.nbytes for x in leaves), default=0)
     program = max((compiled.memory_analysis().temp_size_in_bytes for compiled, _ in trainer.programs()), default=0)
     if s.mode == "jvp":  # XLA draws each leaf's tangent where the pass reaches it: never more than its temporaries
         directions = min(directions, program)
@@ -58,7 +58,7 @@ def breakdown(trainer, micro_batches) -> dict:
         "saved": saved,
         "grads": grads,
         "directions": directions,
-        "tracked_peak": min(inside, program) if inside else 0,
+        "tracked_peak": min(inside, program),
         "temp": max(program - inside, 0),
         "method": "jax_saved_residuals+xla_memory_analysis",
     }
