@@ -14,7 +14,7 @@ comma     := ,
 STAMP     := $(VENV)/.bench-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast bench sweep ops ops-report report dashboard lint clean
+.PHONY: help setup test test-fast bench perf sweep ops ops-report report dashboard lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -36,6 +36,10 @@ test-fast: $(STAMP)  ## tests without the slow end-to-end ones
 
 bench: $(STAMP)  ## default comparison: both frameworks x every mode, prints the table, writes results/
 	$(PY) -m bench -m +experiment=default_bench $(if $(HAS_GPU),model=bert_base,)
+
+perf: $(STAMP)  ## the harness against a plain training loop, interleaved -> results/overhead.csv; then the targets
+	$(PY) -m bench.overhead $(if $(HAS_GPU),--model bert_base,)
+	$(PY) -m bench.targets
 
 sweep: $(STAMP)  ## documented multirun example (depth scaling of backprop vs jvp, 2 parallel workers)
 	$(PY) -m bench -m +experiment=depth_scaling

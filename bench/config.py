@@ -144,6 +144,7 @@ class BenchConfig:
     )
     mezo_eps: float = _f(1e-3, "mezo: perturbation scale, > 0 (Malladi et al. 2023)")
     directions: str = _f("gaussian", "jvp tangents and mezo perturbations: gaussian | rademacher (+-1 entries)")
+    jvp_tangent: str = _f("auto", "jvp, one tangent: auto | keep (drawn once, held for the update) | redraw")
     dtype: str = _f("fp32", "fp32 | bf16 (mixed precision) | bf16_pure (scenario=ops: fp32 | fp64 | bf16)")
     device: str = _f("auto", "auto | cpu | cuda")
     parallel: str = _f(
@@ -248,6 +249,7 @@ def step_spec(cfg) -> StepSpec:
         grad_accum=cfg["grad_accum"],
         dtype=cfg["dtype"],
         directions=cfg["directions"],
+        jvp_tangent=cfg["jvp_tangent"],
         seed=cfg["seed"],
     )
 

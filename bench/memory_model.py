@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from bench.spec import BertSpec, StepSpec, is_trainable, param_shapes
+from bench.spec import BertSpec, StepSpec, is_trainable, keeps_tangent, param_shapes
 
 FP32 = 4
 
@@ -115,7 +115,9 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
                              if len(v) == 2 and not k.startswith("bert.embeddings.")) // share  # fmt: skip
     elif s.mode == "jvp":
         temp = 2 * forward_temp  # primal and tangent activations, dropped as the pass goes
-        if framework == "jax":
+        if framework == "jax" and keeps_tangent(s, framework):
+            directions = P * n  # jvp_tangent=keep: the pass returns its tangent whole for the update
+        elif framework == "jax":
             # XLA draws each leaf's tangent just before the pass reaches it and frees it after: about the
             # largest leaf (the word embeddings) beside one layer's
             directions = min(P * n, largest + P * layer_params)

@@ -257,9 +257,10 @@ class Report:
 
 
 def render(sel: Selection, contexts: dict[Context, Cells], plots: list[Plot], sources: list[str], n_rows: int,
-           memory: list[str] | None = None) -> str:  # fmt: skip
+           memory: list[str] | None = None, overhead: list[dict] = ()) -> str:  # fmt: skip
     """report.md's text; plots are linked as plots/<name>.png. `memory`: the "Memory, explained" section's lines
-    (bench.memory_report), placed after the memory growth with depth."""
+    (bench.memory_report), placed after the memory growth with depth. `overhead`: bench.overhead's rows (the
+    speed section)."""
     status = Counter(r.get("status") or "no status" for r in sel.failed)
     not_ok = ", ".join(f"{s} {n}" for s, n in sorted(status.items()))
     out = ["# bench report", ""]
@@ -336,6 +337,15 @@ def render(sel: Selection, contexts: dict[Context, Cells], plots: list[Plot], so
                 "8 and 12 layers); *MISSED* rows are explained in README's section on the modes.", "",
                 md_table(targets.HEAD, targets.cells(checks), "lllrrl"), ""]
 
+    speed = targets.perf(sel.ok, overhead)
+    if speed:
+        out += ["## Speed", "",
+                "The harness against a plain training loop of the same model, batch and optimizer (`python -m "
+                "bench.overhead`, interleaved runs: the ratio of medians), and JAX's first step (ahead-of-time "
+                "compile plus the first run) per mode; the jvp/backprop step target is in the table above. README "
+                "says why a target is missed.", "",
+                md_table(targets.HEAD, targets.cells(speed), "lllrrl"), ""]
+
     growth = depth_growth(sel.ok)
     if growth:
         out += ["## Memory growth with depth", "",
@@ -405,8 +415,10 @@ def build_report(csv_paths: list[str | Path], out_dir: str | Path) -> Report:
     else:
         target.unlink(missing_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
+    overhead = [r for p in dict.fromkeys(Path(p).parent / "overhead.csv" for p in csv_paths)
+                for r in targets.overhead_rows(p)]  # fmt: skip
     text = render(sel, contexts, plots, [str(p) for p in csv_paths], len(rows),
-                  memory_report.section(breakdown, memory_plot))  # fmt: skip
+                  memory_report.section(breakdown, memory_plot), overhead)  # fmt: skip
     # scenario=ops writes ops.csv beside runs.csv: its section (tables, plots/ops_*.png) follows the model's
     for ops_csv in dict.fromkeys(Path(p).parent / "ops.csv" for p in csv_paths):
         if ops_csv.is_file():

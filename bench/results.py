@@ -44,7 +44,7 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}
 KNOB_DEFAULTS = {"attn_implementation": "eager", "mezo_eps": 1e-3, "dropout": 0.1,
                  # beyond one device (bench/parallel.py): a CSV written before these columns ran on one device
                  "parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True,
-                 "fsdp_offload": False, "directions": "gaussian"}  # fmt: skip
+                 "fsdp_offload": False, "directions": "gaussian", "jvp_tangent": "auto"}  # fmt: skip
 PARALLEL_COLUMNS = ("parallel", "devices", "nodes", "fsdp_reshard_after_forward", "fsdp_offload")
 OPTIMIZER_KNOBS = ("lr", "momentum", "weight_decay", "beta1", "beta2", "adam_eps")  # adam_eps: optimizer.eps
 # Each optimizer preset's hyperparameters: conf/optimizer/<name>.yaml over OptimizerConfig's defaults
@@ -111,6 +111,8 @@ def variant(row: dict) -> str:
         settings.append(f"eps={knob(row, 'mezo_eps')}")
     if mode in ("jvp", "mezo") and _non_default(row, "directions"):  # the modes that draw random directions
         settings.append(knob(row, "directions"))
+    if mode == "jvp" and _non_default(row, "jvp_tangent"):
+        settings.append(knob(row, "jvp_tangent"))
     if _non_default(row, "attn_implementation"):
         settings.append(f"attn={knob(row, 'attn_implementation')}")
     if settings:
@@ -296,7 +298,7 @@ def read_history(row: dict) -> dict | None:
 _IDENTITY_COLUMNS = ("framework", "mode", "model", "num_layers", "hidden_size", "data", "trainable", "last_k",
                      "optimizer", *OPTIMIZER_KNOBS, "batch_size", "grad_accum", "seq_len", "steps", "epochs", "seed",
                      "remat", "num_tangents", "jvp_impl", "mezo_eps", "attn_implementation", "dropout", "dtype",
-                     "directions", "device", *PARALLEL_COLUMNS)  # fmt: skip
+                     "directions", "jvp_tangent", "device", *PARALLEL_COLUMNS)  # fmt: skip
 
 
 def experiment_of(row: dict) -> str:

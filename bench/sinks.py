@@ -51,6 +51,7 @@ EXTRA_COLUMNS = (
     "mem_breakdown_method", "mem_predicted_mb", "mem_predicted_saved_mb", "mem_predicted_grads_mb",
     "mem_predicted_directions_mb", "mem_predicted_temp_mb",
     "directions",  # jvp's tangents and MeZO's perturbations: gaussian | rademacher
+    "jvp_tangent",  # jvp, one tangent: auto | keep (drawn once) | redraw (drawn again for the update)
 )  # fmt: skip
 CSV_COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 

@@ -40,6 +40,9 @@ MAX_SEED = 2**63  # seeds must fit both frameworks: jax.random.key takes an int6
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
 # torch only: how the forward-mode pass is built ("naive" reproduces the UMass forward-AD study's pathology).
 JVP_IMPLS = ("func", "lazy", "dual", "naive")
+# jvp with one tangent: keep it for the update (drawn once) or redraw it from its seed (never held after the
+# pass); auto keeps it where that costs no peak memory (see keeps_tangent)
+JVP_TANGENTS = ("auto", "keep", "redraw")
 
 # A batch is a dict of numpy arrays, identical bytes for both frameworks (bench/data.py makes them).
 #   input_ids, token_type_ids, attention_mask: (B, T) int32;  labels: (B,) int32
@@ -175,6 +178,20 @@ class StepSpec:
     seed: int = 0  # tangent / perturbation / dropout randomness
     dtype: str = "fp32"  # fp32 | bf16 (mixed precision) | bf16_pure (see DTYPES)
     directions: str = "gaussian"  # gaussian | rademacher (see DIRECTIONS)
+    jvp_tangent: str = "auto"  # auto | keep | redraw (see JVP_TANGENTS, keeps_tangent)
+
+
+def keeps_tangent(s: StepSpec, framework: str) -> bool:
+    """Whether jvp keeps its one tangent for the update (drawn once per step) rather than redrawing it from its
+    seed (drawn twice). jvp_tangent=auto keeps it where the forward-mode pass holds it whole anyway, so keeping it
+    adds nothing to the peak: torch's func, dual and naive passes (torch.func.jvp and make_dual take the whole
+    tangent). It redraws where the pass never holds it whole: torch's lazy pass (a tensor's tangent at a time)
+    and JAX (XLA draws each leaf's tangent as the pass reaches it: keeping it adds one tangent, 4n bytes)."""
+    if s.mode != "jvp" or s.num_tangents != 1:
+        return False
+    if s.jvp_tangent != "auto":
+        return s.jvp_tangent == "keep"
+    return framework == "torch" and s.jvp_impl != "lazy"
 
 
 def jacfwd_chunk_for(chunk: int | str, framework: str, device_kind: str) -> int:

@@ -9,6 +9,9 @@ context: same data, optimizer and hyperparameters, batch, sequence, dtype, dropo
     jvp growth      <= 1.2 x one encoder layer's tangent bytes per layer (least squares over the depths)
     mezo excess     <= 1.1 x inference excess + the largest parameter tensor
     jvp step time   <= 1.1 x backprop step time
+and the speed targets (`perf`, with `python -m bench.overhead`'s results/overhead.csv beside the runs):
+    harness         the suite's backprop step <= 1.02 x a plain training loop's (bench.overhead)
+    JAX compile     the first step (ahead-of-time compile + the first run) <= 5 s, every mode recorded
 Why each bound: a forward-mode pass holds one layer's primal and tangent activations at a time plus one tangent
 (parameter-sized), where reverse mode holds every layer's activations; MeZO perturbs in place, so beyond
 inference it needs only the noise of the tensor being perturbed; jvp's pass costs about 1.5-2 forward passes
@@ -17,9 +20,11 @@ against backprop's ~3.
 
 from __future__ import annotations
 
+import csv
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -126,6 +131,36 @@ def check(rows: list[dict]) -> list[Check]:
     return checks
 
 
+COMPILE_LIMIT_S = 5.0  # JAX's first step, per mode: a user should not wait on six near-identical layers
+OVERHEAD_LIMIT = 1.02  # the suite's step against a plain loop's (bench.overhead): the harness in the noise
+
+
+def perf(rows: list[dict], overhead: list[dict] = ()) -> list[Check]:
+    """The speed targets: the harness against a plain loop (the latest bench.overhead row per framework and
+    shape), and JAX's first-step compile for every variant recorded (the latest row per context and variant)."""
+    checks = []
+    latest = {(r["framework"], r["model"], r["batch_size"], r["seq_len"]): r for r in overhead}
+    for (fw, model, b, t), r in sorted(latest.items()):
+        checks.append(Check(fw, f"{model} · B{b} T{t} · backprop, {r['rounds']} rounds",
+                            f"harness step <= {OVERHEAD_LIMIT} x a plain loop's", float(r["ratio"]), OVERHEAD_LIMIT,
+                            "x"))  # fmt: skip
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("framework") == "jax" and num(r, "compile_time_s")]
+    by = {(context_key(r), r.get("num_layers") or "", variant(r)): r for r in ok}
+    contexts = sorted({ctx for ctx, _, _ in by})
+    for (ctx, layers, name), r in sorted(by.items()):
+        checks.append(Check("jax", where(ctx, str(layers), contexts), f"{name} first-step compile <= "
+                            f"{COMPILE_LIMIT_S:g} s", num(r, "compile_time_s"), COMPILE_LIMIT_S, "s"))  # fmt: skip
+    return checks
+
+
+def overhead_rows(path: Path) -> list[dict]:
+    """bench.overhead's rows (results/overhead.csv), none where it was never run."""
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def table(checks: list[Check]) -> str:
     if not checks:
         return ("(no trials to check: run python -m bench -m +experiment=mode_targets, which records inference, "
@@ -145,6 +180,7 @@ def cells(checks: list[Check]) -> list[list[str]]:
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser("bench.targets", "python -m bench.targets [csv ...]", description=__doc__.splitlines()[0])
     p.add_argument("csv", nargs="*", default=["results/runs.csv"], help="results CSVs (default results/runs.csv)")
+    p.add_argument("--overhead", help="bench.overhead's CSV (default: overhead.csv beside the first results CSV)")
     args = p.parse_args(argv)
     try:
         rows = load_rows(args.csv)
@@ -152,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.targets: error: {e}", file=sys.stderr)
         return 2
     print(table(check(rows)))
+    speed = perf(rows, overhead_rows(Path(args.overhead or Path(args.csv[0]).parent / "overhead.csv")))
+    if speed:
+        print("\nSpeed (perf):")
+        print(fixed_width(HEAD, cells(speed)))
     return 0
 
 

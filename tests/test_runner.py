@@ -145,6 +145,7 @@ def test_resume_skips_trials_recorded_ok(tmp_path):
         (["mode=backward"], "mode=backward: accepted inference | backprop | jvp | jacfwd | mezo"),
         (["dtype=fp16"], "dtype=fp16: accepted fp32 | bf16 | bf16_pure"),
         (["mode=mezo", "dtype=bf16_pure"], "mode=mezo with dtype=bf16_pure: MeZO's in-place +eps, -2eps, +eps"),
+        (["case=jvp", "num_tangents=4", "jvp_tangent=keep"], "jvp_tangent=keep: applies to mode=jvp with"),
         (["batch_size=abc"], "batch_size=abc"),
         (["model=tiny", "seq_len=1024"], "seq_len=1024: above model.max_position_embeddings=512"),
         (["model.num_labels=1"], "model.num_labels=1: must be an integer >= 2"),

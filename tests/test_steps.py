@@ -25,7 +25,7 @@ from bench import data
 from bench.config import model_preset
 from bench.jax_impl import steps as jsteps
 from bench.jax_impl.params import from_hf, to_hf
-from bench.spec import OptimizerSpec, StepSpec, implementation, is_trainable
+from bench.spec import OptimizerSpec, StepSpec, implementation, is_trainable, keeps_tangent
 from bench.torch_impl import steps as tsteps
 from bench.weights import build_weights
 
@@ -226,6 +226,27 @@ def test_forward_gradient_is_unbiased(framework, directions):
                                       directions=directions))
     c1 = np.concatenate([one[n].ravel() for n in exact]) @ b / np.linalg.norm(b)
     assert abs(c1) / np.linalg.norm(np.concatenate([one[n].ravel() for n in exact])) < 0.5
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_jvp_keeps_or_redraws_its_tangent_and_takes_the_same_steps(framework):
+    """jvp_tangent=keep hands the pass's tangent to the update (drawn once per step); redraw draws it again from
+    its seed: the same direction, so the same steps, in the timed step's own programs."""
+    after = {}
+    for how in ("keep", "redraw"):
+        t = make(framework, "jvp", jvp_tangent=how)
+        assert keeps_tangent(t.spec, framework) == (how == "keep")
+        for b in batches(2):
+            t.step(t.to_device([b]))
+        after[how] = params_hf(framework, t)
+    moved = max(float(np.abs(after["keep"][n] - WEIGHTS[n]).max()) for n in after["keep"])
+    assert moved > 1e-4  # the steps did something
+    for n in after["keep"]:
+        np.testing.assert_allclose(after["keep"][n], after["redraw"][n], rtol=1e-6, atol=1e-7, err_msg=n)
+    # auto: kept where the pass holds the tangent whole anyway (torch's func), redrawn where it never does
+    assert keeps_tangent(StepSpec(mode="jvp"), "torch") and not keeps_tangent(StepSpec(mode="jvp"), "jax")
+    assert not keeps_tangent(StepSpec(mode="jvp", jvp_impl="lazy"), "torch")
+    assert not keeps_tangent(StepSpec(mode="jvp", num_tangents=2, jvp_tangent="keep"), framework)
 
 
 # ---------------------------------------------------------------------------------------------------------------

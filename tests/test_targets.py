@@ -55,3 +55,58 @@ def test_rows_that_differ_in_a_knob_are_checked_apart():
     where = {c.context: c.verdict for c in targets.check(jax) if c.target.startswith("jvp excess")}
     assert where == {"bert_base (12 layers) · B8 T128 · sgd · cpu": "met",
                      "bert_base (12 layers) · B8 T128 · sgd (lr 0.01) · cpu": "met"}  # fmt: skip
+
+
+def test_speed_targets_read_the_overhead_rows_and_jax_compile_times(tmp_path):
+    rows = [row("jax", "jvp", 6, 80, 0.5, compile_time_s="9.3"), row("jax", "mezo", 6, 90, 1.0, compile_time_s="4.8"),
+            row("jax", "jvp", 6, 80, 0.5, compile_time_s="4.0", jvp_tangent="keep"),
+            row("torch", "jvp", 6, 250, 0.7, compile_time_s="0.8")]  # fmt: skip
+    overhead = tmp_path / "overhead.csv"
+    from bench.overhead import COLUMNS, append
+
+    base = {"model": "minilm_l6", "batch_size": 8, "seq_len": 128, "rounds": 3}
+    append(overhead, [{**base, "framework": "torch", "ratio": 1.05}, {**base, "framework": "torch", "ratio": 1.01},
+                      {**base, "framework": "jax", "ratio": 0.99}])  # fmt: skip
+    assert overhead.read_text().splitlines()[0].split(",") == list(COLUMNS)
+    got = {(c.framework, c.target.split(" <=")[0]): c for c in targets.perf(rows, targets.overhead_rows(overhead))}
+    assert got["torch", "harness step"].measured == pytest.approx(1.01)  # the latest run of each framework
+    assert got["torch", "harness step"].verdict == "met" and got["jax", "harness step"].verdict == "met"
+    assert got["jax", "jvp first-step compile"].verdict == "MISSED"
+    assert got["jax", "jvp(keep) first-step compile"].verdict == "met"
+    assert got["jax", "mezo first-step compile"].verdict == "met"
+    assert not any(fw == "torch" and "compile" in t for fw, t in got)  # torch compiles nothing
+    assert targets.overhead_rows(tmp_path / "none.csv") == []
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--framework", "mxnet"], "--framework=mxnet: accepted torch, jax or torch,jax"),
+    (["--rounds", "0"], "--rounds=0: accepted an integer >= 1"),
+    (["--model", "gpt2"], "--model=gpt2: accepted bert_base"),
+])  # fmt: skip
+def test_overhead_refuses_bad_input_in_one_line(tmp_path, args, expected, capsys):
+    from bench import overhead
+
+    assert overhead.main([*args, "--out", str(tmp_path / "o.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0]
+    assert not (tmp_path / "o.csv").exists()
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_plain_loops_train_the_same_model_and_time_each_step(framework):
+    from bench import overhead
+
+    times = overhead.PLAIN[framework]("tiny", 2, 16, steps=2, warmup=1, lr=1e-3, seed=0)
+    assert len(times) == 2 and all(0 < t < 30 for t in times)
+
+
+@pytest.mark.slow
+def test_overhead_runs_both_sides_interleaved_and_appends_a_row(tmp_path):
+    from bench import overhead
+
+    out = tmp_path / "overhead.csv"
+    assert overhead.main(["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-len", "16",
+                          "--steps", "2", "--warmup", "1", "--rounds", "1", "--out", str(out)]) == 0  # fmt: skip
+    (r,) = targets.overhead_rows(out)
+    assert r["framework"] == "torch" and float(r["suite_step_s"]) > 0 and float(r["plain_step_s"]) > 0
+    assert float(r["ratio"]) == pytest.approx(float(r["suite_step_s"]) / float(r["plain_step_s"]))

@@ -50,15 +50,16 @@ def breakdown(trainer, micro_batches) -> dict:
     elif s.mode == "mezo":
         directions = max((x.nbytes for x in leaves), default=0)
     program = max((compiled.memory_analysis().temp_size_in_bytes for compiled, _ in trainer.programs()), default=0)
-    if s.mode == "jvp":  # XLA draws each leaf's tangent where the pass reaches it: never more than its temporaries
+    kept = trainer.keeps_tangent  # jvp_tangent=keep: the tangent is the pass's output, whole, beside its temporaries
+    if s.mode == "jvp" and not kept:  # XLA draws each leaf's tangent where the pass reaches it: within its temps
         directions = min(directions, program)
-    inside = saved + grads + (directions if s.mode in ("jvp", "jacfwd") else 0)
+    inside = saved + grads + (directions if s.mode == "jacfwd" or (s.mode == "jvp" and not kept) else 0)
     return {
         "trainable": trainable,
         "saved": saved,
         "grads": grads,
         "directions": directions,
-        "tracked_peak": min(inside, program),
+        "tracked_peak": min(inside, program) + (directions if kept else 0),
         "temp": max(program - inside, 0),
         "method": "jax_saved_residuals+xla_memory_analysis",
     }

@@ -35,7 +35,7 @@ from jax.flatten_util import ravel_pytree
 from bench.jax_impl.device import resolve_device, use_fp32
 from bench.jax_impl.model import build_model
 from bench.jax_impl.params import export_weights, hf_name
-from bench.spec import ATTN_IMPLEMENTATIONS, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for
+from bench.spec import ATTN_IMPLEMENTATIONS, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for, keeps_tangent
 
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -330,6 +330,7 @@ class Trainer:
         self.opt_state = None
         self.step_count = 0
         self.micro_batches = s.grad_accum  # per update: how often MeZO's perturbation and loss run in a step
+        self.keeps_tangent = keeps_tangent(s, "jax")  # jvp: the pass hands its tangent to the update
 
         # Where the programs' arguments and results live in a world: frozen state, parameters, optimizer state,
         # batches, scalars (on one device, wherever the data is).
@@ -348,13 +349,15 @@ class Trainer:
             # |theta| buffer). jvp: in one program XLA:CPU materialised the regenerated tangent, the estimate and
             # the update of every leaf at once (BERT-base: +126 MiB per layer against the 27 MiB of a layer's
             # tangent); apart, each program holds what it must.
-            self._update = jit(self._seeded_update_fn, (0, 1), (ps, os_, r, r), (ps, os_))
+            kept = self.keeps_tangent  # the update reads the pass's tangent (donated: g is written over it)
+            self._update = jit(self._seeded_update_fn, (0, 1, 3) if kept else (0, 1), (ps, os_, r, ps if kept else r),
+                               (ps, os_))  # fmt: skip
         if s.mode == "mezo":
             self._perturb = jit(lambda p, scale, step: perturb(p, scale, s.seed, step, s.directions), (0,),
                                 (ps, r, r), ps)  # fmt: skip
             self._loss = jit(self._loss_fn, (), (fs, ps, bs, r), r)
         if s.mode == "jvp":
-            self._coeffs = jit(self._coeffs_fn, (), (fs, ps, bs, r), (r, r))
+            self._coeffs = jit(self._coeffs_fn, (), (fs, ps, bs, r), (r, r, ps) if self.keeps_tangent else (r, r))
         self._gradient = jax.jit(self._gradient_program)  # tests and gradient quality: shardings as XLA sees fit
         self._inference = jit(self._inference_fn, (), (fs, ps, bs), r)
 
@@ -410,7 +413,8 @@ class Trainer:
         elif mode == "jvp":
             self._coeffs = self._coeffs.lower(frozen, self.params, micro_batches, step).compile()
             coeffs = np.zeros(self.spec.num_tangents, np.float32)
-            self._update = self._update.lower(self.params, opt_state, coeffs, step).compile()
+            last = self.params if self.keeps_tangent else step  # the kept tangent has the parameters' shapes
+            self._update = self._update.lower(self.params, opt_state, coeffs, last).compile()
         else:
             self._step = self._step.lower(frozen, self.params, opt_state, micro_batches, step).compile()
 
@@ -459,14 +463,22 @@ class Trainer:
         return optax.apply_updates(params, updates), opt_state, loss
 
     def _coeffs_fn(self, frozen, params, micro_batches, step):
-        """jvp: (loss, c) of the forward gradient sum_k c_k v_k; the update regenerates the v_k."""
-        s = self.spec
-        return forward_gradient_coeffs(self._on(frozen).loss_of, params, micro_batches, dropout_key(s.seed, step),
-                                       num_tangents=s.num_tangents, seed=s.seed, step=step, kind=s.directions)
+        """jvp: (loss, c) of the forward gradient sum_k c_k v_k; the update regenerates the v_k (or reads v)."""
+        s, loss_of, key = self.spec, self._on(frozen).loss_of, dropout_key(self.spec.seed, step)
+        if self.keeps_tangent:  # (loss, c, v): v itself too, for the update to read (drawn once per step, +4n bytes)
+            v = sample_tangent(params, s.seed, step, 0, s.directions)
+            loss, d = _dir_deriv(loss_of, params, micro_batches, key, v)
+            return loss, jnp.reshape(d, (1,)).astype(jnp.float32), v
+        return forward_gradient_coeffs(loss_of, params, micro_batches, key, num_tangents=s.num_tangents, seed=s.seed,
+                                       step=step, kind=s.directions)  # fmt: skip
 
-    def _seeded_update_fn(self, params, opt_state, coeffs, step):
-        """Optimizer update with g = sum_k coeffs[k] z_k regenerated inside: XLA fuses g into the update."""
-        grads = seeded_gradient(params, coeffs, self.spec.seed, step, self.spec.directions)
+    def _seeded_update_fn(self, params, opt_state, coeffs, last):
+        """Optimizer update with g = sum_k coeffs[k] z_k, the z_k regenerated inside from `last`, the step (XLA fuses
+        g into the update), or with jvp_tangent=keep, `last` the pass's own tangent: g = coeffs[0] * last."""
+        if self.keeps_tangent:
+            grads = jax.tree.map(lambda v: (coeffs[0] * v).astype(v.dtype), last)
+        else:
+            grads = seeded_gradient(params, coeffs, self.spec.seed, last, self.spec.directions)
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
@@ -514,6 +526,9 @@ class Trainer:
                 eps=self.spec.mezo_eps,
             )
             self.params, self.opt_state = self._update(self.params, self.opt_state, jnp.reshape(proj, (1,)), step)
+        elif self.keeps_tangent:
+            loss, coeffs, tangent = self._coeffs(self.frozen, self.params, micro_batches, step)
+            self.params, self.opt_state = self._update(self.params, self.opt_state, coeffs, tangent)
         elif self.spec.mode == "jvp":
             loss, coeffs = self._coeffs(self.frozen, self.params, micro_batches, step)
             self.params, self.opt_state = self._update(self.params, self.opt_state, coeffs, step)

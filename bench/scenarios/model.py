@@ -26,6 +26,7 @@ from bench.spec import (
     DIRECTIONS,
     DTYPES,
     JVP_IMPLS,
+    JVP_TANGENTS,
     MODES,
     OPTIMIZERS,
     TRAINABLE_SCOPES,
@@ -41,7 +42,7 @@ OTHER_SCENARIOS_KEYS = ("scenario", "threads", "ops")
 # Keys added after rows were recorded, with the value every earlier trial had: at that value a key is left out of
 # the identity, so a single-device trial hashes as it did before multi-device trials existed.
 ADDED_KEYS = {"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True, "fsdp_offload": False,
-              "directions": "gaussian"}  # fmt: skip
+              "directions": "gaussian", "jvp_tangent": "auto"}  # fmt: skip
 # The optimizer's hyperparameters as runs.csv columns (the optimizer's name is the `optimizer` column); `eps` is
 # AdamW's epsilon, named apart from mezo_eps.
 OPTIMIZER_COLUMNS = {"lr": "lr", "momentum": "momentum", "weight_decay": "weight_decay", "beta1": "beta1",
@@ -148,6 +149,7 @@ def validate(c: dict) -> None:
     choice("jvp_impl", c["jvp_impl"], JVP_IMPLS)
     choice("dtype", c["dtype"], DTYPES)
     choice("directions", c["directions"], DIRECTIONS)
+    choice("jvp_tangent", c["jvp_tangent"], JVP_TANGENTS)
     choice("attn_implementation", c["attn_implementation"], ATTN_IMPLEMENTATIONS)
     for name in ("batch_size", "seq_len", "steps", "grad_accum", "num_tangents"):
         at_least(name, c[name], 1)
@@ -191,6 +193,12 @@ def validate(c: dict) -> None:
             "mode=mezo with dtype=bf16_pure: MeZO's in-place +eps, -2eps, +eps round trip does not bring bf16 "
             "parameters back (three steps at lr=0 move them by 0.6%, fp32's by 1e-7); accepted: dtype=bf16 "
             "(fp32 parameters, bf16 compute) or dtype=fp32"
+        )
+    if c["jvp_tangent"] == "keep" and (c["mode"] != "jvp" or c["num_tangents"] != 1 or c["jvp_impl"] == "lazy"):
+        raise ConfigError(
+            f"jvp_tangent=keep: applies to mode=jvp with num_tangents=1 and a jvp_impl that holds the tangent "
+            f"(got mode={c['mode']}, num_tangents={c['num_tangents']}, jvp_impl={c['jvp_impl']}); accepted: "
+            "auto | redraw, or keep with mode=jvp num_tangents=1"
         )
     if c["framework"] == "jax" and c["jvp_impl"] != "func":
         raise ConfigError(f"jvp_impl={c['jvp_impl']}: torch only; framework=jax accepts jvp_impl=func (jax.jvp)")
@@ -312,6 +320,7 @@ def make_row(c: dict, outcome: dict, ids: dict) -> dict:
         "budget_mb": c["budget_mb"],
         "mezo_eps": c["mezo_eps"],
         "directions": c["directions"],
+        "jvp_tangent": c["jvp_tangent"],
         "dropout": m["dropout"],
         "warmup_steps": c["warmup_steps"],
         "num_layers": m["num_layers"],

@@ -38,7 +38,7 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch.func import functional_call, jvp, vmap
 
-from bench.spec import JVP_IMPLS, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for
+from bench.spec import JVP_IMPLS, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for, keeps_tangent
 from bench.torch_impl.device import resolve_device, use_fp32
 from bench.torch_impl.model import build_model, export_weights
 from bench.torch_impl.parallel import World, accumulating, like_param, local, local_rows, sharded
@@ -273,19 +273,19 @@ def lazy_duals(model, params: dict[str, torch.Tensor], tangent):
 
 def forward_gradient(
     model, params, micro_batches, *, num_tangents, seed, step, impl="func", tangents=None, reduce=identity,
-    kind="gaussian",
+    kind="gaussian", keep=False,
 ):
     """Forward gradient: K tangents looped (memory does not grow with K); each tangent is dropped after its pass
-    and regenerated from its seed when the update needs it. With one tangent, it is kept for the update instead:
-    it was resident during the forward-mode pass (the step's peak), and regenerating n normals with torch's CPU
-    generator costs ~15% of a MiniLM step. impl="lazy" never holds a tangent whole, so it always regenerates.
+    and regenerated from its seed when the update needs it. `keep` (one tangent, spec.keeps_tangent): it is kept
+    for the update instead, drawn once: func's pass holds it whole anyway (the step's peak), and regenerating n
+    normals with torch's CPU generator costs ~15% of a MiniLM step. impl="lazy" never holds a tangent whole.
     `reduce` averages [loss, d_1..d_K] over devices: the step's one exchange."""
     if tangents is not None:
         K = len(tangents)
         losses, ds = zip(*(_dir_deriv(model, params, micro_batches, v, impl) for v in tangents))
         loss, *ds = reduce(torch.stack([losses[0], *ds]))
         return loss, TangentGradient(tangents, [float(d) / K for d in ds])
-    if num_tangents == 1 and impl != "lazy":
+    if keep:
         v = sample_tangent(params, seed, step, 0, kind)
         loss, d = reduce(torch.stack(_dir_deriv(model, params, micro_batches, v, impl)))
         return loss, TangentGradient([v], [float(d)], in_place=True)
@@ -487,6 +487,7 @@ class Trainer:
                 tangents=tangents,
                 reduce=reduce,
                 kind=s.directions,
+                keep=keeps_tangent(s, "torch"),
             )
         if s.mode == "jacfwd":  # trainable=head runs the trunk and the head apart, outside model.forward
             with self.autocast():
