@@ -4,14 +4,14 @@
     python -m bench.overhead --framework jax --rounds 5 --steps 10 --model tiny
     -> a table on stdout, one row per framework appended to results/overhead.csv (read by bench.targets)
 
-The plain loop is what a user would write without the suite, in a fresh process with the user's own environment:
-torch builds HF's BertForSequenceClassification (eager attention, as the suite's torch trials use, because
-forward-mode AD has no rule for fused attention), trains it with `model(**batch).loss.backward()` and
-torch.optim.SGD; JAX builds the same NNX model the suite does and trains it with one jax.jit'd
-value_and_grad + optax.sgd step, parameters and optimizer state donated. Both see the suite's batches (same data,
-seed, shapes), warm up as many steps, time each step the same way (perf_counter around the step; JAX: until the
-parameters are ready) and report the median. The suite's side is a whole trial through `python -m bench` (runner,
-spawned child, memory trackers, parent's watchdog), its step_time_median_s read back from its runs.csv.
+The plain loop is what a user would write without the suite, in a fresh process with the user's own environment,
+around the very model the suite trains (its builders, weights and batches, on the device the suite's
+device=auto takes): torch trains HF's BertForSequenceClassification (eager attention, as the suite's torch
+trials use, because forward-mode AD has no rule for fused attention) with `model(**batch).loss.backward()` and
+torch.optim.SGD; JAX trains the NNX model with one jax.jit'd value_and_grad + optax.sgd step, parameters and
+optimizer state donated. Both warm up as many steps, time each step the same way (perf_counter around the step,
+until the device is done) and report the median. The suite's side is a whole trial through `python -m bench`
+(runner, spawned child, memory trackers, parent's watchdog), its per-step times read back from its history.
 
 Rounds alternate which side goes first, so a drift of the host (turbo, another job) falls on both; the ratio is
 the median of the suite's medians over the median of the plain loop's. Target: <= 1.02 (bench.targets.OVERHEAD_LIMIT).
@@ -20,7 +20,6 @@ the median of the suite's medians over the median of the plain loop's. Target: <
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import statistics
@@ -32,16 +31,18 @@ from pathlib import Path
 
 from bench import data
 from bench.config import available, bert_spec, to_container
+from bench.errors import ConfigError
 from bench.preflight import compose_trials
+from bench.results import read_history
+from bench.sinks import CsvSink, ResultsFileError, check_results_file, read_rows
 from bench.spec import implementation
-from bench.system import cpu_name
 from bench.tables import OneLineParser, fixed_width
 from bench.targets import OVERHEAD_LIMIT
 from bench.weights import build_weights
 
 FRAMEWORKS = ("torch", "jax")
 COLUMNS = ("framework", "model", "batch_size", "seq_len", "optimizer", "lr", "steps", "warmup_steps", "rounds",
-           "suite_step_s", "plain_step_s", "ratio", "suite_steps_s", "plain_steps_s", "device_name",
+           "suite_step_s", "plain_step_s", "ratio", "suite_steps_s", "plain_steps_s", "device", "device_name",
            "timestamp")  # fmt: skip
 
 
@@ -62,28 +63,22 @@ def batches(model: str, batch_size: int, seq_len: int, n: int, seed: int):
 
 def plain_torch(model: str, batch_size: int, seq_len: int, steps: int, warmup: int, lr: float, seed: int):
     import torch
-    from transformers import BertConfig, BertForSequenceClassification
 
     micro, c = batches(model, batch_size, seq_len, warmup + steps, seed)
-    m = c["model"]  # a random init, as a user's model before from_pretrained: the weights' values do not time
-    torch.manual_seed(seed)
-    net = BertForSequenceClassification(BertConfig(
-        vocab_size=m["vocab_size"], hidden_size=m["hidden_size"], num_hidden_layers=m["num_layers"],
-        num_attention_heads=m["num_heads"], intermediate_size=m["intermediate_size"],
-        max_position_embeddings=m["max_position_embeddings"], type_vocab_size=m["type_vocab_size"],
-        num_labels=m["num_labels"], hidden_dropout_prob=m["dropout"], attention_probs_dropout_prob=m["dropout"],
-        layer_norm_eps=m["layer_norm_eps"], attn_implementation="eager",
-    ))  # fmt: skip
+    spec, device = bert_spec(c["model"]), implementation("torch", "device").resolve_device("auto")  # as the suite's
+    # the suite's HF BertForSequenceClassification with its weights: both sides train the very same model
+    net = implementation("torch", "steps").build_model(spec, build_weights(spec, seed, None), device, "eager")
     net.train()
     opt = torch.optim.SGD(net.parameters(), lr=lr)
-    inputs = [{k: torch.from_numpy(v).long() for k, v in b.items()} for b in micro]
+    inputs = [{k: torch.from_numpy(v).long().to(device) for k, v in b.items()} for b in micro]
     times = []
     for i, b in enumerate(inputs):
         t0 = time.perf_counter()
-        loss = net(**b).loss
-        loss.backward()
+        net(**b).loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     return times
@@ -95,9 +90,12 @@ def plain_jax(model: str, batch_size: int, seq_len: int, steps: int, warmup: int
     from flax import nnx
 
     micro, c = batches(model, batch_size, seq_len, warmup + steps, seed)
-    spec = bert_spec(c["model"])
-    net = implementation("jax", "steps").build_model(spec, build_weights(spec, seed, None))  # the suite's NNX BERT
-    graphdef, params = nnx.split(net)
+    spec, dev = bert_spec(c["model"]), implementation("jax", "device")
+    dev.use_fp32()  # true fp32 matmuls on a GPU, as the suite's (XLA would take TF32)
+    device = dev.resolve_device("auto")
+    # the suite's NNX BERT with its weights: both sides train the very same model
+    graphdef, params = nnx.split(implementation("jax", "steps").build_model(spec, build_weights(spec, seed, None)))
+    params = jax.device_put(params, device)
     tx = optax.sgd(lr)
     opt_state = tx.init(params)
 
@@ -106,14 +104,13 @@ def plain_jax(model: str, batch_size: int, seq_len: int, steps: int, warmup: int
                                              deterministic=False, rngs=nnx.Rngs(dropout=key))  # fmt: skip
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
 
-    @jax.jit
     def train_step(params, opt_state, batch, key):
         loss, grads = jax.value_and_grad(loss_of)(params, batch, key)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    train_step = jax.jit(train_step.__wrapped__, donate_argnums=(0, 1))
-    inputs = [jax.device_put({k: v.astype("int32") for k, v in b.items()}) for b in micro]
+    train_step = jax.jit(train_step, donate_argnums=(0, 1))
+    inputs = [jax.device_put({k: v.astype("int32") for k, v in b.items()}, device) for b in micro]
     key, times = jax.random.key(seed), []
     for i, b in enumerate(inputs):
         t0 = time.perf_counter()
@@ -141,26 +138,31 @@ def run_plain(framework: str, a) -> list[float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_suite(framework: str, a, scratch: Path) -> list[float]:
-    """One backprop trial through the suite's own command line; its per-step times from the trial's history."""
+def run_suite(framework: str, a, scratch: Path) -> tuple[list[float], dict]:
+    """One backprop trial through the suite's own command line: its per-step times (the trial's history) and its
+    row. Plain SGD, as the plain loop's."""
     results = scratch / f"{framework}_{time.monotonic_ns()}"
     cmd = [sys.executable, "-m", "bench", f"framework={framework}", "case=backprop", f"model={a.model}",
            f"batch_size={a.batch_size}", f"seq_len={a.seq_len}", f"steps={a.steps}", f"warmup_steps={a.warmup}",
-           f"optimizer.lr={a.lr}", f"seed={a.seed}", f"results_dir={results}", "logger.mode=disabled"]  # fmt: skip
+           "optimizer=sgd", f"optimizer.lr={a.lr}", "optimizer.momentum=0", "optimizer.weight_decay=0",
+           f"seed={a.seed}", f"results_dir={results}", "logger.mode=disabled"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True)
-    rows = list(csv.DictReader(open(results / "runs.csv"))) if (results / "runs.csv").exists() else []
-    if out.returncode != 0 or not rows or rows[-1]["status"] != "ok":
+    rows = read_rows(results / "runs.csv")
+    history = read_history({**rows[-1], "_source": str(results / "runs.csv")}) if rows else None
+    if out.returncode != 0 or not history or rows[-1]["status"] != "ok":
         raise RuntimeError(f"suite {framework} trial failed:\n{out.stdout[-1000:]}{out.stderr[-1000:]}")
-    history = json.loads((results / "history" / f"{rows[-1]['run_id']}.json").read_text())
-    return history["step_time_s"]
+    return history["step_time_s"], rows[-1]
 
 
 def measure(framework: str, a, scratch: Path) -> dict:
-    suite, plain = [], []
+    suite, plain, row = [], [], {}
     for r in range(a.rounds):
         sides = [("suite", suite), ("plain", plain)]
         for name, acc in sides if r % 2 == 0 else sides[::-1]:
-            times = run_suite(framework, a, scratch) if name == "suite" else run_plain(framework, a)
+            if name == "suite":
+                times, row = run_suite(framework, a, scratch)
+            else:
+                times = run_plain(framework, a)
             acc.append(statistics.median(times))
             print(f"  {framework} round {r + 1}/{a.rounds} {name:5s} step {acc[-1] * 1e3:7.1f} ms", flush=True)
     s, p = statistics.median(suite), statistics.median(plain)
@@ -168,22 +170,8 @@ def measure(framework: str, a, scratch: Path) -> dict:
             "optimizer": "sgd", "lr": a.lr, "steps": a.steps, "warmup_steps": a.warmup, "rounds": a.rounds,
             "suite_step_s": s, "plain_step_s": p, "ratio": s / p,
             "suite_steps_s": " ".join(f"{x:.4f}" for x in suite), "plain_steps_s": " ".join(f"{x:.4f}" for x in plain),
-            "device_name": cpu_name(), "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")}  # fmt: skip
-
-
-def append(path: Path, rows: list[dict]) -> None:
-    """Append rows to the CSV (header written once); an existing file with other columns is left alone."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists() or path.stat().st_size == 0
-    if not new:
-        with open(path, newline="") as f:
-            if next(csv.reader(f), None) != list(COLUMNS):
-                raise SystemExit(f"bench.overhead: error: {path} has other columns than {', '.join(COLUMNS)}")
-    with open(path, "a", newline="") as f:
-        w = csv.DictWriter(f, COLUMNS)
-        if new:
-            w.writeheader()
-        w.writerows(rows)
+            "device": row["device"], "device_name": row["device_name"],
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")}  # fmt: skip
 
 
 def table(rows: list[dict]) -> str:
@@ -211,29 +199,36 @@ def parser() -> OneLineParser:
     return p
 
 
+def validate(a) -> list[str]:
+    """The frameworks to measure; ConfigError (one line) for a bad option, ResultsFileError for an --out that
+    cannot take the rows, before any process starts."""
+    frameworks = [f for f in a.framework.split(",") if f]
+    if not frameworks or any(f not in FRAMEWORKS for f in frameworks):
+        raise ConfigError(f"--framework={a.framework}: accepted torch, jax or torch,jax")
+    for name in ("batch_size", "seq_len", "steps", "warmup", "rounds"):
+        if getattr(a, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')}={getattr(a, name)}: accepted an integer >= 1")
+    if a.model not in available("model"):
+        raise ConfigError(f"--model={a.model}: accepted {', '.join(available('model'))}")
+    check_results_file(Path(a.out), COLUMNS)
+    return frameworks
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     if a.plain:  # the child: one plain loop, its step times as one JSON line
         print(json.dumps(PLAIN[a.plain](a.model, a.batch_size, a.seq_len, a.steps, a.warmup, a.lr, a.seed)))
         return 0
-    frameworks = [f for f in a.framework.split(",") if f]
-    bad = [f for f in frameworks if f not in FRAMEWORKS] or ([] if frameworks else [a.framework])
-    if bad:
-        print(f"bench.overhead: error: --framework={a.framework}: accepted torch, jax or torch,jax", file=sys.stderr)
-        return 2
-    for name in ("batch_size", "seq_len", "steps", "warmup", "rounds"):
-        if getattr(a, name) < 1:
-            print(f"bench.overhead: error: --{name.replace('_', '-')}={getattr(a, name)}: accepted an integer >= 1",
-                  file=sys.stderr)  # fmt: skip
-            return 2
-    if a.model not in available("model"):
-        print(f"bench.overhead: error: --model={a.model}: accepted {', '.join(available('model'))}", file=sys.stderr)
+    try:
+        frameworks = validate(a)
+    except (ConfigError, ResultsFileError) as e:
+        print(f"bench.overhead: error: {e}", file=sys.stderr)
         return 2
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_overhead_") as scratch:
         for fw in frameworks:
             rows.append(measure(fw, a, Path(scratch)))
-    append(Path(a.out), rows)
+            CsvSink(a.out, COLUMNS).write(rows[-1])
     print(table(rows))
     print(f"(suite / plain loop, medians of {a.rounds} interleaved runs of {a.steps} steps; appended to {a.out})")
     return 0

@@ -55,6 +55,7 @@ from bench.results import (
     trends,
     variant,
 )
+from bench.sinks import read_rows
 from bench.spec import TRAINABLE_SCOPES
 from bench.tables import FP32_BYTES, OneLineParser, fmt_ratio, fmt_value, md_table, num
 from bench.trackers import MiB
@@ -415,8 +416,7 @@ def build_report(csv_paths: list[str | Path], out_dir: str | Path) -> Report:
     else:
         target.unlink(missing_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
-    overhead = [r for p in dict.fromkeys(Path(p).parent / "overhead.csv" for p in csv_paths)
-                for r in targets.overhead_rows(p)]  # fmt: skip
+    overhead = [r for p in dict.fromkeys(Path(p).parent / "overhead.csv" for p in csv_paths) for r in read_rows(p)]
     text = render(sel, contexts, plots, [str(p) for p in csv_paths], len(rows),
                   memory_report.section(breakdown, memory_plot), overhead)  # fmt: skip
     # scenario=ops writes ops.csv beside runs.csv: its section (tables, plots/ops_*.png) follows the model's

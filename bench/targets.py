@@ -20,7 +20,6 @@ against backprop's ~3.
 
 from __future__ import annotations
 
-import csv
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from bench.results import (
     load_rows,
     variant,
 )
+from bench.sinks import read_rows
 from bench.spec import param_shapes
 from bench.tables import FP32_BYTES, OneLineParser, fixed_width, num
 from bench.trackers import MiB
@@ -136,8 +136,9 @@ OVERHEAD_LIMIT = 1.02  # the suite's step against a plain loop's (bench.overhead
 
 
 def perf(rows: list[dict], overhead: list[dict] = ()) -> list[Check]:
-    """The speed targets: the harness against a plain loop (the latest bench.overhead row per framework and
-    shape), and JAX's first-step compile for every variant recorded (the latest row per context and variant)."""
+    """The speed targets: the harness against a plain loop (`overhead`: bench.overhead's rows, the latest per
+    framework and shape), and JAX's first-step compile for every variant recorded (the latest row per context and
+    variant)."""
     checks = []
     latest = {(r["framework"], r["model"], r["batch_size"], r["seq_len"]): r for r in overhead}
     for (fw, model, b, t), r in sorted(latest.items()):
@@ -151,14 +152,6 @@ def perf(rows: list[dict], overhead: list[dict] = ()) -> list[Check]:
         checks.append(Check("jax", where(ctx, str(layers), contexts), f"{name} first-step compile <= "
                             f"{COMPILE_LIMIT_S:g} s", num(r, "compile_time_s"), COMPILE_LIMIT_S, "s"))  # fmt: skip
     return checks
-
-
-def overhead_rows(path: Path) -> list[dict]:
-    """bench.overhead's rows (results/overhead.csv), none where it was never run."""
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def table(checks: list[Check]) -> str:
@@ -188,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.targets: error: {e}", file=sys.stderr)
         return 2
     print(table(check(rows)))
-    speed = perf(rows, overhead_rows(Path(args.overhead or Path(args.csv[0]).parent / "overhead.csv")))
+    speed = perf(rows, read_rows(Path(args.overhead or Path(args.csv[0]).parent / "overhead.csv")))
     if speed:
         print("\nSpeed (perf):")
         print(fixed_width(HEAD, cells(speed)))

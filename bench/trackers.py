@@ -454,15 +454,11 @@ class NvmlTracker(MemoryTracker):
 # --------------------------------------------------------------------------------------------------- watchdog
 
 
-def tree_rss_mb(pid: int) -> float:
-    """RSS of a process plus all its descendants, in MiB. Pages shared between them are counted once per
-    process, so this can over-count (not an issue for spawned trials, which share little)."""
-    return TreeRss(pid).mb()
-
-
 class TreeRss:
-    """tree_rss_mb for repeated readings: the descendants are looked up at most every `rescan_s` (psutil finds
-    them by scanning every process in /proc, ~0.8 ms of CPU; reading one process's RSS costs ~20 us). A parent
+    """RSS of a process plus all its descendants, in MiB, read repeatedly (`mb()`). Pages shared between them are
+    counted once per process, so this can over-count (not an issue for spawned trials, which share little).
+    The descendants are looked up at most every `rescan_s` (psutil finds them by scanning every process in
+    /proc, ~0.8 ms of CPU; reading one process's RSS costs ~20 us). A parent
     polling its trial every 20 ms with a full scan took ~4% of a core from the trial it measures; on a 2-core
     host that stalled torch's two OpenMP threads in turn (MiniLM backprop 5% slower than a plain loop)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench import targets
-from bench.sinks import CsvSink
+from bench.sinks import CsvSink, read_rows
 
 
 def row(framework, mode, layers, excess, step_s, **kw):
@@ -62,20 +62,21 @@ def test_speed_targets_read_the_overhead_rows_and_jax_compile_times(tmp_path):
             row("jax", "jvp", 6, 80, 0.5, compile_time_s="4.0", jvp_tangent="keep"),
             row("torch", "jvp", 6, 250, 0.7, compile_time_s="0.8")]  # fmt: skip
     overhead = tmp_path / "overhead.csv"
-    from bench.overhead import COLUMNS, append
+    from bench.overhead import COLUMNS
 
     base = {"model": "minilm_l6", "batch_size": 8, "seq_len": 128, "rounds": 3}
-    append(overhead, [{**base, "framework": "torch", "ratio": 1.05}, {**base, "framework": "torch", "ratio": 1.01},
-                      {**base, "framework": "jax", "ratio": 0.99}])  # fmt: skip
+    for r in ({**base, "framework": "torch", "ratio": 1.05}, {**base, "framework": "torch", "ratio": 1.01},
+              {**base, "framework": "jax", "ratio": 0.99}):  # fmt: skip
+        CsvSink(overhead, COLUMNS).write(r)
     assert overhead.read_text().splitlines()[0].split(",") == list(COLUMNS)
-    got = {(c.framework, c.target.split(" <=")[0]): c for c in targets.perf(rows, targets.overhead_rows(overhead))}
+    got = {(c.framework, c.target.split(" <=")[0]): c for c in targets.perf(rows, read_rows(overhead))}
     assert got["torch", "harness step"].measured == pytest.approx(1.01)  # the latest run of each framework
     assert got["torch", "harness step"].verdict == "met" and got["jax", "harness step"].verdict == "met"
     assert got["jax", "jvp first-step compile"].verdict == "MISSED"
     assert got["jax", "jvp(keep) first-step compile"].verdict == "met"
     assert got["jax", "mezo first-step compile"].verdict == "met"
     assert not any(fw == "torch" and "compile" in t for fw, t in got)  # torch compiles nothing
-    assert targets.overhead_rows(tmp_path / "none.csv") == []
+    assert targets.perf([], read_rows(tmp_path / "none.csv")) == []
 
 
 @pytest.mark.parametrize("args,expected", [
@@ -107,6 +108,19 @@ def test_overhead_runs_both_sides_interleaved_and_appends_a_row(tmp_path):
     out = tmp_path / "overhead.csv"
     assert overhead.main(["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-len", "16",
                           "--steps", "2", "--warmup", "1", "--rounds", "1", "--out", str(out)]) == 0  # fmt: skip
-    (r,) = targets.overhead_rows(out)
+    (r,) = read_rows(out)
     assert r["framework"] == "torch" and float(r["suite_step_s"]) > 0 and float(r["plain_step_s"]) > 0
+    assert r["device"] == "cpu" and r["device_name"]  # where the suite's trial ran
     assert float(r["ratio"]) == pytest.approx(float(r["suite_step_s"]) / float(r["plain_step_s"]))
+
+
+def test_overhead_refuses_a_results_file_of_another_schema_and_leaves_it_alone(tmp_path, capsys):
+    from bench import overhead
+
+    out = tmp_path / "o.csv"
+    out.write_text("run_id,status\nabc,ok\n")
+    before = out.read_bytes()
+    assert overhead.main(["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "its header is not bench's o.csv schema" in err[0]
+    assert out.read_bytes() == before

@@ -140,7 +140,7 @@ def seeded_gradient(params, coeffs, seed: int, step, kind: str = "gaussian"):
 
 
 def tangent_gradient(tangents, coeffs):
-    """g = sum_k coeffs[k] * tangents[k] for tangents supplied by the caller (tests)."""
+    """g = sum_k coeffs[k] * tangents[k] for tangents held whole (supplied by the caller, or jvp's kept one)."""
     return jax.tree.map(lambda *ts: sum(c * t for c, t in zip(coeffs, ts)).astype(ts[0].dtype), *tangents)
 
 
@@ -168,13 +168,14 @@ def directional_derivative(loss_of, params, batch, tangent, key):
 
 
 def forward_gradient(loss_of, params, micro_batches, key, *, num_tangents, seed, step, tangents=None,
-                     kind="gaussian"):  # fmt: skip
+                     kind="gaussian", keep=False):  # fmt: skip
     """Forward gradient: K tangents in a fori_loop (sequential: memory does not grow with K); each tangent is
-    dropped after its pass and regenerated from its key when the update needs it."""
+    dropped after its pass and regenerated from its key when the update needs it. `keep` (one tangent,
+    spec.keeps_tangent): the pass's own tangent makes the estimate instead, drawn once (held whole: +4n bytes)."""
     if tangents is None:
-        loss, coeffs = forward_gradient_coeffs(loss_of, params, micro_batches, key, num_tangents=num_tangents,
-                                               seed=seed, step=step, kind=kind)  # fmt: skip
-        return loss, seeded_gradient(params, coeffs, seed, step, kind)
+        loss, coeffs, *kept = forward_gradient_coeffs(loss_of, params, micro_batches, key, num_tangents=num_tangents,
+                                                      seed=seed, step=step, kind=kind, keep=keep)  # fmt: skip
+        return loss, tangent_gradient(kept, coeffs) if keep else seeded_gradient(params, coeffs, seed, step, kind)
     K = len(tangents)
     losses, ds = zip(*(_dir_deriv(loss_of, params, micro_batches, key, v) for v in tangents))
     return losses[0], tangent_gradient(tangents, [d / K for d in ds])
@@ -188,9 +189,15 @@ def _dir_deriv(loss_of, params, micro_batches, key, v):
     return loss, d
 
 
-def forward_gradient_coeffs(loss_of, params, micro_batches, key, *, num_tangents, seed, step, kind="gaussian"):
+def forward_gradient_coeffs(loss_of, params, micro_batches, key, *, num_tangents, seed, step, kind="gaussian",
+                            keep=False):  # fmt: skip
     """(loss, c) with c_k = (grad . v_k) / K for the K seeded tangents: the forward gradient is sum_k c_k v_k,
-    built by `seeded_gradient` where the update needs it (the timed step runs the two as separate programs)."""
+    built by `seeded_gradient` where the update needs it (the timed step runs the two as separate programs);
+    `keep` (one tangent): (loss, c, v), v for an update that reads it rather than redraws it."""
+    if keep:
+        v = sample_tangent(params, seed, step, 0, kind)
+        loss, d = _dir_deriv(loss_of, params, micro_batches, key, v)
+        return loss, jnp.reshape(d, (1,)).astype(jnp.float32), v
 
     def body(k, carry):
         loss, ds = carry
@@ -447,6 +454,7 @@ class Trainer:
                 step=step,
                 tangents=tangents,
                 kind=s.directions,
+                keep=self.keeps_tangent,
             )
         if s.mode == "jacfwd":
             return params, *jacfwd_gradient(
@@ -463,20 +471,17 @@ class Trainer:
         return optax.apply_updates(params, updates), opt_state, loss
 
     def _coeffs_fn(self, frozen, params, micro_batches, step):
-        """jvp: (loss, c) of the forward gradient sum_k c_k v_k; the update regenerates the v_k (or reads v)."""
-        s, loss_of, key = self.spec, self._on(frozen).loss_of, dropout_key(self.spec.seed, step)
-        if self.keeps_tangent:  # (loss, c, v): v itself too, for the update to read (drawn once per step, +4n bytes)
-            v = sample_tangent(params, s.seed, step, 0, s.directions)
-            loss, d = _dir_deriv(loss_of, params, micro_batches, key, v)
-            return loss, jnp.reshape(d, (1,)).astype(jnp.float32), v
-        return forward_gradient_coeffs(loss_of, params, micro_batches, key, num_tangents=s.num_tangents, seed=s.seed,
-                                       step=step, kind=s.directions)  # fmt: skip
+        """jvp: (loss, c) of the forward gradient sum_k c_k v_k, the update regenerating the v_k (keep: also v)."""
+        s = self.spec
+        return forward_gradient_coeffs(self._on(frozen).loss_of, params, micro_batches, dropout_key(s.seed, step),
+                                       num_tangents=s.num_tangents, seed=s.seed, step=step, kind=s.directions,
+                                       keep=self.keeps_tangent)  # fmt: skip
 
     def _seeded_update_fn(self, params, opt_state, coeffs, last):
         """Optimizer update with g = sum_k coeffs[k] z_k, the z_k regenerated inside from `last`, the step (XLA fuses
         g into the update), or with jvp_tangent=keep, `last` the pass's own tangent: g = coeffs[0] * last."""
         if self.keeps_tangent:
-            grads = jax.tree.map(lambda v: (coeffs[0] * v).astype(v.dtype), last)
+            grads = tangent_gradient([last], coeffs)
         else:
             grads = seeded_gradient(params, coeffs, self.spec.seed, last, self.spec.directions)
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
@@ -526,12 +531,9 @@ class Trainer:
                 eps=self.spec.mezo_eps,
             )
             self.params, self.opt_state = self._update(self.params, self.opt_state, jnp.reshape(proj, (1,)), step)
-        elif self.keeps_tangent:
-            loss, coeffs, tangent = self._coeffs(self.frozen, self.params, micro_batches, step)
-            self.params, self.opt_state = self._update(self.params, self.opt_state, coeffs, tangent)
-        elif self.spec.mode == "jvp":
-            loss, coeffs = self._coeffs(self.frozen, self.params, micro_batches, step)
-            self.params, self.opt_state = self._update(self.params, self.opt_state, coeffs, step)
+        elif self.spec.mode == "jvp":  # the update redraws the tangent from the step, or reads the kept one
+            loss, coeffs, *kept = self._coeffs(self.frozen, self.params, micro_batches, step)
+            self.params, self.opt_state = self._update(self.params, self.opt_state, coeffs, *(kept or [step]))
         else:
             args = (self.frozen, self.params, self.opt_state, micro_batches, step)
             self.params, self.opt_state, loss = self._step(*args)

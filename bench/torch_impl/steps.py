@@ -27,9 +27,8 @@ forward-mode pass, so the update reuses it (`TangentGradient`) rather than payin
 
 from __future__ import annotations
 
-import contextlib
 from collections import defaultdict
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -432,7 +431,7 @@ class Trainer:
         # dtype=bf16: torch.autocast around every forward pass (matmuls in bf16 on the fp32 parameters, LayerNorm
         # and softmax in fp32), never around a backward one, as torch's AMP recipe has it; jax_impl's model
         # mirrors the same casts. bf16_pure: the parameters themselves are bf16 (make_trainer).
-        self.autocast = contextlib.nullcontext
+        self.autocast = nullcontext
         if s.dtype == "bf16":
             self.autocast = lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)
             model.forward = self.autocast()(model.forward)
