@@ -1,10 +1,16 @@
-"""Configuration: typed schema registered in Hydra's ConfigStore, the presets in conf/, conversions to the
-specs the frameworks read, and the validation every trial shares.
+"""The configuration: one typed schema, every default written once, here, with its help text.
 
-The YAML files in conf/ hold the values; the dataclasses here hold the types and the help text (`--help` prints
-it). Two scenarios share this schema (bench/scenarios/): `model` (the default: one AD mode on BERT) and `ops`
-(op-level micro-benchmarks). Each reads its own keys, validates them and says which of them make a trial's
-identity; what every trial reads (framework, device, logger, limits) is validated here, by `validate_process`.
+Hydra composes conf/config.yaml (which names only the default presets and Hydra's own settings), the presets in
+conf/<group>/ and the command line over this schema (registered in Hydra's ConfigStore); the entry point turns
+the result into these dataclasses once (`resolve`), and everything below reads attributes: a typo is an
+AttributeError at once, not a KeyError three layers down. `--help` and docs/options.md are generated from the
+fields' metadata (`options`).
+
+A trial's config crosses a process boundary as a plain dict (`to_dict`, `from_dict`: the spawned trial's
+payload, a row's saved config), and its identity (what `resume` compares) is a hash of that dict.
+
+The validators here are the primitives every scenario's validation uses, and the checks of the keys every trial
+reads whatever its scenario (`validate_process`); each scenario checks its own keys (bench/scenarios/*/).
 Validators raise ConfigError with one line: the option, the bad value and what is accepted.
 """
 
@@ -12,9 +18,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import uuid
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING as NO_DEFAULT
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,27 +31,31 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from bench.errors import ConfigError
+from bench.measure.system import cuda_device_count
 from bench.ops_spec import OP_NAMES
-from bench.parallel import global_batch_size
 from bench.spec import FRAMEWORKS, MAX_SEED, BertSpec, OptimizerSpec, StepSpec
-from bench.system import cuda_device_count
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 LAUNCH_ID = "BENCH_LAUNCH_ID"
 DEVICES = ("auto", "cpu", "cuda")
 LOGGERS = ("wandb", "none")
+LOGGER_MODES = ("offline", "online", "disabled")
+GROUPS = ("model", "data", "optimizer", "logger", "ops", "case", "experiment")
+
+# OmegaConf 2.3 types a field by one type (X | None allowed, other unions not), so three option kinds stay Any:
+# jacfwd_chunk (auto | an integer), and the ops lists, which also take one bare value (ops.names=matmul).
 
 
-def _f(default, help: str, **kw):  # noqa: A002 (help is the natural name here)
+def _f(default, help: str):  # noqa: A002 (help is the natural name here)
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: default, metadata={"help": help, **kw})
-    return field(default=default, metadata={"help": help, **kw})
+        return field(default_factory=lambda: default, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
 
 
 @dataclass
 class ModelConfig:
-    name: str = _f("tiny", "preset name (conf/model; choose with model=NAME)")
-    checkpoint: Any = _f(
+    name: str = _f("bert_base", "preset name (conf/model; choose with model=NAME)")
+    checkpoint: str | None = _f(
         None, "null: seeded random init | an HF checkpoint folder or .safetensors file (never pickles) | package:<mod>"
     )
     vocab_size: int = _f(30522, "vocabulary size (bert-base-uncased WordPiece), integer >= 1")
@@ -61,16 +73,18 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     name: str = _f("synthetic", "synthetic | ag_news")
-    path: Any = _f(None, "ag_news: local CSV (class index 1-4, title, description) or a dir with train/test.csv")
-    num_train: Any = _f(2048, "training examples, integer >= 1 (ag_news: null = the whole split)")
-    num_eval: Any = _f(512, "held-out examples for accuracy, integer >= 1 (ag_news: null = the whole split)")
+    path: str | None = _f(
+        None, "ag_news: local CSV (class index 1-4, title, description) or a dir with train/test.csv"
+    )
+    num_train: int | None = _f(2048, "training examples, integer >= 1 (ag_news: null = the whole split)")
+    num_eval: int | None = _f(512, "held-out examples for accuracy, integer >= 1 (ag_news: null = the whole split)")
     seed: int = _f(0, "which synthetic corpus / ag_news subsets, integer in [0, 2^63) (batch order follows `seed`)")
 
 
 @dataclass
 class OptimizerConfig:
     name: str = _f("sgd", "sgd | adamw (same hyperparameters in torch.optim and optax)")
-    lr: float = _f(1e-3, "learning rate, >= 0")
+    lr: float = _f(1e-3, "learning rate, a finite number > 0")
     momentum: float = _f(0.0, "sgd momentum in [0, 1)")
     weight_decay: float = _f(0.0, "weight decay, >= 0 (decoupled for adamw)")
     beta1: float = _f(0.9, "adamw beta1 in [0, 1)")
@@ -82,9 +96,9 @@ class OptimizerConfig:
 class LoggerConfig:
     name: str = _f("wandb", "wandb | none")
     project: str = _f("bench", "W&B project")
-    entity: Any = _f(None, "W&B entity (team or user)")
+    entity: str | None = _f(None, "W&B entity (team or user)")
     mode: str = _f("offline", "offline (sync later with `wandb sync`) | online | disabled")
-    tags: list = _f([], "extra W&B tags")
+    tags: list[str] = _f([], "extra W&B tags")
 
 
 @dataclass
@@ -112,18 +126,18 @@ class BenchConfig:
     optimizer: OptimizerConfig = MISSING
     logger: LoggerConfig = MISSING
     ops: OpsConfig = MISSING
-    threads: Any = _f("all", "scenario=ops: 1 | all (intra-op threads of torch and XLA on the CPU)")
+    threads: str = _f("all", "scenario=ops: 1 | all (intra-op threads of torch and XLA on the CPU)")
     trainable: str = _f("all", "all | head (pooler+classifier) | bias (BitFit) | last_k")
     last_k: int = _f(1, "trainable=last_k: final encoder layers trained, integer in [1, model.num_layers]")
     batch_size: int = _f(8, "examples per micro-batch (per device with parallel), integer >= 1")
     seq_len: int = _f(128, "tokens per example (padded/truncated), integer in [8, 512]")
     steps: int = _f(20, "timed steps (optimizer updates), integer >= 1; ignored when epochs is set")
-    max_timed_s: Any = _f(
+    max_timed_s: float | None = _f(
         None,
         "null | seconds >= 0: stop the timed steps once they have taken this long (at least one runs); "
         "steps_timed in the CSV says how many did",
     )
-    epochs: Any = _f(
+    epochs: int | None = _f(
         None,
         "null: `steps` timed steps | N >= 1: N passes over data.num_train (num_train // global batch "
         "// grad_accum updates each)",
@@ -142,7 +156,7 @@ class BenchConfig:
     jacfwd_max_params: int = _f(
         2_000_000, "jacfwd: refuse more trainable parameters (one forward-mode pass each) than this, integer >= 1"
     )
-    mezo_eps: float = _f(1e-3, "mezo: perturbation scale, > 0 (Malladi et al. 2023)")
+    mezo_eps: float = _f(1e-3, "mezo: perturbation scale, a finite number > 0 (Malladi et al. 2023)")
     directions: str = _f("gaussian", "jvp tangents and mezo perturbations: gaussian | rademacher (+-1 entries)")
     jvp_tangent: str = _f("auto", "jvp, one tangent: auto | keep (drawn once, held for the update) | redraw")
     dtype: str = _f("fp32", "fp32 | bf16 (mixed precision) | bf16_pure (scenario=ops: fp32 | fp64 | bf16)")
@@ -160,11 +174,13 @@ class BenchConfig:
     results_dir: str = _f("results", "folder of runs.csv / ops.csv, history/, logs/ and W&B runs (created if missing)")
     resume: bool = _f(False, "skip trials already recorded ok for the same configuration")
     timeout_s: int = _f(1800, "per-trial wall-clock limit, seconds >= 1 (the trial ends as timeout)")
-    max_host_mem_mb: Any = _f(None, "null | MiB >= 1: kill a trial process whose host RSS exceeds this (status oom)")
-    budget_mb: Any = _f(
+    max_host_mem_mb: float | None = _f(
+        None, "null | MiB >= 1: kill a trial process whose host RSS exceeds this (status oom)"
+    )
+    budget_mb: float | None = _f(
         None, "null | MiB >= 1: the device memory a trial may use (CUDA: the framework's own limit; CPU: host RSS)"
     )
-    sweep_id: Any = _f(None, "groups the trials of one sweep (default: an id unique to each launch)")
+    sweep_id: str | None = _f(None, "groups the trials of one sweep (default: an id unique to each launch)")
     evaluate: bool = _f(
         False, "after the timed steps: loss and accuracy on the held-out split -> eval_loss, eval_accuracy"
     )
@@ -178,6 +194,11 @@ class BenchConfig:
     )
 
 
+# The schema's nodes: config group -> its dataclass (each conf/<group>/*.yaml preset extends <group>_schema).
+NODES = {"model": ModelConfig, "data": DataConfig, "optimizer": OptimizerConfig, "logger": LoggerConfig,
+         "ops": OpsConfig}  # fmt: skip
+
+
 def register_configs() -> None:
     # ${visible_devices:2} in a config: this host's GPU count, or the default on a host without GPUs (so an
     # experiment sized for 2 CPU devices takes every GPU of a GPU host)
@@ -189,11 +210,8 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver("launch_id", launch_id, use_cache=True, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="bench_schema", node=BenchConfig)
-    cs.store(group="model", name="model_schema", node=ModelConfig)
-    cs.store(group="data", name="data_schema", node=DataConfig)
-    cs.store(group="optimizer", name="optimizer_schema", node=OptimizerConfig)
-    cs.store(group="logger", name="logger_schema", node=LoggerConfig)
-    cs.store(group="ops", name="ops_schema", node=OpsConfig)
+    for group, node in NODES.items():
+        cs.store(group=group, name=f"{group}_schema", node=node)
 
 
 def launch_id() -> str:
@@ -208,11 +226,74 @@ def available(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
-GROUPS = ("model", "data", "optimizer", "logger", "ops", "case", "experiment")
+# ---------------------------------------------------------------------------------------------------------------
+# resolved once
+
+
+def resolve(cfg: DictConfig | BenchConfig) -> BenchConfig:
+    """Hydra's composed config as the schema's dataclasses (Hydra's own node, if composed with it, left out)."""
+    if isinstance(cfg, BenchConfig):
+        return cfg
+    if "hydra" in cfg:
+        cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    return OmegaConf.to_object(cfg)
+
+
+def to_dict(cfg: BenchConfig) -> dict:
+    """The config as plain, JSON-able data (a trial's payload, a W&B run's config, a saved config)."""
+    return asdict(cfg)
+
+
+def from_dict(d: dict) -> BenchConfig:
+    """to_dict's inverse, typed and checked by OmegaConf against the schema."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(BenchConfig), d))
+
+
+def options(cls=BenchConfig, defaults: BenchConfig | Any = None, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(option, its help, its default as typed on the command line) of every field with help, nested nodes
+    after the top-level keys: what --help prints and docs/options.md tabulates. `defaults`: the composed
+    defaults (the presets' values), else the schema's own."""
+    top, nested = [], []
+    for f in fields(cls):
+        value = getattr(defaults, f.name) if defaults is not None else f.default
+        if f.name in NODES:
+            nested += options(NODES[f.name], value if is_dataclass(value) else None, f"{prefix}{f.name}.")
+        elif "help" in f.metadata:
+            if value is NO_DEFAULT:
+                value = f.default_factory()
+            top.append((prefix + f.name, f.metadata["help"], shown(value)))
+    return top + nested
+
+
+def default(name: str):
+    """The schema's default of an option, by its dotted name (optimizer.lr): the one place defaults are written."""
+    cls, *path, last = (BenchConfig, *name.split("."))
+    for part in path:
+        cls = NODES[part]
+    f = next(f for f in fields(cls) if f.name == last)
+    return f.default_factory() if f.default is NO_DEFAULT else f.default
+
+
+def optimizer_presets() -> dict[str, dict]:
+    """Each conf/optimizer preset's hyperparameters over the schema's defaults: {name: {field: value}}."""
+    out = {}
+    for name in available("optimizer"):
+        preset = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "optimizer" / f"{name}.yaml"))
+        out[name] = {f.name: preset.get(f.name, f.default) for f in fields(OptimizerConfig) if f.name != "name"}
+    return out
+
+
+def shown(value) -> str:
+    """A value as it would be typed on the command line."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value).replace(" ", "").replace("'", "")
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# presets and conversions
+# what the frameworks read
 
 
 def model_preset(name: str, **overrides) -> tuple[BertSpec, str | None]:
@@ -225,48 +306,34 @@ def model_preset(name: str, **overrides) -> tuple[BertSpec, str | None]:
     return bert_spec(cfg), cfg.get("checkpoint")
 
 
-def bert_spec(model_cfg) -> BertSpec:
-    """The BertSpec fields of a model config node (other keys such as name and checkpoint are ignored)."""
+def bert_spec(model: ModelConfig | dict) -> BertSpec:
+    """The BertSpec fields of a model config (other fields such as name and checkpoint are ignored)."""
+    values = asdict(model) if is_dataclass(model) else dict(model)
     names = {f.name for f in fields(BertSpec)}
     try:
-        return BertSpec(**{k: v for k, v in dict(model_cfg).items() if k in names})
+        return BertSpec(**{k: v for k, v in values.items() if k in names})
     except ValueError as e:
         raise ConfigError(str(e)) from e
 
 
-def step_spec(cfg) -> StepSpec:
-    o = cfg["optimizer"]
+def step_spec(cfg: BenchConfig) -> StepSpec:
+    o = cfg.optimizer
     return StepSpec(
-        mode=cfg["mode"],
-        trainable=cfg["trainable"],
-        last_k=cfg["last_k"],
-        optimizer=OptimizerSpec(**{f.name: o[f.name] for f in fields(OptimizerSpec)}),
-        remat=cfg["remat"],
-        num_tangents=cfg["num_tangents"],
-        jvp_impl=cfg["jvp_impl"],
-        jacfwd_chunk=cfg["jacfwd_chunk"],
-        mezo_eps=cfg["mezo_eps"],
-        grad_accum=cfg["grad_accum"],
-        dtype=cfg["dtype"],
-        directions=cfg["directions"],
-        jvp_tangent=cfg["jvp_tangent"],
-        seed=cfg["seed"],
+        mode=cfg.mode,
+        trainable=cfg.trainable,
+        last_k=cfg.last_k,
+        optimizer=OptimizerSpec(**{f.name: getattr(o, f.name) for f in fields(OptimizerSpec)}),
+        remat=cfg.remat,
+        num_tangents=cfg.num_tangents,
+        jvp_impl=cfg.jvp_impl,
+        jacfwd_chunk=cfg.jacfwd_chunk,
+        mezo_eps=cfg.mezo_eps,
+        grad_accum=cfg.grad_accum,
+        dtype=cfg.dtype,
+        directions=cfg.directions,
+        jvp_tangent=cfg.jvp_tangent,
+        seed=cfg.seed,
     )
-
-
-def to_container(cfg) -> dict:
-    """A composed config as a plain resolved dict without Hydra's own node."""
-    d = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    d.pop("hydra", None)
-    return d
-
-
-def timed_steps(c: dict) -> int:
-    """How many timed steps a trial runs: `steps`, or with `epochs` set, that many passes over data.num_train
-    (in global batches: batch_size x every device)."""
-    if c.get("epochs") is None:
-        return c["steps"]
-    return c["epochs"] * (c["data"]["num_train"] // global_batch_size(c)) // c["grad_accum"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -284,7 +351,7 @@ def hash_identity(identity: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# validation shared by every scenario: one line per problem, the first problem wins
+# validation primitives, and the keys every trial reads: one line per problem, the first problem wins
 
 
 def choice(name: str, value, accepted) -> None:
@@ -292,20 +359,36 @@ def choice(name: str, value, accepted) -> None:
         raise ConfigError(f"{name}={value}: accepted {' | '.join(map(str, accepted))}")
 
 
+def is_number(value) -> bool:
+    """A real, finite number (a bool is not one; nan and inf are not accepted anywhere)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def at_least(name: str, value, low) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < low:
+    if not is_number(value) or value < low:
         raise ConfigError(f"{name}={value}: must be a number >= {low}")
 
 
-def validate_process(c: dict) -> None:
+def above(name: str, value, low) -> None:
+    if not is_number(value) or value <= low:
+        raise ConfigError(f"{name}={value}: accepted a finite number > {low}")
+
+
+def in_unit(name: str, value) -> None:
+    """[0, 1): momentum, betas, dropout."""
+    if not is_number(value) or not 0 <= value < 1:
+        raise ConfigError(f"{name}={value}: accepted a number in [0, 1)")
+
+
+def validate_process(cfg: BenchConfig) -> None:
     """What every trial's process reads, whatever the scenario: framework, device, logger and limits."""
-    choice("framework", c["framework"], FRAMEWORKS)
-    choice("device", c["device"], DEVICES)
-    choice("logger", c["logger"]["name"], LOGGERS)
-    choice("logger.mode", c["logger"]["mode"], ("offline", "online", "disabled"))
-    at_least("timeout_s", c["timeout_s"], 1)
-    if not isinstance(c["seed"], int) or isinstance(c["seed"], bool) or not 0 <= c["seed"] < MAX_SEED:
-        raise ConfigError(f"seed={c['seed']}: accepted an integer in [0, 2^63) (jax keys take an int64)")
+    choice("framework", cfg.framework, FRAMEWORKS)
+    choice("device", cfg.device, DEVICES)
+    choice("logger", cfg.logger.name, LOGGERS)
+    choice("logger.mode", cfg.logger.mode, LOGGER_MODES)
+    at_least("timeout_s", cfg.timeout_s, 1)
+    if not 0 <= cfg.seed < MAX_SEED:
+        raise ConfigError(f"seed={cfg.seed}: accepted an integer in [0, 2^63) (jax keys take an int64)")
     for name in ("max_host_mem_mb", "budget_mb"):
-        if c[name] is not None:
-            at_least(name, c[name], 1)
+        if getattr(cfg, name) is not None:
+            at_least(name, getattr(cfg, name), 1)

@@ -31,7 +31,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +66,10 @@ class DataSpec:
     seed: int = 0  # the synthetic corpus and the ag_news subsets; batch order follows the trial seed instead
 
 
-def data_spec(data_cfg: Mapping[str, Any] | None = None, **overrides) -> DataSpec:
-    """A DataSpec from a `data` config node (dict or DictConfig), plus optional field overrides."""
-    cfg = {**dict(data_cfg or {}), **overrides}
+def data_spec(data_cfg: Any = None, **overrides) -> DataSpec:
+    """A DataSpec from a `data` config node (the config's DataConfig, or a mapping), plus optional field
+    overrides."""
+    cfg = {**(asdict(data_cfg) if is_dataclass(data_cfg) else dict(data_cfg or {})), **overrides}
     known = {f.name for f in fields(DataSpec)}
     unknown = sorted(set(cfg) - known)
     if unknown:

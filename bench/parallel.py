@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import fields
 
 import numpy as np
 
-from bench.errors import ConfigError
-from bench.spec import Batch, BertSpec, is_trainable, param_shapes
+from bench.config import BenchConfig, bert_spec
+from bench.spec import Batch, is_trainable, param_shapes
 
 STRATEGIES = ("none", "ddp", "fsdp")
 FP32_BYTES = 4
@@ -45,105 +44,20 @@ REFUSED_WHY = {
 }
 
 
-def validate(c: dict) -> None:
-    """Raise ConfigError (one line) for a parallel setting this framework or mode cannot run (check_launch: what
-    the host and the launcher can)."""
-    p, fw, mode = c["parallel"], c["framework"], c["mode"]
-    if p not in STRATEGIES:
-        raise ConfigError(f"parallel={p}: accepted {' | '.join(STRATEGIES)}")
-    for name in ("devices", "nodes"):
-        if not isinstance(c[name], int) or isinstance(c[name], bool) or c[name] < 1:
-            raise ConfigError(f"{name}={c[name]}: accepted an integer >= 1")
-    for name in ("fsdp_reshard_after_forward", "fsdp_offload"):
-        if not isinstance(c[name], bool):
-            raise ConfigError(f"{name}={c[name]}: accepted true | false")
-    if p == "none":
-        if world_size(c) > 1:
-            raise ConfigError(
-                f"devices={c['devices']} nodes={c['nodes']}: parallel=none runs on one device; accepted: "
-                "parallel=ddp|fsdp for more"
-            )
-    elif mode not in SUPPORTED[(fw, p)]:
-        why = REFUSED_WHY.get((fw, p, mode), "not supported")
-        raise ConfigError(f"mode={mode} with parallel={p}, framework={fw}: {why}")
-    elif (fw, p, mode) == ("torch", "fsdp", "jvp") and c["jvp_impl"] != "lazy":
-        raise ConfigError(
-            f"jvp_impl={c['jvp_impl']} with parallel=fsdp: forward-mode AD through FSDP2's sharded parameters fails "
-            "in torch; accepted: jvp_impl=lazy (the tangent attached module by module to the gathered parameters)"
-        )
-    if p != "fsdp" and (c["fsdp_offload"] or not c["fsdp_reshard_after_forward"]):
-        which = "fsdp_offload=true" if c["fsdp_offload"] else "fsdp_reshard_after_forward=false"
-        raise ConfigError(f"{which}: applies to parallel=fsdp only (got parallel={p})")
-    if fw != "torch" and not c["fsdp_reshard_after_forward"]:
-        raise ConfigError(
-            "fsdp_reshard_after_forward=false: torch only (FSDP2's SHARD_GRAD_OP); in jax XLA decides when gathered "
-            "parameters are freed; accepted: true"
-        )
-    if c["fsdp_offload"]:
-        if fw != "torch":
-            raise ConfigError("fsdp_offload=true: torch only (FSDP2's CPUOffloadPolicy); framework=jax accepts false")
-        if c["device"] == "cpu":
-            raise ConfigError(
-                "fsdp_offload=true: the parameters already live in host memory on a CPU device, there is nothing to "
-                "offload to; accepted on a CUDA device"
-            )
-    if p != "none" and (c["evaluate"] or c["measure_grad_cosine"]):
-        which = "evaluate=true" if c["evaluate"] else "measure_grad_cosine=true"
-        raise ConfigError(f"{which}: not measured with parallel={p} yet; accepted with parallel=none")
+def world_size(cfg: BenchConfig) -> int:
+    return cfg.devices * cfg.nodes
 
 
-def check_launch(c: dict, launcher: dict, gpus: int) -> None:
-    """Whether the Hydra launcher can start this trial's processes where it starts them: more than one node needs
-    a submitit launcher with as many nodes; a submitit job with several tasks per node gives each task one process
-    of the trial, so their count must be what the framework runs (torch: one per device; jax: one per node, or one
-    per device); a trial that runs on this host (every launcher but SLURM's) needs the GPUs it asks for
-    (`gpus`: this host's count, bench.system.cuda_device_count)."""
-    target = str(launcher.get("_target_", ""))
-    submitit = "submitit" in target
-    if "slurm" not in target.lower():
-        if c["device"] == "cuda" and gpus == 0:
-            raise ConfigError("device=cuda: this host has no CUDA GPU (nvidia-smi lists none); accepted: cpu | auto")
-        if c["fsdp_offload"] and gpus == 0:
-            raise ConfigError(
-                "fsdp_offload=true: this host has no GPU, so the parameters already live in host memory and there is "
-                "nothing to offload to; accepted on a CUDA device"
-            )
-        if c["device"] in ("cuda", "auto") and 0 < gpus < c["devices"]:
-            raise ConfigError(f"devices={c['devices']}: this host has {gpus} GPU(s); accepted 1..{gpus} or device=cpu")
-    nodes, tasks = (launcher.get("nodes", 1), launcher.get("tasks_per_node", 1)) if submitit else (1, 1)
-    fix = (f"hydra/launcher=submitit_slurm hydra.launcher.nodes={c['nodes']} "
-           f"hydra.launcher.tasks_per_node={processes_per_node(c) if c['framework'] == 'torch' else 1}")  # fmt: skip
-    if c["nodes"] != nodes:
-        raise ConfigError(f"nodes={c['nodes']}: the launcher starts {nodes} node(s); accepted: {fix}")
-    if tasks > 1:
-        accepted = {processes_per_node(c)} if c["framework"] == "torch" else {1, c["devices"]}
-        if tasks not in accepted or c["parallel"] == "none":
-            raise ConfigError(
-                f"hydra.launcher.tasks_per_node={tasks}: a {c['framework']} trial with parallel={c['parallel']} "
-                f"devices={c['devices']} runs {' or '.join(map(str, sorted(accepted)))} process(es) per node; "
-                f"accepted: {fix}"
-            )
-    elif c["nodes"] > 1 and c["framework"] == "torch" and c["devices"] > 1:
-        raise ConfigError(
-            f"nodes={c['nodes']} devices={c['devices']}: a torch trial across nodes runs one task per device; "
-            f"accepted: {fix}"
-        )
+def global_batch_size(cfg: BenchConfig) -> int:
+    return cfg.batch_size * world_size(cfg)
 
 
-def world_size(c: dict) -> int:
-    return c["devices"] * c["nodes"]
-
-
-def global_batch_size(c: dict) -> int:
-    return c["batch_size"] * world_size(c)
-
-
-def processes_per_node(c: dict) -> int:
-    """How many trial processes the runner starts on one node: torch runs one process per device (a rank each);
-    JAX one process that owns every device of its node."""
-    if c["parallel"] == "none" or c["framework"] == "jax":
-        return 1
-    return c["devices"]
+def timed_steps(cfg: BenchConfig) -> int:
+    """How many timed steps a trial runs: `steps`, or with `epochs` set, that many passes over data.num_train
+    (in global batches: batch_size x every device)."""
+    if cfg.epochs is None:
+        return cfg.steps
+    return cfg.epochs * (cfg.data.num_train // global_batch_size(cfg)) // cfg.grad_accum
 
 
 def shard_rows(batch: Batch, index: int, count: int) -> Batch:
@@ -156,7 +70,7 @@ def shard_batches(micro_batches: Sequence[Batch], index: int, count: int) -> lis
     return [shard_rows(b, index, count) for b in micro_batches]
 
 
-def expected_comm_bytes(c: dict, n_trainable: int, n_sharded: int) -> int:
+def expected_comm_bytes(cfg: BenchConfig, n_trainable: int, n_sharded: int) -> int:
     """What the way of differentiating should exchange per step per device, in bytes, by its definition (fp32;
     bf16_pure: 2-byte parameters and gradients, the scalars still fp32):
     the size of each collective's buffer (all-reduce: the tensor; all-gather: the gathered output; reduce-scatter:
@@ -177,17 +91,17 @@ def expected_comm_bytes(c: dict, n_trainable: int, n_sharded: int) -> int:
     per micro-batch; JAX exchanges everything per micro-batch. A world of one device exchanges nothing. Measured
     against these (tests/test_parallel_*.py): XLA's backprop all-reduces 4(P - T)H bytes less than 4n (the position
     embeddings' rows past seq_len have no gradient, which it knows)."""
-    if c["parallel"] == "none" or world_size(c) == 1:
+    if cfg.parallel == "none" or world_size(cfg) == 1:
         return 0
-    mode, k, s, ga, torch = c["mode"], c["num_tangents"], FP32_BYTES, c["grad_accum"], c["framework"] == "torch"
-    p = 2 if c.get("dtype") == "bf16_pure" else FP32_BYTES  # a parameter's (and its gradient's) bytes
+    mode, k, s, ga, torch = cfg.mode, cfg.num_tangents, FP32_BYTES, cfg.grad_accum, cfg.framework == "torch"
+    p = 2 if cfg.dtype == "bf16_pure" else FP32_BYTES  # a parameter's (and its gradient's) bytes
     loss = s  # the loss and the directional derivatives stay fp32 in every dtype
-    if c["parallel"] == "ddp":
+    if cfg.parallel == "ddp":
         per_update = {"inference": loss, "backprop": p * n_trainable + loss, "jacfwd": p * n_trainable + loss,
                       "jvp": s * (k + 1), "mezo": 2 * s}[mode]  # fmt: skip
         return per_update if torch else ga * per_update
-    gather = p * (padded_params(c) if torch else n_sharded)
-    reduce_scatter = p * (padded_params(c, trainable=True) if torch else n_trainable)
+    gather = p * (padded_params(cfg) if torch else n_sharded)
+    reduce_scatter = p * (padded_params(cfg, trainable=True) if torch else n_trainable)
     if mode == "inference":
         per_micro, per_update = gather, loss
     elif mode == "mezo":
@@ -195,19 +109,19 @@ def expected_comm_bytes(c: dict, n_trainable: int, n_sharded: int) -> int:
     elif mode == "jvp":
         per_micro, per_update = (k if torch else 1) * gather, s * (k + 1)
     else:  # backprop, jacfwd
-        regather = torch and mode == "backprop" and c["fsdp_reshard_after_forward"]
+        regather = torch and mode == "backprop" and cfg.fsdp_reshard_after_forward
         per_micro, per_update = gather * (2 if regather else 1), reduce_scatter + loss
     return ga * per_micro + per_update if torch else ga * (per_micro + per_update)
 
 
-def padded_params(c: dict, trainable: bool = False) -> int:
+def padded_params(cfg: BenchConfig, trainable: bool = False) -> int:
     """Parameters as FSDP2 gathers them: each tensor's first axis padded up to a multiple of the devices (the
     trainable scope's alone with `trainable`, as its reduce-scatter carries them)."""
-    spec = BertSpec(**{f.name: c["model"][f.name] for f in fields(BertSpec) if f.name in c["model"]})
-    n = world_size(c)
+    spec = bert_spec(cfg.model)
+    n = world_size(cfg)
     total = 0
     for name, shape in param_shapes(spec).items():
-        if trainable and not is_trainable(name, c["trainable"], spec.num_layers, c["last_k"]):
+        if trainable and not is_trainable(name, cfg.trainable, spec.num_layers, cfg.last_k):
             continue
         rows = -(-shape[0] // n) * n
         total += rows * (math.prod(shape) // shape[0])

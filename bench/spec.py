@@ -21,12 +21,13 @@ from typing import Any, Protocol
 import numpy as np
 
 FRAMEWORKS = ("torch", "jax")
+FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}  # as a reader knows them
 # What each framework package provides, module by module (bench/<framework>_impl/<module>.py, the same names in
-# both): device (devices, numerics, memory trackers), parallel (a trial's devices and processes: `start(c)` ->
+# both): device (devices, numerics, memory trackers), parallel (a trial's devices and processes: `start(cfg)` ->
 # World), steps (the modes, Trainer, make_trainer), memory (what holds a trial's memory: breakdown(trainer,
-# batches)), ops (the op micro-benchmarks' builders). A trial imports only
-# the modules its scenario needs: an ops trial never loads the BERT model code.
-IMPL_MODULES = ("device", "parallel", "steps", "memory", "ops")
+# batches)), ops (the op micro-benchmarks' builders), plain (the plain training loop a user would write: what the
+# harness is measured against). A process imports only the modules it needs: an ops trial never loads BERT.
+IMPL_MODULES = ("device", "parallel", "steps", "memory", "ops", "plain")
 MODES = ("inference", "backprop", "jvp", "jacfwd", "mezo")
 TRAINABLE_SCOPES = ("all", "head", "bias", "last_k")
 OPTIMIZERS = ("sgd", "adamw")
@@ -215,7 +216,7 @@ def implementation(framework: str, module: str) -> ModuleType:
 
 
 class World(Protocol):
-    """A trial's devices and processes, as each framework's `parallel.start(c)` sets them up (torch: a process
+    """A trial's devices and processes, as each framework's `parallel.start(cfg)` sets them up (torch: a process
     group of one process per device; JAX: one process owning its node's devices, a Mesh with a `data` axis).
     parallel=none is a world of one device. bench/parallel.py holds the framework-neutral rules."""
 

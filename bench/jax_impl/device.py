@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import jax
 
-from bench.trackers import HostRssTracker, JaxDeviceTracker, MemoryTracker, NvmlTracker
+from bench.measure.trackers import HostRssTracker, JaxDeviceTracker, MemoryTracker, NvmlTracker
 
 
 def resolve_device(requested):

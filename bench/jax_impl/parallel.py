@@ -1,4 +1,4 @@
-"""A JAX trial's devices and processes: `start(c)` -> World. Mirror of torch_impl/parallel.py.
+"""A JAX trial's devices and processes: `start(cfg)` -> World. Mirror of torch_impl/parallel.py.
 
 parallel=none: one process, one device. parallel=ddp|fsdp: one process owns every device of its node (on the CPU,
 `jax_num_cpu_devices` of them), a Mesh with one axis `data` over the trial's devices, and the trainer's arrays
@@ -31,10 +31,11 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from bench.config import BenchConfig
 from bench.jax_impl.device import memory_trackers, resolve_device
+from bench.measure.trackers import HostRssTracker, JaxDeviceTracker, MemoryTracker, MiB, NvmlTracker
 from bench.parallel import shard_batches, world_size
 from bench.spec import Batch
-from bench.trackers import HostRssTracker, JaxDeviceTracker, MemoryTracker, MiB, NvmlTracker
 
 AXIS = "data"  # the mesh's one axis: batches are split over it (ddp, fsdp) and so are parameters (fsdp)
 
@@ -169,18 +170,18 @@ class World:
             jax.distributed.shutdown()
 
 
-def start(c: dict) -> World:
+def start(cfg: BenchConfig) -> World:
     """This process's place in the trial (parallel=none: the whole trial, on one device). Called before anything
     touches a device: the CPU device count and the distributed runtime can only be set before JAX starts."""
-    p = c["parallel"]
+    p = cfg.parallel
     if p == "none":
-        assert world_size(c) == 1
-        return World(parallel="none", size=1, rank=0, main=True, device=resolve_device(c["device"]))
-    size = world_size(c)
+        assert world_size(cfg) == 1
+        return World(parallel="none", size=1, rank=0, main=True, device=resolve_device(cfg.device))
+    size = world_size(cfg)
     processes, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     if size % processes:
         raise ValueError(
-            f"parallel={p}: devices={c['devices']} x nodes={c['nodes']} = {size} devices over {processes} "
+            f"parallel={p}: devices={cfg.devices} x nodes={cfg.nodes} = {size} devices over {processes} "
             "processes (WORLD_SIZE); accepted: a process count that divides the device count"
         )
     local = size // processes
@@ -188,20 +189,20 @@ def start(c: dict) -> World:
     if processes > 1:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives across processes
         gpu_ids = None
-        if c["device"] != "cpu":  # several processes on a node each take their own GPUs
+        if cfg.device != "cpu":  # several processes on a node each take their own GPUs
             first = int(os.environ.get("LOCAL_RANK", "0")) * local
             gpu_ids = list(range(first, first + local))
         jax.distributed.initialize(
             f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", processes, rank, local_device_ids=gpu_ids
         )
-    platform = resolve_device(c["device"]).platform
+    platform = resolve_device(cfg.device).platform
     # process by process, so each process's devices (and batch rows) are one block of the mesh
     devices = sorted(jax.devices(platform), key=lambda d: (d.process_index, d.id))
     if processes == 1:
         devices = devices[:size]  # a host with more GPUs than the trial asks for
     if len(devices) != size:
         raise RuntimeError(
-            f"parallel={p}: devices={c['devices']} x nodes={c['nodes']} = {size} {platform} devices expected, "
+            f"parallel={p}: devices={cfg.devices} x nodes={cfg.nodes} = {size} {platform} devices expected, "
             f"jax sees {len(devices)} over {processes} process(es)"
         )
     mesh = Mesh(np.array(devices), (AXIS,))

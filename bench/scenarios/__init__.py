@@ -1,45 +1,33 @@
-"""The scenarios, by name: what `scenario=` selects. One registry, no `if scenario == ...` anywhere else.
+"""The scenarios: what the suite measures, one package each, with its config checks, its run, the columns it
+writes and its report section.
 
-    model   one way of differentiating BERT in one framework -> runs.csv   (bench/scenarios/model.py)
-    ops     op-level AD micro-benchmarks in one framework    -> ops.csv    (bench/scenarios/ops.py)
+    model      scenario=model: one way of differentiating BERT in one framework -> runs.csv
+    ops        scenario=ops: op-level AD micro-benchmarks in one framework     -> ops.csv
+    capacity   python -m bench capacity: the largest batch / sequence in a budget -> capacity.csv
+    overhead   python -m bench overhead: the harness against a plain loop        -> overhead.csv
 
-A new scenario is a module with a Scenario subclass (bench/scenarios/base.py) and one line in SCENARIOS.
+SCENARIOS is what `scenario=` selects (one trial process each, run by bench/harness/); capacity and overhead are
+commands that run model trials. REPORT_SECTIONS is the report's content, in order. A new trial scenario is a
+package with a Scenario subclass (bench/harness/scenario.py) and one entry in SCENARIOS.
 """
 
 from __future__ import annotations
 
-from bench.config import hash_identity, to_container, validate_process
-from bench.errors import ConfigError
-from bench.scenarios.base import Scenario
-from bench.scenarios.model import ModelScenario
-from bench.scenarios.ops import OpsScenario
+from bench.harness.scenario import Registry
+from bench.report.section import Section
+from bench.scenarios.capacity.report import CapacitySection
+from bench.scenarios.model.report import memory, modes, parallel, plots, targets
+from bench.scenarios.model.scenario import MODEL
+from bench.scenarios.ops.report import OpsSection
+from bench.scenarios.ops.scenario import OPS
+from bench.scenarios.overhead.report import SpeedSection
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (ModelScenario(), OpsScenario())}
-DEFAULT = "model"
+SCENARIOS: Registry = {s.name: s for s in (MODEL, OPS)}
+# Every column a trial scenario writes: the keys a W&B run of theirs can carry (the dashboard checks its panels).
+COLUMNS: tuple[str, ...] = tuple(dict.fromkeys(c for s in SCENARIOS.values() for c in s.columns))
 
-
-def scenario_of(c: dict) -> Scenario:
-    """The scenario a composed config (as a plain dict) selects; an unknown name is a ConfigError."""
-    name = c.get("scenario", DEFAULT)
-    if name not in SCENARIOS:
-        raise ConfigError(f"scenario={name}: accepted {' | '.join(SCENARIOS)}")
-    return SCENARIOS[name]
-
-
-def validate(cfg) -> None:
-    """Raise ConfigError (one line) for the first problem in a composed config: the process keys every trial
-    reads, then its scenario's own."""
-    c = to_container(cfg)
-    scenario = scenario_of(c)
-    validate_process(c)
-    scenario.validate(c)
-
-
-def trial_identity(cfg) -> dict:
-    """What `resume=true` compares: the keys the trial's scenario says change its measurements."""
-    c = to_container(cfg)
-    return scenario_of(c).identity(c)
-
-
-def config_hash(cfg) -> str:
-    return hash_identity(trial_identity(cfg))
+REPORT_SECTIONS: tuple[Section, ...] = (
+    modes.ModesSection(), modes.StudySection(), modes.PathologySection(), targets.TargetsSection(), SpeedSection(),
+    modes.DepthSection(), memory.MemorySection(), parallel.ParallelSection(), plots.PlotsSection(),
+    modes.FailedSection(), OpsSection(), CapacitySection(),
+)  # fmt: skip

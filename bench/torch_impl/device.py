@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.trackers import HostRssTracker, MemoryTracker, MiB, NvmlTracker, TorchCudaTracker
+from bench.measure.trackers import HostRssTracker, MemoryTracker, MiB, NvmlTracker, TorchCudaTracker
 
 
 def resolve_device(requested: str | torch.device) -> torch.device:

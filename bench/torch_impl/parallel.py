@@ -1,4 +1,4 @@
-"""A PyTorch trial's devices and processes: `start(c)` -> World. Mirror of jax_impl/parallel.py.
+"""A PyTorch trial's devices and processes: `start(cfg)` -> World. Mirror of jax_impl/parallel.py.
 
 parallel=none: one process, one device. parallel=ddp|fsdp: one process per device, a process group over
 torch.distributed (env:// rendezvous: the runner, or submitit, sets MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
@@ -44,10 +44,11 @@ except ImportError:  # an older torch still runs one device and ddp; shard_model
     FSDPModule = DTensor = ()  # isinstance(x, ()) is False: no module is FSDP2's, no tensor a DTensor
     AllGather = ReduceScatter = object
 
+from bench.config import BenchConfig
+from bench.measure.trackers import MemoryTracker
 from bench.parallel import shard_batches, world_size
 from bench.spec import Batch
 from bench.torch_impl.device import memory_trackers, resolve_device
-from bench.trackers import MemoryTracker
 from bench.weights import weights_digest
 
 # FSDP2's collectives into and from one flat tensor: torch 2.13 renamed them (the old names warn there)
@@ -132,21 +133,21 @@ class World:
         dist.destroy_process_group()
 
 
-def start(c: dict) -> World:
+def start(cfg: BenchConfig) -> World:
     """This process's place in the trial (parallel=none: the whole trial, on one device)."""
-    p = c["parallel"]
+    p = cfg.parallel
     if p == "none":
-        assert world_size(c) == 1
-        return World(parallel="none", size=1, rank=0, main=True, device=resolve_device(c["device"]))
-    size = world_size(c)
+        assert world_size(cfg) == 1
+        return World(parallel="none", size=1, rank=0, main=True, device=resolve_device(cfg.device))
+    size = world_size(cfg)
     started = int(os.environ.get("WORLD_SIZE", "1"))
     if started != size:
         raise ValueError(
-            f"parallel={p}: {started} process(es) started (WORLD_SIZE), devices={c['devices']} x "
-            f"nodes={c['nodes']} = {size} expected; trials beyond one device are started by `python -m bench`"
+            f"parallel={p}: {started} process(es) started (WORLD_SIZE), devices={cfg.devices} x "
+            f"nodes={cfg.nodes} = {size} expected; trials beyond one device are started by `python -m bench`"
         )
     rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    device = resolve_device(c["device"])
+    device = resolve_device(cfg.device)
     if device.type == "cuda":
         device = torch.device("cuda", local % torch.cuda.device_count())
         torch.cuda.set_device(device)
@@ -158,7 +159,7 @@ def start(c: dict) -> World:
     backend = "nccl" if device.type == "cuda" else "gloo"
     # A collective whose peer died fails at the trial's own deadline rather than waiting forever (the runner
     # also kills the rest of the trial as soon as one process exits badly).
-    timeout = timedelta(seconds=c["timeout_s"])
+    timeout = timedelta(seconds=cfg.timeout_s)
     device_id = device if device.type == "cuda" else None
     if size == 1 and "MASTER_ADDR" not in os.environ:  # one device: a group of one, no rendezvous to wait for
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout,
@@ -167,9 +168,9 @@ def start(c: dict) -> World:
         dist.init_process_group(backend, init_method="env://", timeout=timeout, device_id=device_id)
     # Dropout: each rank its own masks, as one device drawing them for the whole global batch would (torch's
     # default seed is a constant, so every rank would otherwise drop the same units of its rows).
-    torch.manual_seed(int(np.random.SeedSequence([c["seed"], rank]).generate_state(1, np.uint64)[0] >> 1))
+    torch.manual_seed(int(np.random.SeedSequence([cfg.seed, rank]).generate_state(1, np.uint64)[0] >> 1))
     return World(parallel=p, size=size, rank=rank, main=rank == 0, device=device,
-                 reshard_after_forward=c["fsdp_reshard_after_forward"], offload=c["fsdp_offload"])  # fmt: skip
+                 reshard_after_forward=cfg.fsdp_reshard_after_forward, offload=cfg.fsdp_offload)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,129 @@
+"""`python -m bench [COMMAND]`: the suite's one command line, and the only module that knows every command.
+
+    python -m bench [key=value ...]          one trial, or with -m a sweep (Hydra): one spawned process per trial
+    python -m bench report [...]             tables and plots from the results -> report.md (bench/report/)
+    python -m bench capacity [...]           the largest batch or sequence length in a memory budget
+    python -m bench overhead [...]           the harness against a plain training loop (make perf)
+    python -m bench targets [...]            the training modes' memory and speed targets, met or missed
+    python -m bench dashboard [...]          the W&B workspace and report of the runs
+
+Trials: before Hydra starts anything, every trial the command line names is composed and validated
+(bench/harness/preflight.py), so bad input gets one clear line and exit 2 before any process starts or any row is
+written. Hydra then runs one job per trial (bench/harness/runner.py), each resolved once into the typed config.
+The exit code is made of the jobs' outcomes: 1 when any trial ended error or crashed, else 0.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+
+from bench.config import CONF_DIR, LAUNCH_ID, available, launch_id, options, register_configs, resolve
+from bench.harness import command, runner, sweep
+from bench.harness.launch import LAUNCHER_PID, stop_descendants
+from bench.harness.preflight import compose_trials, preflight
+from bench.report import build as report
+from bench.report import dashboard
+from bench.scenarios import COLUMNS, REPORT_SECTIONS, SCENARIOS
+from bench.scenarios.capacity import run as capacity
+from bench.scenarios.model.report import targets
+from bench.scenarios.overhead import run as overhead
+
+CASE_NOTE = ("case=NAME is a mode preset: it sets mode and the keys that come with it (backprop_remat: mode=backprop "
+             "remat=true; jacfwd_head: mode=jacfwd trainable=head); a key given on the command line wins.")
+
+# Flags that ask Hydra for information rather than runs: handed over untouched.
+_HYDRA_INFO_FLAGS = ("--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p",
+                     "--shell-completion", "-sc", "--version", "--config-path", "-cp", "--config-name", "-cn",
+                     "--config-dir", "-cd", "--experimental-rerun")
+
+register_configs()
+
+
+class SweepCallback(sweep.SweepCallback):
+    """The sweep callback conf/config.yaml names: the harness's, given the scenarios."""
+
+    scenarios = SCENARIOS
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def _hydra_app(cfg) -> dict:
+    return runner.run_job(cfg, SCENARIOS)
+
+
+COMMANDS = {
+    "report": lambda argv: report.main(argv, REPORT_SECTIONS),
+    "capacity": capacity.main,
+    "overhead": overhead.main,
+    "targets": targets.main,
+    "dashboard": lambda argv: dashboard.main(argv, COLUMNS),
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in COMMANDS:
+        sys.exit(COMMANDS[argv[0]](argv[1:]))
+    if any(a in ("-h", "--help") for a in argv):
+        print(help_text())
+        return
+    sys.exit(trials(argv))
+
+
+def trials(argv: list[str]) -> int:
+    """Trials and sweeps through Hydra: preflight every trial, run the jobs, return the launch's exit code."""
+    os.environ[LAUNCHER_PID] = str(os.getpid())  # jobs name their temp folders after this launch
+    os.environ.pop(LAUNCH_ID, None)
+    launch_id()  # a new id for this launch: its Hydra folder and sweep_id, for every job it starts
+    info = any(a.split("=")[0] in _HYDRA_INFO_FLAGS for a in argv)
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    overrides = [a for a in argv if not a.startswith("-")]
+
+    def body() -> int:
+        if info:
+            sys.argv = [sys.argv[0], *argv]
+            _hydra_app()
+            return 0
+        preflight(overrides, multirun, SCENARIOS)
+        (_, first), = compose_trials(overrides, multirun, limit=1)[0]
+        folder = Path(resolve(first).results_dir) / "hydra" / f"outcomes_{launch_id()}"
+        os.environ[runner.OUTCOMES] = str(folder.resolve())  # every job leaves its outcome there
+        sys.argv = [sys.argv[0], *argv]
+        _hydra_app()
+        return exit_code(runner.outcomes(folder))
+
+    return command.run("", body, first=stop_descendants,
+                       interrupted="the running trial was stopped and nothing recorded for it; the same command "
+                       "with resume=true runs the trials not recorded yet")  # fmt: skip
+
+
+def exit_code(statuses: list[str]) -> int:
+    """0 when every trial produced its measurement (ok; oom and timeout are measured outcomes; skipped was
+    recorded before), 1 when any trial ended error or crashed."""
+    return 1 if any(s in ("error", "crashed") for s in statuses) else 0
+
+
+def help_text() -> str:
+    (_, composed), = compose_trials([], multirun=False)[0]
+    defaults = resolve(composed)  # what a trial gets when nothing is given: the schema and the default presets
+    rows = "\n".join(f"  {name:<32} {text} [default: {value}]" for name, text, value in options(defaults=defaults))
+    groups = "\n".join(f"  {g:<24} {' | '.join(available(g))}" for g in ("model", "data", "optimizer", "logger",
+                                                                         "ops", "case", "experiment"))  # fmt: skip
+    return "\n\n".join([
+        "bench: JAX vs PyTorch automatic-differentiation benchmarks on BERT (scenario=model) and on single ops "
+        "(scenario=ops)",
+        "usage:\n  python -m bench [key=value ...]                  one trial\n"
+        "  python -m bench scenario=ops [framework=jax]     op micro-benchmarks: every op x size, one process\n"
+        "  python -m bench -m key=a,b [key=x,y ...]         a sweep (cartesian product), one process per trial\n"
+        "  python -m bench -m +experiment=NAME              a ready-made experiment (conf/experiment)\n"
+        "  python -m bench -m ... hydra/launcher=joblib     local parallel; submitit_local / submitit_slurm\n"
+        "  python -m bench COMMAND --help                   " + " | ".join(COMMANDS),
+        f"config groups (choose with group=option)\n{groups}\n  {CASE_NOTE}",
+        f"options (model.*, data.*, optimizer.*, logger.*, ops.* override a preset's field)\n{rows}",
+        "outputs: <results_dir>/runs.csv (one row per trial), <results_dir>/ops.csv (scenario=ops: one row per op "
+        "and shape),\n  <results_dir>/history/, <results_dir>/logs/, <results_dir>/wandb/\n"
+        "Hydra's own flags: --hydra-help, --cfg job, --info",
+    ])

@@ -1,0 +1,60 @@
+"""The one way every command of the suite runs (`python -m bench [COMMAND]`, bench/cli.py): its arguments parsed
+with usage errors in one line, bad input in one line with exit 2, an interrupt (SIGINT, SIGTERM, SIGHUP) in one
+line with the shell's code (130, 143, 129), a full disk in one line naming the folder and its free space. The
+command returns its exit code; nothing is kept in module globals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.errors import ConfigError
+from bench.harness.signals import Interrupted, interrupts_raise
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line and exit 2, naming the usage (not argparse's usage block)."""
+
+    def __init__(self, name: str, usage_line: str, **kw):
+        super().__init__(prog=f"python -m bench {name}", **kw)
+        self.name, self.usage_line = name, usage_line
+
+    def error(self, message: str):
+        self.exit(2, f"bench {self.name}: error: {message} (usage: {self.usage_line})\n")
+
+
+def run(name: str, body: Callable[[], int], interrupted: str = "nothing was recorded",
+        first: Callable[[], None] | None = None) -> int:  # fmt: skip
+    """Run `body` as command `name` and return its exit code. An interrupt prints one line: what the command keeps
+    or discards (`interrupted`), and returns 128 + the signal; `first` runs before the interrupt is raised (it
+    stops the command's child processes)."""
+    prefix = f"bench {name}" if name else "bench"
+    try:
+        with interrupts_raise(first=first):
+            return body()
+    except ConfigError as e:
+        print(f"{prefix}: error: {e}", file=sys.stderr)
+        return 2
+    except (Interrupted, KeyboardInterrupt) as e:
+        signum = e.signum if isinstance(e, Interrupted) else 2
+        print(f"{prefix}: interrupted ({Interrupted(signum)}): {interrupted}", file=sys.stderr)
+        return 128 + signum
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        print(f"{prefix}: error: {disk_full(e)}", file=sys.stderr)
+        return 1
+
+
+def disk_full(e: OSError) -> str:
+    """A write that failed for lack of space, as one line: the file, its folder's free space."""
+    where = Path(e.filename).parent if e.filename else Path.cwd()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    free = shutil.disk_usage(where).free / 2**20
+    return f"no space left to write {e.filename or 'results'} ({where}: {free:.1f} MiB free); nothing partial was kept"

@@ -1,0 +1,131 @@
+"""Preflight: every trial a command line names (all combinations of a -m sweep, including the sweep an
+experiment config declares) is composed with Hydra's compose API and validated, before Hydra starts anything.
+Bad input gets one clear line and a non-zero exit before any process starts or any row is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from bench.config import CONF_DIR, GROUPS, available, register_configs, resolve
+from bench.errors import ConfigError
+from bench.harness.launch import check_launch
+from bench.harness.scenario import Registry, scenario_of, validate
+from bench.measure.system import cuda_device_count
+from bench.store.csv import check_results_file
+
+MAX_PREFLIGHT = 2000  # sweeps larger than this are validated per job instead (composition takes ~20 ms each)
+
+
+def one_line(e: BaseException) -> str:
+    """Hydra/OmegaConf errors span lines and causes; keep the first two meaningful lines."""
+    lines = []
+    while e is not None:
+        lines += [ln.strip() for ln in str(e).splitlines()
+                  if ln.strip() and not ln.strip().startswith(("full_key", "object_type", "reference_type"))]
+        e = e.__cause__
+    return "; ".join(lines[:2]) or "invalid configuration"
+
+
+def _check_group(key: str, value: str) -> None:
+    group = key.lstrip("+~")
+    if group in GROUPS and value not in ("null", "None") and value not in available(group):
+        raise ConfigError(f"{group}={value}: unknown option; accepted: {', '.join(available(group))}")
+
+
+@contextlib.contextmanager
+def _hydra_context():
+    """Hydra's compose API needs an initialised GlobalHydra (inside a running app, callbacks, it already is) and
+    the schema in its ConfigStore (registering twice is harmless)."""
+    register_configs()
+    if GlobalHydra.instance().is_initialized():
+        yield
+    else:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            yield
+
+
+def _compose(overrides: list[str], **kw):
+    try:
+        return compose("config", overrides=overrides, **kw)
+    except Exception as e:  # noqa: BLE001 (Hydra raises several types; all become one line)
+        raise ConfigError(one_line(e)) from e
+
+
+def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
+    """All trials (as override lists) that `python -m bench [-m] overrides...` would run."""
+    parser = OverridesParser.create()
+    try:
+        parsed = parser.parse_overrides(overrides)
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(one_line(e)) from e
+    fixed, sweeps, hydra_overrides = [], {}, []
+    for o in parsed:
+        key = o.get_key_element()
+        if o.key_or_group.startswith("hydra"):
+            hydra_overrides.append(o.input_line)
+        elif o.is_sweep_override():
+            if not multirun:
+                raise ConfigError(f"{o.input_line}: a sweep needs -m (python -m bench -m {o.input_line} ...)")
+            sweeps[o.key_or_group] = [f"{key}={v}" for v in o.sweep_string_iterator()]
+        else:
+            fixed.append(o.input_line)
+        for v in (o.sweep_string_iterator() if o.is_sweep_override() else [o.value()]):
+            _check_group(key, str(v))
+    if multirun:  # an experiment config may declare its own sweep (hydra.sweeper.params)
+        with _hydra_context():
+            base = _compose(fixed + [opts[0] for opts in sweeps.values()] + hydra_overrides,
+                            return_hydra_config=True)
+        for k, v in (base.hydra.sweeper.get("params") or {}).items():
+            (o,) = parser.parse_overrides([f"{k}={v}"])
+            if o.key_or_group not in sweeps and not any(f.split("=")[0].lstrip("+~") == k for f in fixed):
+                values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [str(o.value())]
+                for value in values:
+                    _check_group(k, value)
+                sweeps[o.key_or_group] = [f"{k}={value}" for value in values]
+    return [fixed + list(combo) for combo in itertools.product(*sweeps.values())]
+
+
+def compose_trials(overrides: list[str], multirun: bool, limit: int = MAX_PREFLIGHT):
+    """(override list, composed config) for every trial of the command line, up to `limit`."""
+    trials = expand_sweep(overrides, multirun)
+    with _hydra_context():
+        return [(combo, _compose(combo)) for combo in trials[:limit]], len(trials)
+
+
+def preflight(overrides: list[str], multirun: bool, scenarios: Registry) -> int:
+    """Compose and validate every trial; raise ConfigError (one line) at the first bad one. Returns the count."""
+    trials, total = compose_trials(overrides, multirun)
+    files: dict = {}  # each results file the trials write, once: (path, its schema)
+    hydra_overrides = [o for o in overrides if o.lstrip("+~").startswith("hydra")]
+    # Hydra starts a single run itself; only a multirun goes through the launcher
+    launcher = launcher_of(trials[0][0] + hydra_overrides) if trials and multirun else {}
+    for combo, composed in trials:
+        try:
+            cfg = resolve(composed)
+            scenario = scenario_of(scenarios, cfg.scenario)
+            validate(scenario, cfg)
+            check_launch(cfg, launcher, cuda_device_count())
+            files[Path(cfg.results_dir) / scenario.results_file] = scenario.columns
+        except ConfigError as e:
+            varying = [o for o in combo if o not in overrides]
+            raise ConfigError(f"{e} (trial {' '.join(varying)})" if varying else str(e)) from e
+    for path, columns in files.items():
+        note = check_results_file(path, columns)  # ResultsFileError is a ConfigError: one line
+        if note:
+            print(f"bench: {note}", file=sys.stderr)
+    return total
+
+
+def launcher_of(overrides: list[str]) -> dict:
+    """The Hydra launcher a command line selects (its node: _target_, nodes, tasks_per_node, ...)."""
+    with _hydra_context():
+        return OmegaConf.to_container(_compose(overrides, return_hydra_config=True).hydra.launcher, resolve=True)

@@ -1,0 +1,234 @@
+"""The runner: every trial in its own freshly spawned process, whatever its scenario.
+
+Parent (`run_job`, one Hydra job): validate, skip the trial if resume finds it recorded ok, spawn the trial's
+processes (`python -m bench.scenarios PAYLOAD RESULT`, bench/harness/trial.py), watch them (timeout, host-memory
+limit, a rank that dies), classify the outcome, append its rows to the scenario's CSV, save its side files, log
+its W&B run, print progress, and return the outcome. The parent never imports torch or jax, and knows nothing of
+BERT or of ops: the scenario turns the outcome into rows.
+
+Statuses: ok | oom (CUDA OOM, XLA RESOURCE_EXHAUSTED, MemoryError, host limit) | crashed (the child died: signal,
+abort, "Fatal Python error") | timeout | error (an exception: the message is in the row) | skipped (resume).
+A trial that died keeps what it reported before dying (on_progress): the ops scenario's finished rows.
+
+What a launch's exit code is made of travels as files, not module globals: each job leaves its outcome in the
+folder BENCH_OUTCOMES names (shared storage under SLURM, as the results are), and `python -m bench` reads them
+when Hydra returns (`outcomes`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack
+from datetime import datetime, timezone
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+
+from bench.config import BenchConfig, launch_id, resolve, to_dict
+from bench.harness.launch import TRIAL_MODULE, Task, kill_session, rank_env, temp_prefix, this_task
+from bench.harness.scenario import Registry, Scenario, config_hash, scenario_of, validate
+from bench.harness.signals import interrupts_raise
+from bench.harness.sweep import sweep_info, worst
+from bench.measure.system import REPO
+from bench.measure.trackers import HostMemWatchdog
+from bench.store.csv import CsvSink
+from bench.store.read import latest, read_rows
+
+LOG_TAIL_LINES = 12  # stderr lines kept in the row of a crashed trial
+WATCH_INTERVAL_S = 0.05  # how often the parent looks at its trial processes (a poll is a waitpid)
+OUTCOMES = "BENCH_OUTCOMES"  # the folder where each job of a launch leaves its outcome (read by outcomes())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# parent: one Hydra job
+
+
+def run_job(cfg, scenarios: Registry) -> dict:
+    """One Hydra job: skip it if resume finds it recorded ok, else spawn the trial and record its rows; returns
+    {"run_id", "status"} and leaves it for the launch's exit code (BENCH_OUTCOMES). SIGINT or SIGTERM stops the
+    trial's processes, records nothing for it and raises Interrupted."""
+    cfg = resolve(cfg)
+    scenario = scenario_of(scenarios, cfg.scenario)
+    with interrupts_raise():
+        outcome = record_job(cfg, scenario)
+    if os.environ.get(OUTCOMES):
+        folder = Path(os.environ[OUTCOMES])
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{outcome['run_id']}.json").write_text(json.dumps(outcome))
+    return outcome
+
+
+def outcomes(folder: Path) -> list[str]:
+    """The statuses the jobs of one launch left in `folder` (run_job)."""
+    return [json.loads(p.read_text())["status"] for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+
+
+def record_job(cfg: BenchConfig, scenario: Scenario) -> dict:
+    validate(scenario, cfg)
+    results_dir = Path(cfg.results_dir)
+    csv_path = results_dir / scenario.results_file
+    index, total, sweep_id, experiment = progress_info(cfg)
+    progress = f"[{index}/{total}] {scenario.label(cfg)}"
+    h = config_hash(scenario, cfg)
+    if cfg.resume:
+        run_id = recorded_ok(csv_path, h)
+        if run_id:
+            print(f"{progress}: skipped (recorded ok as {run_id})", flush=True)
+            return {"run_id": run_id, "status": "skipped"}
+    run_id = f"{datetime.now():%Y%m%d-%H%M%S}-{cfg.framework}-{scenario.kind(cfg)}-{uuid.uuid4().hex[:6]}"
+    task = this_task(cfg)
+    if task.main:
+        print(f"{progress}: running ({run_id})", flush=True)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    outcome = spawn_trial(cfg, scenario, run_id, results_dir, task)
+    if not task.main:  # another task of a multi-task job: the main one records the trial
+        return {"run_id": run_id, "status": outcome["status"]}
+    ids = {"run_id": run_id, "started_at": started, "wall_time_s": time.perf_counter() - t0,
+           "sweep_id": sweep_id, "config_hash": h, "experiment": experiment}  # fmt: skip
+    rows = scenario.rows(cfg, outcome, ids)
+    sink = CsvSink(csv_path, scenario.columns)
+    for row in rows:
+        sink.write(row)
+    scenario.save(results_dir, rows, outcome)
+    if cfg.logger.name == "wandb":
+        scenario.log_wandb(cfg, rows, outcome, results_dir)
+    print(f"{progress}: {scenario.describe(outcome, rows)}", flush=True)
+    return {"run_id": run_id, "status": worst(r.get("status") for r in rows)}
+
+
+def recorded_ok(csv_path: Path, config_hash: str) -> str | None:
+    """The run_id of the latest run of this configuration whose every row is ok (a model trial writes one row,
+    an ops trial one per op and shape), or None."""
+    mine = [r for r in read_rows(csv_path) if r.get("config_hash") == config_hash]
+    failed = {r["run_id"] for r in mine if r.get("status") != "ok"}
+    ok = latest((r for r in mine if r["run_id"] not in failed), key=lambda r: r["config_hash"])
+    return ok[-1]["run_id"] if ok else None
+
+
+def progress_info(cfg: BenchConfig) -> tuple[int, int | str, str, str]:
+    """(trial number, total, sweep id, experiment) from Hydra's runtime config. The sweep id is the launch's own
+    (bench.config.launch_id) unless sweep_id names one; the experiment is +experiment=NAME's NAME, or ""."""
+    sweep_id = cfg.sweep_id or launch_id()
+    try:
+        hc = HydraConfig.get()
+    except ValueError:  # called outside a Hydra app (tests, tools)
+        return 1, 1, sweep_id, ""
+    experiment = hc.runtime.choices.get("experiment") or ""
+    if hc.mode == RunMode.MULTIRUN:
+        return hc.job.num + 1, sweep_info(hc.sweep.dir).get("total") or "?", sweep_id, experiment
+    return 1, 1, sweep_id, experiment
+
+
+def spawn_trial(cfg: BenchConfig, scenario: Scenario, run_id: str, results_dir: Path, task: Task) -> dict:
+    """Run this job's processes of one trial, each in a fresh session; never raises for anything they do.
+    Returns the main process's result, or a status of the parent's making: crashed (a process died; the others
+    are killed, since they would wait for it in a collective forever), timeout, oom (the host-memory watchdog,
+    per process)."""
+    logs = results_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = lambda r: logs / (f"{run_id}.log" if r == 0 else f"{run_id}.rank{r}.log")
+    with tempfile.TemporaryDirectory(prefix=temp_prefix()) as tmp:
+        payload = Path(tmp) / "payload.json"
+        payload.write_text(json.dumps(to_dict(cfg)))
+        result = lambda r: Path(tmp) / f"result.{r}.json"
+        procs: dict[int, subprocess.Popen] = {}
+        with ExitStack() as stack:
+            for r in task.ranks:
+                log = stack.enter_context(open(log_path(r), "wb"))
+                procs[r] = subprocess.Popen(
+                    [sys.executable, "-m", TRIAL_MODULE, str(payload), str(result(r))],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, **trial_env(cfg, scenario), **rank_env(cfg, task, r)},
+                    cwd=REPO,
+                    start_new_session=True,
+                )
+            kill_all = lambda *_: [kill_session(p) for p in procs.values()]
+            limit = cfg.max_host_mem_mb
+            dogs = {r: stack.enter_context(HostMemWatchdog(p.pid, limit, on_exceed=kill_all)) for r, p in procs.items()}
+            try:
+                timed_out, first_down = watch(procs, cfg.timeout_s, kill_all)
+            except BaseException:  # Interrupted, KeyboardInterrupt: stop the trial first (then its temp folder goes)
+                kill_all()
+                for p in procs.values():
+                    p.wait()
+                raise
+        outs = {r: json.loads(result(r).read_text()) if result(r).exists() else {} for r in procs}
+    main_rank = min(procs)
+    out = outs[main_rank]
+    out.setdefault("host_peak_rss_mb", round(max(d.max_seen_mb for d in dogs.values()), 1))
+    at = lambda r: f"rank {r}: " if len(procs) > 1 else ""
+    over = [r for r, d in dogs.items() if d.exceeded.is_set()]
+    if over:
+        r = over[0]
+        return {
+            **out,
+            "status": "oom",
+            "peak_mem_mb": dogs[r].exceeded_mb,
+            "mem_method": "host_rss_watchdog",
+            "error": f"{at(r)}host memory limit max_host_mem_mb={limit} exceeded: rss {dogs[r].exceeded_mb:.0f} MiB",
+        }
+    if timed_out:
+        return {**out, "status": "timeout", "error": f"no result within timeout_s={cfg.timeout_s}"}
+    failed = [r for r in first_down if procs[r].returncode != 0 or outs[r].get("status", "ok") != "ok"]
+    if failed:
+        r = failed[0]  # the first process down is the cause; the others were killed waiting for it
+        if outs[r].get("status") not in (None, "ok"):
+            return {**out, "status": outs[r]["status"], "error": at(r) + outs[r].get("error", "")}
+        rc = procs[r].returncode
+        how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
+        return {**out, "status": "crashed", "error": f"{at(r)}trial process died ({how}): {log_tail(log_path(r))}"}
+    if "status" in out:
+        return out
+    return {**out, "status": "crashed", "error": f"trial process left no result: {log_tail(log_path(main_rank))}"}
+
+
+def watch(procs: dict[int, subprocess.Popen], timeout_s: float, kill_all) -> tuple[bool, list[int]]:
+    """Wait for every process; once one ends badly (non-zero exit), kill the rest: a collective would wait for
+    it forever. Returns (timed out, ranks in the order they went down)."""
+    deadline = time.monotonic() + timeout_s
+    down: list[int] = []
+    while len(down) < len(procs):
+        for r, p in procs.items():
+            if r not in down and p.poll() is not None:
+                down.append(r)
+                if p.returncode != 0:
+                    kill_all()
+        if len(down) == len(procs):
+            break
+        if time.monotonic() > deadline:
+            kill_all()
+            for p in procs.values():
+                p.wait()
+            return True, down
+        time.sleep(WATCH_INTERVAL_S)
+    return False, down
+
+
+def trial_env(cfg: BenchConfig, scenario: Scenario) -> dict[str, str]:
+    """The trial process's environment beyond the parent's: the runner's own settings, then its scenario's."""
+    env = {
+        "PYTHONUNBUFFERED": "1",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",  # JAX would grab 75% of GPU memory up front: no peak to see
+        "TF_CPP_MIN_LOG_LEVEL": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",  # never touch the network from a trial
+        "HF_DATASETS_OFFLINE": "1",
+    }
+    if cfg.device == "cpu":
+        env.update(CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
+    return {**env, **scenario.env(cfg)}
+
+
+def log_tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
+    lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    return " | ".join(lines[-n:]) or "(no output)"

@@ -1,0 +1,44 @@
+"""The trial process: the one way a trial runs. The runner (bench/harness/runner.py) spawns
+`python -m bench.scenarios PAYLOAD RESULT` in a fresh session (bench/scenarios/__main__.py finds the payload's
+scenario and calls `main` here): read the trial's config, run the scenario's `measure`, turn every exception into a
+status, and leave the result where the parent reads it.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import sys
+import traceback
+from pathlib import Path
+
+from bench.config import from_dict
+from bench.harness.scenario import Registry, scenario_of
+from bench.harness.signals import classify, error_line
+
+
+def main(scenarios: Registry, payload: str, result: str) -> None:
+    faulthandler.enable()  # a segfault leaves a Python traceback in the log
+    cfg = from_dict(json.loads(Path(payload).read_text()))
+    progress: dict = {}
+
+    def on_progress(partial: dict) -> None:
+        # what is done so far, without a status; the parent completes it if this process dies
+        progress.clear()
+        progress.update(partial)
+        write_result(result, partial)
+
+    try:
+        out = scenario_of(scenarios, cfg.scenario).measure(cfg, on_progress)
+    except BaseException as e:  # noqa: BLE001 (every failure becomes a row)
+        traceback.print_exc()
+        out = {**progress, "status": classify(e), "error": error_line(e)}
+    write_result(result, out)
+    if out["status"] != "ok":
+        sys.exit(1)  # the parent stops the trial's other processes: they would wait for this one in a collective
+
+
+def write_result(path: str, out: dict) -> None:
+    tmp = Path(path).with_suffix(".tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.replace(path)  # atomic: the parent sees a whole result or none

@@ -1,0 +1,110 @@
+"""Facts about the host and the process, shared by every scenario and known to nothing of BERT or of ops: the
+CPU's name, the GPUs, installed versions, the git commit and the thread environment. Nothing here imports torch or
+jax."""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+VERSIONED = ("jax", "jaxlib", "flax", "torch", "transformers")
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or "cpu"
+    return f"{model} x{os.cpu_count()}"
+
+
+def host_facts() -> dict[str, str]:
+    """Where and with what a trial ran: host, Python, git commit and the frameworks' versions."""
+    return {"hostname": platform.node(), "python_version": platform.python_version(), "git_sha": git_sha(),
+            **versions()}  # fmt: skip
+
+
+def versions() -> dict[str, str]:
+    """Installed versions, read from package metadata: importing the frameworks here would defeat isolation."""
+    out = {}
+    for name in VERSIONED:
+        try:
+            out[f"{name}_version"] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[f"{name}_version"] = ""
+    return out
+
+
+@functools.cache
+def cuda_device_count() -> int:
+    """GPUs on this host, by `nvidia-smi -L` (the parent never imports a framework to ask); 0 without a driver."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return 0
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+
+
+@functools.cache
+def cuda_memory_mb() -> list[int]:
+    """Each GPU's total memory on this host in MiB, by nvidia-smi (the parent never imports a framework to ask)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"], capture_output=True,
+                             text=True, timeout=20)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(float(v)) for v in out.stdout.split()] if out.returncode == 0 else []
+
+
+def jaxlib_at_least(*version: int) -> bool:
+    """Whether the installed jaxlib is at least `version`, read without importing jax (the parent never does)."""
+    try:
+        release = metadata.version("jaxlib").split(".")
+        return tuple(int("".join(ch for ch in p if ch.isdigit()) or 0) for p in release[:3]) >= version
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def git_sha() -> str:
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        return f"{sha}-dirty" if sha and dirty else sha
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def thread_env(threads: str) -> dict[str, str]:
+    """threads=1 | all, as the trial's environment: read when the libraries load, so set before the child imports
+    torch or jax. OpenMP sizes torch's intra-op pool (and numpy's BLAS) from OMP_NUM_THREADS;
+    --xla_cpu_multi_thread_eigen=false makes XLA:CPU run its matmuls on the calling thread instead of Eigen's
+    pool. The child also calls torch.set_num_threads (torch_impl/ops.py setup)."""
+    n = "1" if threads == "1" else str(len(os.sched_getaffinity(0)))
+    env = {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
+    flags = os.environ.get("XLA_FLAGS", "")
+    if threads == "1":
+        flags = f"{flags} --xla_cpu_multi_thread_eigen=false".strip()
+    if flags:
+        env["XLA_FLAGS"] = flags
+    return env

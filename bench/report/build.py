@@ -1,0 +1,83 @@
+"""The report: report.md and its plots from a results folder, put together from the scenarios' sections.
+
+    python -m bench report [RESULTS ...] [--out DIR]      (`make report`: results/ -> results/report.md)
+
+RESULTS is a results folder (its runs.csv and every other scenario's file beside it: ops.csv, capacity.csv,
+overhead.csv, history/) or a runs CSV (the files beside it are read too); the default is `results`. Each section
+(bench/report/section.py; the list and its order: bench/scenarios/__init__.py) reads what it needs, draws its plots
+into DIR/plots/ and returns its markdown. The results are only ever read. With W&B on (the results hold its
+offline runs), a `report` run keeps report.md and every plot it shows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.harness.command import OneLineParser, run
+from bench.report.section import PLOT_DIR, RUNS_CSV, Results, Section
+from bench.store.read import ReadError
+from bench.store.wandb import log_report
+
+DEFAULT_RESULTS = Path("results")
+
+
+@dataclass
+class Report:
+    path: Path  # report.md
+    plots: list[Path]  # the plots it shows
+    text: str
+
+
+def results_of(paths: Sequence[str | Path]) -> Results:
+    """The results a report reads: each path a results folder (its runs.csv, if any) or a runs CSV, which must
+    exist (ReadError, one line)."""
+    runs = []
+    for p in map(Path, paths or [DEFAULT_RESULTS]):
+        if not p.is_dir() and not p.is_file():
+            raise ReadError(f"csv={p}: no such file (accepted: a results folder, or a results CSV written by "
+                            "`python -m bench`, e.g. results/runs.csv; `make bench` writes one)")  # fmt: skip
+        runs.append(p / RUNS_CSV if p.is_dir() else p)
+    return Results(runs)
+
+
+def build(sections: Sequence[Section], results: Results, out_dir: str | Path) -> Report:
+    """Write out_dir/report.md, every section in order, and their plots into out_dir/plots/."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ReadError(f"--out={out_dir}: is a file (accepted: a folder, created if missing)")
+    report_path = out_dir / "report.md"
+    for p in results.runs:
+        if p.resolve() == report_path.resolve():
+            raise ReadError(f"--out={out_dir}: report.md would overwrite csv={p} (accepted: another folder)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = ["# bench report", ""]
+    for section in sections:
+        lines += section.render(results, out_dir / PLOT_DIR)
+    if len(lines) == 2:
+        lines += [f"No results in {', '.join(f'`{f}`' for f in results.folders)}: `make bench` writes some.", ""]
+    text = "\n".join(lines)
+    report_path.write_text(text, encoding="utf-8")
+    shown = sorted(set(re.findall(rf"\]\(({PLOT_DIR}/[^)]+\.png)\)", text)))
+    return Report(report_path, [out_dir / p for p in shown], text)
+
+
+def main(argv: list[str] | None, sections: Sequence[Section]) -> int:
+    """`python -m bench report`."""
+    parser = OneLineParser("report", "python -m bench report [RESULTS ...] [--out DIR]",
+                           description="Tables and plots from bench's results -> DIR/report.md and DIR/plots/*.png.")
+    parser.add_argument("results", nargs="*", metavar="RESULTS",
+                        help=f"results folders or runs CSVs (default: {DEFAULT_RESULTS})")
+    parser.add_argument("--out", default=str(DEFAULT_RESULTS), metavar="DIR",
+                        help=f"folder for report.md and plots/ (default: {DEFAULT_RESULTS})")  # fmt: skip
+    args = parser.parse_args(argv)
+
+    def body() -> int:
+        report = build(sections, results_of(args.results), args.out)
+        log_report(report.path, report.plots)
+        print(f"bench report: {report.path} ({len(report.plots)} plots)")
+        return 0
+
+    return run("report", body, interrupted="report.md was not (re)written; the plots drawn so far are kept")

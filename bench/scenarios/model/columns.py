@@ -1,0 +1,39 @@
+"""The columns scenario=model writes: runs.csv, one row per trial. Columns are only ever added, at the end
+(CsvSink widens an older file's header); a CSV written before a column existed reads it as empty."""
+
+# runs.csv's schema. Required columns first, in this order; a trial fills what it knows, the rest are empty.
+REQUIRED_COLUMNS = (
+    "run_id", "started_at", "framework", "mode", "model", "data", "trainable", "optimizer",
+    "batch_size", "seq_len", "steps", "seed", "remat", "num_tangents",
+    "device", "device_name", "dtype", "n_params", "n_trainable",
+    "status", "error",
+    "compile_time_s", "step_time_median_s", "step_time_p10_s", "step_time_p90_s", "samples_per_s",
+    "peak_mem_mb", "excess_mem_mb", "mem_method",
+    "loss_first", "loss_last",
+    "jax_version", "torch_version", "git_sha",
+)  # fmt: skip
+EXTRA_COLUMNS = (
+    "sweep_id", "config_hash", "jvp_impl", "warmup_steps", "warmup_time_s",
+    "step_time_mean_s", "step_time_stdev_s", "tokens_per_s",
+    "baseline_mem_mb", "gpu_peak_reserved_mb", "nvml_peak_mb", "host_peak_rss_mb",
+    "weights_digest", "num_layers", "hidden_size", "grad_cosine", "eval_accuracy",
+    "wall_time_s", "hostname", "python_version",
+    "grad_accum", "last_k", "jacfwd_chunk", "data_fingerprint", "jaxlib_version", "flax_version",
+    "transformers_version", "epochs", "total_train_time_s", "eval_loss", "steps_timed", "max_timed_s",
+    # knobs that change the measured numbers (the report never merges rows that differ in one)
+    "attn_implementation", "mezo_eps", "dropout", "lr", "momentum", "weight_decay", "beta1", "beta2", "adam_eps",
+    # beyond one device (bench/parallel.py): memory columns above are the largest over devices
+    "parallel", "devices", "nodes", "world_size", "global_batch_size", "fsdp_reshard_after_forward", "fsdp_offload",
+    "comm_bytes_per_step", "comm_bytes_expected", "mem_params_mb", "mem_optimizer_mb",
+    "experiment",  # the conf/experiment a trial was launched by (+experiment=NAME), empty otherwise
+    "budget_mb",  # the memory budget the trial ran under (the capacity search's probes)
+    "n_sharded",  # parameters the parallel strategy shards over the devices (fsdp)
+    # what holds the memory (bench/<framework>_impl/memory.py), per device like the memory columns above, and
+    # what the memory model predicts (bench/measure/memory_model.py): docs/memory.md
+    "mem_trainable_mb", "mem_grads_mb", "mem_directions_mb", "mem_saved_mb", "mem_temp_mb", "mem_tracked_peak_mb",
+    "mem_breakdown_method", "mem_predicted_mb", "mem_predicted_saved_mb", "mem_predicted_grads_mb",
+    "mem_predicted_directions_mb", "mem_predicted_temp_mb",
+    "directions",  # jvp's tangents and MeZO's perturbations: gaussian | rademacher
+    "jvp_tangent",  # jvp, one tangent: auto | keep (drawn once) | redraw (drawn again for the update)
+)  # fmt: skip
+COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS

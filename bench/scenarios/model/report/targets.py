@@ -1,0 +1,204 @@
+"""The memory and speed targets of the training modes, checked against recorded trials.
+
+    python -m bench -m +experiment=mode_targets     # BERT-base shapes, 8 and 12 layers, both frameworks
+    python -m bench targets [results ...]           # prints the check; exit 0 even when a target is missed
+
+The targets (per framework, at the deepest model recorded; the plain modes, trainable=all, compared within one
+context: same data, optimizer and hyperparameters, batch, sequence, dtype, dropout, device and parallel settings):
+    jvp excess      <= 0.6 x backprop excess
+    jvp growth      <= 1.2 x one encoder layer's tangent bytes per layer (least squares over the depths)
+    mezo excess     <= 1.1 x inference excess + the largest parameter tensor
+    jvp step time   <= 1.1 x backprop step time
+and the speed targets (`perf`, with `python -m bench overhead`'s results/overhead.csv beside the runs):
+    harness         the suite's backprop step <= 1.02 x a plain training loop's (bench/scenarios/overhead/)
+    JAX compile     the first step (ahead-of-time compile + the first run) <= 5 s, every mode recorded
+Why each bound: a forward-mode pass holds one layer's primal and tangent activations at a time plus one tangent
+(parameter-sized), where reverse mode holds every layer's activations; MeZO perturbs in place, so beyond
+inference it needs only the noise of the tensor being perturbed; jvp's pass costs about 1.5-2 forward passes
+against backprop's ~3.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench.config import model_preset
+from bench.harness.command import OneLineParser, run
+from bench.measure.trackers import MiB
+from bench.report.build import results_of
+from bench.report.section import Results, Section
+from bench.report.tables import FP32_BYTES, fixed_width, md_table, num
+from bench.scenarios.model.select import (
+    OPTIMIZER_KNOBS,
+    PARALLEL_COLUMNS,
+    Context,
+    context_key,
+    context_label,
+    variant,
+    view,
+)
+from bench.spec import param_shapes
+
+OVERHEAD_CSV = "overhead.csv"  # bench/scenarios/overhead/: the harness against a plain loop, beside runs.csv
+
+# Always in a check's "where"; the other context columns only where the checked contexts differ in them.
+WHERE_COLUMNS = ("model", "num_layers", "batch_size", "seq_len", "device")
+
+
+@dataclass
+class Check:
+    framework: str
+    context: str
+    target: str
+    measured: float | None
+    limit: float | None
+    unit: str
+
+    @property
+    def verdict(self) -> str:
+        if self.measured is None or self.limit is None:
+            return "no data"
+        return "met" if self.measured <= self.limit else "MISSED"
+
+
+def model_sizes(row: dict) -> tuple[float, float]:
+    """(one encoder layer's tangent MiB, the largest parameter tensor MiB) for the row's model, in fp32."""
+    spec, _ = model_preset(row["model"], hidden_size=int(row["hidden_size"]), num_layers=int(row["num_layers"]))
+    sizes = {name: int(np.prod(shape)) for name, shape in param_shapes(spec).items()}
+    layer = sum(n for name, n in sizes.items() if name.startswith("bert.encoder.layer.0."))
+    return layer * FP32_BYTES / MiB, max(sizes.values()) * FP32_BYTES / MiB
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys against xs (>= 2 distinct xs): the growth per unit of x (MiB per layer)."""
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def where(key: Context, layers: str, keys: list[Context]) -> str:
+    """A context as a check names it: "bert_base (12 layers) · B8 T128 · cpu", plus the columns in which the
+    checked contexts differ (e.g. "sgd (lr 0.0001)", "dropout 0"), so that no two checks read alike."""
+    varying = {c for c, v in key if any(dict(k).get(c) != v for k in keys)}
+    if varying & {"optimizer", *OPTIMIZER_KNOBS}:
+        varying |= {"optimizer", *OPTIMIZER_KNOBS}  # a hyperparameter is shown against its optimizer's defaults
+    if varying & set(PARALLEL_COLUMNS):
+        varying |= set(PARALLEL_COLUMNS)  # "fsdp SHARD_GRAD_OP × 2 devices" is read from all of them together
+    shown = [(c, v) for c, v in key if c in WHERE_COLUMNS or c in varying]
+    return context_label((*shown, ("num_layers", layers)))
+
+
+def check(rows: list[dict]) -> list[Check]:
+    """Every target that the rows hold the trials for, per framework and context (bench.results' context less the
+    depth: model, data, optimizer and its hyperparameters, B, T, dtype, dropout, device, parallel settings). The
+    targets are stated for the plain modes, so only rows whose variant() is the bare mode count: trainable=all, no
+    remat, one tangent, torch's jvp_impl=func, mezo_eps and attn_implementation at their defaults."""
+    ok = [r for r in rows if r.get("status") == "ok" and variant(r) == r.get("mode")
+          and num(r, "num_layers") is not None and num(r, "hidden_size") is not None]  # older CSVs may lack them
+    # latest row per (framework, context, layers, mode)
+    by = {}
+    for r in ok:
+        by[(r["framework"], context_key(r, drop=("num_layers",)), int(r["num_layers"]), r["mode"])] = r
+    groups = defaultdict(dict)
+    for (fw, ctx, layers, mode), r in by.items():
+        groups[(fw, ctx)].setdefault(layers, {})[mode] = r
+    contexts = sorted({ctx for _, ctx in groups})
+    checks = []
+    for (fw, ctx), depths in sorted(groups.items()):
+        deepest = max(depths)
+        at = depths[deepest]
+        here = where(ctx, str(deepest), contexts)
+        x = lambda mode, key, at=at: num(at[mode], key) if mode in at else None  # noqa: E731
+        bp, jv, inf, mz = (x(m, "excess_mem_mb") for m in ("backprop", "jvp", "inference", "mezo"))
+        if bp is not None and jv is not None:
+            checks.append(Check(fw, here, "jvp excess <= 0.6 x backprop excess", jv, 0.6 * bp, "MiB"))
+        if inf is not None and mz is not None:
+            largest = model_sizes(at["mezo"])[1]
+            checks.append(Check(fw, here, f"mezo excess <= 1.1 x inference + largest tensor ({largest:.0f} MiB)",
+                                mz, 1.1 * inf + largest, "MiB"))
+        tb, tj = x("backprop", "step_time_median_s"), x("jvp", "step_time_median_s")
+        if tb is not None and tj is not None:
+            checks.append(Check(fw, here, "jvp step time <= 1.1 x backprop step time", tj, 1.1 * tb, "s"))
+        jvp_depths = sorted(d for d in depths if "jvp" in depths[d])
+        if len(jvp_depths) >= 2:
+            lo, hi = jvp_depths[0], jvp_depths[-1]
+            growth = slope(jvp_depths, [num(depths[d]["jvp"], "excess_mem_mb") for d in jvp_depths])
+            tangent = model_sizes(depths[hi]["jvp"])[0]
+            checks.append(Check(fw, where(ctx, f"{lo}→{hi}", contexts),
+                                f"jvp growth per layer <= 1.2 x a layer's tangent ({tangent:.1f} MiB)",
+                                growth, 1.2 * tangent, "MiB/layer"))
+    return checks
+
+
+COMPILE_LIMIT_S = 5.0  # JAX's first step, per mode: a user should not wait on six near-identical layers
+OVERHEAD_LIMIT = 1.02  # the suite's step against a plain loop's (bench overhead): the harness in the noise
+
+
+def perf(rows: list[dict], overhead: list[dict] = ()) -> list[Check]:
+    """The speed targets: the harness against a plain loop (`overhead`: bench overhead's rows, the latest per
+    framework and shape), and JAX's first-step compile for every variant recorded (the latest row per context and
+    variant)."""
+    checks = []
+    latest = {(r["framework"], r["model"], r["batch_size"], r["seq_len"]): r for r in overhead}
+    for (fw, model, b, t), r in sorted(latest.items()):
+        checks.append(Check(fw, f"{model} · B{b} T{t} · backprop, {r['rounds']} rounds",
+                            f"harness step <= {OVERHEAD_LIMIT} x a plain loop's", float(r["ratio"]), OVERHEAD_LIMIT,
+                            "x"))  # fmt: skip
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("framework") == "jax" and num(r, "compile_time_s")]
+    by = {(context_key(r), r.get("num_layers") or "", variant(r)): r for r in ok}
+    contexts = sorted({ctx for ctx, _, _ in by})
+    for (ctx, layers, name), r in sorted(by.items()):
+        checks.append(Check("jax", where(ctx, str(layers), contexts), f"{name} first-step compile <= "
+                            f"{COMPILE_LIMIT_S:g} s", num(r, "compile_time_s"), COMPILE_LIMIT_S, "s"))  # fmt: skip
+    return checks
+
+
+def table(checks: list[Check]) -> str:
+    if not checks:
+        return ("(no trials to check: run python -m bench -m +experiment=mode_targets, which records inference, "
+                "backprop, jvp and mezo at two depths)")
+    return fixed_width(HEAD, cells(checks))
+
+
+HEAD = ["framework", "where", "target", "measured", "limit", "verdict"]
+
+
+def cells(checks: list[Check]) -> list[list[str]]:
+    """One table row per check, under HEAD (the terminal table here, the report's markdown table)."""
+    return [[c.framework, c.context, c.target, "-" if c.measured is None else f"{c.measured:.2f} {c.unit}",
+             "-" if c.limit is None else f"{c.limit:.2f} {c.unit}", c.verdict] for c in checks]
+
+
+class TargetsSection(Section):
+    """The training modes' targets, per framework at the deepest model recorded."""
+
+    def render(self, results: Results, plot_dir: Path) -> list[str]:
+        checks = check(view(results).sel.ok)
+        if not checks:
+            return []
+        return ["## The training modes' targets", "",
+                "Per framework at the deepest model recorded (`+experiment=mode_targets` records BERT-base shapes at "
+                "8 and 12 layers); *MISSED* rows are explained in docs/methodology.md.", "",
+                md_table(HEAD, cells(checks), "lllrrl"), ""]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench targets`: the targets of the results' rows, printed; exit 0 even when one is missed."""
+    p = OneLineParser("targets", "python -m bench targets [RESULTS ...]", description=__doc__.splitlines()[0])
+    p.add_argument("results", nargs="*", metavar="RESULTS", help="results folders or runs CSVs (default results)")
+    args = p.parse_args(argv)
+
+    def body() -> int:
+        results = results_of(args.results)
+        rows = view(results).rows
+        print(table(check(rows)))
+        speed = perf(rows, results.rows(OVERHEAD_CSV))
+        if speed:
+            print("\nSpeed (perf):")
+            print(fixed_width(HEAD, cells(speed)))
+        return 0
+
+    return run("targets", body)

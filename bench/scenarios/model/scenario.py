@@ -1,0 +1,219 @@
+"""Scenario `model` (the default): one way of differentiating BERT, in one framework, as one trial -> one row of
+runs.csv (columns.py), its per-step history (history/<run_id>.json) and one W&B run.
+
+The trial itself (child side) is trial.py; its config checks validate.py; the rows it is compared by, select.py;
+its report sections report/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from bench import parallel
+from bench.config import NOT_IDENTITY, BenchConfig
+from bench.harness.scenario import Scenario, identity_of
+from bench.measure.system import cuda_memory_mb, host_facts, jaxlib_at_least
+from bench.scenarios.model import trial
+from bench.scenarios.model.columns import COLUMNS
+from bench.scenarios.model.select import OPTIMIZER_COLUMNS, summary_table, variant
+from bench.scenarios.model.validate import validate
+from bench.store.wandb import WandbSink, device_summary, run_config, run_tags
+
+# Keys only scenario=ops reads. A model trial's identity leaves them out: it hashes as it did before scenarios
+# existed, so `resume` still finds rows recorded then.
+OTHER_SCENARIOS_KEYS = ("scenario", "threads", "ops")
+# Keys added after rows were recorded, with the value every earlier trial had: at that value a key is left out of
+# the identity, so a single-device trial hashes as it did before multi-device trials existed.
+ADDED_KEYS = {"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True, "fsdp_offload": False,
+              "directions": "gaussian", "jvp_tangent": "auto"}  # fmt: skip
+
+
+class ModelScenario(Scenario):
+    name = "model"
+    results_file = "runs.csv"
+    columns = COLUMNS
+
+    # -- parent side -------------------------------------------------------------------------------------------
+    def validate(self, cfg: BenchConfig) -> None:
+        validate(cfg)
+
+    def identity(self, cfg: BenchConfig) -> dict:
+        keys = [f for f in vars(cfg) if f not in NOT_IDENTITY + OTHER_SCENARIOS_KEYS
+                and not (f in ADDED_KEYS and getattr(cfg, f) == ADDED_KEYS[f])]  # fmt: skip
+        return identity_of(cfg, keys)
+
+    def kind(self, cfg: BenchConfig) -> str:
+        return cfg.mode
+
+    def label(self, cfg: BenchConfig) -> str:
+        return trial_label(cfg)
+
+    def env(self, cfg: BenchConfig) -> dict[str, str]:
+        env = {}
+        if cfg.framework != "jax":
+            return env
+        gpus = cuda_memory_mb()
+        if cfg.budget_mb is not None and gpus and cfg.device != "cpu":
+            # XLA's allocator limit, read when the backend starts: the budget as a fraction of the (first) GPU
+            env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{min(1.0, cfg.budget_mb / gpus[0]):.4f}"
+        flags = os.environ.get("XLA_FLAGS", "")
+        if jaxlib_at_least(0, 5) and "xla_cpu_enable_concurrency_optimized_scheduler" not in flags:
+            # XLA:CPU's default scheduler orders the program for concurrency and ignores memory: it runs every
+            # layer's rematerialisation during the forward pass, so checkpointing saves nothing (MiniLM backprop
+            # temp 500 MiB with or without remat), and every mode holds more than it must. The memory-minimising
+            # scheduler gives remat its saving (185 MiB) and backprop 420 MiB; GPU backends ignore this flag. A
+            # setting of the user's own stands.
+            env["XLA_FLAGS"] = f"{flags} --xla_cpu_enable_concurrency_optimized_scheduler=false".strip()
+        return env
+
+    def rows(self, cfg: BenchConfig, outcome: dict, ids: dict) -> list[dict]:
+        return [make_row(cfg, outcome, ids)]
+
+    def save(self, results_dir: Path, rows: list[dict], outcome: dict) -> None:
+        save_history(results_dir, rows[0]["run_id"], outcome.get("history"))
+
+    def describe(self, outcome: dict, rows: list[dict]) -> str:
+        return describe(rows[0])
+
+    def log_wandb(self, cfg: BenchConfig, rows: list[dict], outcome: dict, results_dir: Path) -> None:
+        """The trial's W&B run: named by its label, grouped by its sweep, job_type its mode, tagged with framework,
+        mode, experiment and strategy; config: the flattened config and the row's configuration columns
+        (wandb_columns); summary: the row and each device's numbers; history: the per-step series."""
+        lg, row = cfg.logger, rows[0]
+        history = outcome.get("history") or {}
+        strategy = cfg.parallel if cfg.parallel != "none" else ""
+        WandbSink(
+            project=lg.project,
+            group=row["sweep_id"],
+            name=self.label(cfg),
+            config=run_config(identity_of(cfg, self.config_keys(cfg)), wandb_columns(cfg, row)),
+            mode=lg.mode,
+            dir=results_dir,
+            entity=lg.entity,
+            tags=run_tags(cfg.framework, cfg.mode, row.get("experiment"), strategy, *lg.tags),
+            job_type=cfg.mode,
+        ).write(row, per_step(history), summary=device_summary(history.get("devices") or []))
+
+    def config_keys(self, cfg: BenchConfig) -> tuple[str, ...]:
+        return tuple(k for k in vars(cfg) if k not in OTHER_SCENARIOS_KEYS[1:])  # every key but the ops scenario's
+
+    def sweep_rows(self, rows: list[dict], hashes: list[str], sweep_id: str) -> list[dict]:
+        # the sweep's row of each trial; a resumed trial shows the row that made it skip (the latest ok one)
+        mine = {r["config_hash"]: r for r in rows if r.get("sweep_id") == sweep_id}
+        earlier = {r["config_hash"]: r for r in rows if r.get("status") == "ok"}
+        return [mine.get(h) or earlier[h] for h in hashes if h in mine or h in earlier]
+
+    def summary(self, rows: list[dict]) -> str:
+        return summary_table(rows)
+
+    # -- child side --------------------------------------------------------------------------------------------
+    def measure(self, cfg: BenchConfig, on_progress) -> dict:
+        return trial.measure(cfg)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# parent side: labels, rows, history
+
+
+def trial_label(cfg: BenchConfig) -> str:
+    extra = [
+        "remat" if cfg.remat else "",
+        f"K={cfg.num_tangents}" if cfg.mode == "jvp" else "",
+        cfg.jvp_impl if cfg.mode == "jvp" and cfg.framework == "torch" else "",
+        f"trainable={cfg.trainable}" if cfg.trainable != "all" else "",
+    ]
+    shape = f"L{cfg.model.num_layers} B{cfg.batch_size} T{cfg.seq_len}"
+    return " ".join([cfg.framework, cfg.mode, *[e for e in extra if e], cfg.model.name, shape])
+
+
+def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
+    """The trial's runs.csv row: its configuration (every knob that can change a measured number among it), where
+    it ran, and what the child measured (or the parent's verdict)."""
+    m, o = cfg.model, cfg.optimizer
+    row = {
+        **ids,
+        "framework": cfg.framework,
+        "mode": cfg.mode,
+        "model": m.name,
+        "data": cfg.data.name,
+        "trainable": cfg.trainable,
+        "optimizer": o.name,
+        **{column: getattr(o, key) for key, column in OPTIMIZER_COLUMNS.items()},
+        "batch_size": cfg.batch_size,
+        "seq_len": cfg.seq_len,
+        "steps": cfg.steps,
+        "epochs": cfg.epochs,
+        "max_timed_s": cfg.max_timed_s,
+        "seed": cfg.seed,
+        "remat": cfg.remat,
+        "num_tangents": cfg.num_tangents,
+        "dtype": cfg.dtype,
+        "jvp_impl": cfg.jvp_impl,
+        "attn_implementation": cfg.attn_implementation,
+        "parallel": cfg.parallel,
+        "devices": cfg.devices,
+        "nodes": cfg.nodes,
+        "world_size": parallel.world_size(cfg),
+        "global_batch_size": parallel.global_batch_size(cfg),
+        "fsdp_reshard_after_forward": cfg.fsdp_reshard_after_forward,
+        "fsdp_offload": cfg.fsdp_offload,
+        "budget_mb": cfg.budget_mb,
+        "mezo_eps": cfg.mezo_eps,
+        "directions": cfg.directions,
+        "jvp_tangent": cfg.jvp_tangent,
+        "dropout": m.dropout,
+        "warmup_steps": cfg.warmup_steps,
+        "num_layers": m.num_layers,
+        "hidden_size": m.hidden_size,
+        "grad_accum": cfg.grad_accum,
+        "last_k": cfg.last_k,
+        "jacfwd_chunk": cfg.jacfwd_chunk,
+        **{k: v for k, v in host_facts().items() if k in COLUMNS},
+        **{k: v for k, v in outcome.items() if k in COLUMNS},
+    }
+    row.setdefault("device", cfg.device)
+    return row
+
+
+def describe(row: dict) -> str:
+    if row["status"] != "ok":
+        return f"{row['status'].upper()} {row.get('error') or ''}".strip()
+    return (
+        f"ok  excess {row['excess_mem_mb']:.0f} MiB  peak {row['peak_mem_mb']:.0f} MiB  "
+        f"step {row['step_time_median_s'] * 1e3:.1f} ms  compile {row['compile_time_s']:.1f} s  "
+        f"loss {row['loss_first']:.4f} -> {row['loss_last']:.4f}"
+    )
+
+
+def wandb_columns(cfg: BenchConfig, row: dict) -> dict:
+    """The row's configuration columns, which its W&B run's config carries under the CSV's names: every column the
+    row has without a measurement (make_row of an empty outcome: the configuration, where and with what it ran),
+    its sweep, experiment and config_hash, and two that views group by: variant (the mode with its knobs, as the
+    report names it: backprop+remat, jvp(K=4)) and framework_mode ("torch backprop+remat")."""
+    columns = {k: row.get(k) for k in make_row(cfg, {}, {})}
+    columns.update(sweep_id=row.get("sweep_id"), experiment=row.get("experiment") or "",
+                   config_hash=row.get("config_hash"), variant=variant(row))  # fmt: skip
+    columns["framework_mode"] = f"{row['framework']} {columns['variant']}"
+    return columns
+
+
+def per_step(history: dict) -> dict:
+    """The history's per-step series (loss, step_time_s, eval_*): what W&B logs step by step; the per-device
+    numbers ("devices", one entry per device) go to the run's summary instead (device_summary)."""
+    return {k: v for k, v in history.items() if k != "devices"}
+
+
+def save_history(results_dir: Path, run_id: str, history: dict | None) -> Path | None:
+    """The trial's per-step series (loss, step_time_s; eval_loss and eval_accuracy with None between evaluations)
+    as results_dir/history/<run_id>.json: the report's training curves. W&B gets the same series."""
+    if not history:
+        return None
+    path = results_dir / "history" / f"{run_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(history))
+    return path
+
+
+MODEL = ModelScenario()

@@ -1,0 +1,247 @@
+"""The model scenario's trial, in its own spawned process (with parallel=ddp|fsdp in torch: in every rank's).
+
+Import one framework, set up the world (its devices and processes), build the weights, the batches and the
+trainer, record the resident baseline, warm up (the first step compiles), then time `steps` synced steps (or
+`epochs` passes) while the memory trackers watch. After the window, optionally: held-out loss and accuracy
+(evaluate), and the cosine between the mode's gradient estimate and the exact gradient (measure_grad_cosine).
+Every process measures its own devices; the main process gathers them into the trial's one result: memory as the
+largest over devices (every device's in the history), time as the slowest process's.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from contextlib import ExitStack
+
+import numpy as np
+
+from bench import data
+from bench.config import BenchConfig, bert_spec, step_spec
+from bench.harness.signals import maybe_inject_fault
+from bench.measure.memory_model import predict
+from bench.measure.system import cpu_name
+from bench.measure.timing import StepTimer, timed
+from bench.measure.trackers import HostRssTracker, MiB
+from bench.parallel import expected_comm_bytes, global_batch_size, timed_steps
+from bench.spec import World, implementation
+from bench.weights import build_weights, weights_digest
+
+
+def measure(cfg: BenchConfig) -> dict:
+    """The trial: this process's part of it, and on the main process the whole trial's result."""
+    par = implementation(cfg.framework, "parallel")
+    world = par.start(cfg)  # before anything touches a device: JAX fixes its CPU device count here
+    try:
+        mine = measure_process(cfg, world)
+        everyone = world.gather(mine)
+    finally:
+        world.close()
+    if not world.main:
+        return {"status": "ok", "rank": world.rank}
+    return merge(cfg, everyone)
+
+
+def measure_process(cfg: BenchConfig, world: World) -> dict:
+    """Build, warm up, time and measure this process's part of the trial."""
+    fw, m = cfg.framework, cfg.model
+    dev, steps = implementation(fw, "device"), implementation(fw, "steps")
+    device = world.device
+    kind = dev.device_kind(device)
+    dev.limit_memory(device, cfg.budget_mb)
+    spec = bert_spec(m)
+    weights = build_weights(spec, cfg.seed, m.checkpoint)
+    digest = weights_digest(weights)
+
+    # Batches: warmup + timed updates of grad_accum micro-batches each, cycling epochs as needed. With `epochs`
+    # set, the timed steps are that many passes' worth of updates; the warmup steps take the first batches of the
+    # stream, so the timed ones start that many batches into epoch 0 and end as far into one more pass. Every
+    # micro-batch is made at its global size (batch_size x every device), exactly the single-device batch, and
+    # each process keeps its devices' rows of it.
+    dspec = data.data_spec(cfg.data)
+    batch = global_batch_size(cfg)
+    n_timed = timed_steps(cfg)
+    n_micro = (cfg.warmup_steps + n_timed) * cfg.grad_accum
+    per_epoch = max(1, (dspec.num_train or n_micro * batch) // batch)
+    micro = data.make_batches(dspec, batch, cfg.seq_len, cfg.seed, "train", epochs=math.ceil(n_micro / per_epoch))
+    micro = micro[:n_micro]
+    if len(micro) < n_micro:
+        raise ValueError(f"data gave {len(micro)} batches, {n_micro} needed")
+    data_fingerprint = data.fingerprint(micro)[:16]  # the same bytes reach both frameworks, and every world size
+    micro = world.local_batches(micro)
+
+    trainer = steps.make_trainer(
+        spec, weights, step_spec(cfg), device, attn_implementation=cfg.attn_implementation, world=world
+    )
+    del weights
+    gc.collect()
+    ga = cfg.grad_accum
+    updates = [trainer.to_device(micro[i * ga : (i + 1) * ga]) for i in range(cfg.warmup_steps + n_timed)]
+    del micro
+    # held-out batches (in dataset order, as every framework sees them) resident before the baseline, like the rest
+    held_out = (
+        trainer.to_device(data.make_batches(dspec, cfg.batch_size, cfg.seq_len, cfg.seed, "test"))
+        if cfg.evaluate
+        else []
+    )
+    every = cfg.eval_every
+    trainer.sync()
+    t0 = time.perf_counter()
+    trainer.compile(updates[0])  # JAX: ahead of time, so the compiler's resident memory is in the baseline
+    aot_compile_s = time.perf_counter() - t0
+    gc.collect()
+
+    trackers = world.memory_trackers()  # primary first; on CUDA: allocator, NVML
+    host = next((t for t in trackers if isinstance(t, HostRssTracker)), None)
+    if host is None:
+        host = HostRssTracker()
+        trackers.append(host)
+    for t in trackers:
+        t.baseline()  # weights, every batch and (JAX) the compiled step; optimizer state comes with step 1
+
+    warm = []
+    for i in range(cfg.warmup_steps):
+        _, dt = timed(trainer.step, updates[i], sync=trainer.sync)
+        warm.append(dt)
+    if every:
+        trainer.evaluate(held_out[:1])  # compile the evaluation before the window, as the warmup does the step
+    maybe_inject_fault("after_warmup")
+    maybe_inject_fault(f"after_warmup_rank{world.rank}")  # tests: one rank of a process group dies
+
+    timer = StepTimer(sync=trainer.sync)
+    losses = []
+    evals: dict[int, tuple[float, float]] = {}  # timed step index -> (eval loss, eval accuracy)
+    world.reset_comm()
+    with ExitStack() as stack:
+        for t in trackers:
+            stack.enter_context(t.track())
+        for i in range(n_timed):
+            losses.append(timer(trainer.step, updates[cfg.warmup_steps + i]))
+            if cfg.max_timed_s is not None and sum(timer.times_s) >= cfg.max_timed_s:
+                break  # time budget spent: steps_timed < steps
+            if every and (i + 1) % every == 0 and i + 1 < n_timed:
+                # untimed, but inside the memory window: a no-grad forward at the step's batch size stays below
+                # the peak of any training step, which runs at least that forward
+                evals[i] = trainer.evaluate(held_out)
+    losses = [float(x) for x in losses]  # after the window: the host transfer is not timed
+    n_done = len(losses)  # < n_timed when max_timed_s cut the window short
+    comm = world.comm_bytes_per_step(trainer, n_done)
+    # After the measurements: held-out accuracy at the final weights, then gradient quality on the first batch.
+    if cfg.evaluate:
+        evals[n_done - 1] = trainer.evaluate(held_out)
+    grad_cosine = cosine(*trainer.gradient_check(updates[0])) if cfg.measure_grad_cosine else None
+    stats = timer.stats()
+    devices = world.device_memory(trainer, trackers)
+    state = trainer.state_bytes()
+    # what holds the memory: one instrumented step (torch) or the compiled programs (JAX), never timed
+    held = implementation(fw, "memory").breakdown(trainer, updates[0])
+    for d in devices:
+        d.update(rank=world.rank, mem_params_mb=state["params"] / MiB, mem_optimizer_mb=state["optimizer"] / MiB,
+                 step_time_median_s=stats.median_s)  # fmt: skip
+        d.update(breakdown_columns(held, d))
+    samples = global_batch_size(cfg) * ga
+    result = {
+        "status": "ok",
+        "device": kind,
+        "device_name": dev.device_name(device) if kind == "cuda" else cpu_name(),
+        "n_params": trainer.n_params,
+        "n_trainable": trainer.n_trainable,
+        "n_sharded": trainer.n_sharded,
+        "weights_digest": digest,
+        "data_fingerprint": data_fingerprint,
+        "compile_time_s": aot_compile_s + warm[0],
+        "warmup_time_s": aot_compile_s + sum(warm),
+        **stats.to_row(),
+        "samples_per_s": samples / stats.median_s,
+        "tokens_per_s": samples * cfg.seq_len / stats.median_s,
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "steps": n_timed,
+        "steps_timed": n_done,
+        "epochs": cfg.epochs,
+        "jacfwd_chunk": trainer.jacfwd_chunk,
+        "total_train_time_s": sum(timer.times_s),
+        "grad_cosine": grad_cosine,
+        "comm_bytes_per_step": comm,
+        "host_peak_rss_mb": host.result().peak_mb,
+        "devices": devices,
+        "history": {"loss": losses, "step_time_s": timer.times_s},
+    }
+    primary = trackers[0].result()
+    if primary.reserved_peak_mb is not None:
+        result["gpu_peak_reserved_mb"] = primary.reserved_peak_mb
+    nvml = [t for t in trackers if t.method.startswith("nvml")]
+    if nvml:
+        result["nvml_peak_mb"] = nvml[0].result().peak_mb
+    if cfg.evaluate:
+        result["eval_loss"], result["eval_accuracy"] = evals[n_done - 1]
+        # aligned with the steps (None where no evaluation ran), so W&B logs each point at its step
+        result["history"]["eval_loss"] = [evals[i][0] if i in evals else None for i in range(n_done)]
+        result["history"]["eval_accuracy"] = [evals[i][1] if i in evals else None for i in range(n_done)]
+    return result
+
+
+BREAKDOWN = ("trainable", "grads", "directions", "saved", "temp", "tracked_peak")
+
+
+def breakdown_columns(held: dict, device: dict) -> dict:
+    """The breakdown's mem_*_mb columns for one device. Where the framework has no allocator statistics (torch
+    on the CPU), temp is what the device's measured excess leaves after the optimizer state and the other
+    categories: labelled so in the method."""
+    out = {f"mem_{k}_mb": held[k] / MiB for k in BREAKDOWN if held[k] is not None}
+    method = held["method"]
+    if held["temp"] is None and device.get("excess_mem_mb") is not None:
+        # the heap keeps what a category freed in pieces the next buffers do not fit (bench/memory_model.py):
+        # the high-water mark holds every category's peak, summed
+        held_each = sum(out[f"mem_{k}_mb"] for k in ("grads", "directions", "saved"))
+        rest = device["excess_mem_mb"] - device["mem_optimizer_mb"] - held_each
+        out["mem_temp_mb"] = max(rest, 0.0)
+        method += f"+{device['mem_method']}_remainder"
+    return {**out, "mem_breakdown_method": method}
+
+
+def merge(cfg: BenchConfig, results: list[dict]) -> dict:
+    """The trial's result from every process's: memory as the largest over devices (each device's in the
+    history), step time as the slowest process's, host RSS as the largest process's. The main process's result
+    is the base (its loss is the global batch's, as every process's is)."""
+    devices = [d for r in results for d in r["devices"]]
+    slowest = max(results, key=lambda r: r["step_time_median_s"])
+    worst = max(devices, key=lambda d: d["peak_mem_mb"] if d["peak_mem_mb"] is not None else -math.inf)
+    main = results[0]
+    out = {k: v for k, v in main.items() if k != "devices"}
+    timing = ("samples_per_s", "tokens_per_s", "total_train_time_s")
+    out.update({k: v for k, v in slowest.items() if k.startswith("step_time_") or k in timing})
+    out["history"] = {**main["history"], "step_time_s": slowest["history"]["step_time_s"], "devices": devices}
+    columns = ("peak_mem_mb", "excess_mem_mb", "baseline_mem_mb", "mem_params_mb", "mem_optimizer_mb",
+               *(f"mem_{k}_mb" for k in BREAKDOWN))  # fmt: skip
+    for column in columns:
+        values = [d[column] for d in devices if d.get(column) is not None]
+        out[column] = max(values) if values else None
+    out["mem_method"] = worst["mem_method"]
+    out["mem_breakdown_method"] = worst.get("mem_breakdown_method")
+    out.update(predicted_columns(cfg, main, len(devices)))
+    out["host_peak_rss_mb"] = max(r["host_peak_rss_mb"] or 0 for r in results) or None
+    out["world_size"] = len(devices)
+    out["comm_bytes_expected"] = expected_comm_bytes(cfg, main["n_trainable"], main["n_sharded"])
+    return out
+
+
+def predicted_columns(cfg: BenchConfig, main: dict, world: int) -> dict:
+    """The memory model's prediction for the trial (bench.memory_model), per device: the excess and each
+    category the breakdown measures."""
+    p = predict(bert_spec(cfg.model), step_spec(cfg), cfg.batch_size, cfg.seq_len, framework=cfg.framework,
+                device=main["device"], world=world, sharded=cfg.parallel == "fsdp",
+                jacfwd_chunk=main["jacfwd_chunk"]).mib()  # fmt: skip
+    return {"mem_predicted_mb": p["excess"],
+            **{f"mem_predicted_{k}_mb": p[k] for k in ("saved", "grads", "directions", "temp")}}  # fmt: skip
+
+
+def cosine(a, b) -> float:
+    """cos(a, b) of two gradients given tensor by tensor (numpy), accumulated in float64: a float32 sum over
+    10^8 entries would lose the small cosines (~1e-4) that a single forward-gradient direction gives."""
+    dot = na = nb = 0.0
+    for x, y in zip(a, b, strict=True):
+        x, y = np.asarray(x, np.float64).ravel(), np.asarray(y, np.float64).ravel()
+        dot, na, nb = dot + float(x @ y), na + float(x @ x), nb + float(y @ y)
+    return dot / math.sqrt(na * nb) if na > 0 and nb > 0 else float("nan")

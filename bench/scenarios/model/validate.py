@@ -1,0 +1,194 @@
+"""The model scenario's config checks: every key a model trial reads, before any process starts. One line per
+problem (the option, the bad value, what is accepted), the first problem wins; the process keys every trial reads
+(framework, device, logger, limits) are checked before, by bench.config.validate_process, and what the host and
+the launcher can start by bench.harness.launch.check_launch."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from bench import data
+from bench.config import BenchConfig, above, at_least, bert_spec, choice, in_unit
+from bench.errors import ConfigError
+from bench.parallel import REFUSED_WHY, STRATEGIES, SUPPORTED, global_batch_size, timed_steps, world_size
+from bench.spec import (
+    ATTN_IMPLEMENTATIONS,
+    DIRECTIONS,
+    DTYPES,
+    JVP_IMPLS,
+    JVP_TANGENTS,
+    MODES,
+    OPTIMIZERS,
+    TRAINABLE_SCOPES,
+    count_params,
+)
+from bench.weights import WeightsError, check_checkpoint
+
+
+def validate(cfg: BenchConfig) -> None:
+    """Raise ConfigError (one line) for the first problem in a model trial's keys."""
+    if cfg.threads != "all":
+        raise ConfigError(f"threads={cfg.threads}: applies to scenario=ops only; the model scenario accepts all")
+    m = cfg.model
+    choice("mode", cfg.mode, MODES)
+    choice("trainable", cfg.trainable, TRAINABLE_SCOPES)
+    choice("optimizer", cfg.optimizer.name, OPTIMIZERS)
+    choice("jvp_impl", cfg.jvp_impl, JVP_IMPLS)
+    choice("dtype", cfg.dtype, DTYPES)
+    choice("directions", cfg.directions, DIRECTIONS)
+    choice("jvp_tangent", cfg.jvp_tangent, JVP_TANGENTS)
+    choice("attn_implementation", cfg.attn_implementation, ATTN_IMPLEMENTATIONS)
+    for name in ("batch_size", "seq_len", "steps", "grad_accum", "num_tangents"):
+        at_least(name, getattr(cfg, name), 1)
+    at_least("warmup_steps", cfg.warmup_steps, 1)  # the first step compiles; it must never be timed
+    for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size"):
+        at_least(f"model.{name}", getattr(m, name), 1)
+    at_least("model.max_position_embeddings", m.max_position_embeddings, 2)
+    if m.num_labels < 2:
+        raise ConfigError(f"model.num_labels={m.num_labels}: must be an integer >= 2")
+    in_unit("model.dropout", m.dropout)
+    o = cfg.optimizer
+    above("optimizer.lr", o.lr, 0)
+    at_least("optimizer.weight_decay", o.weight_decay, 0)
+    for name in ("momentum", "beta1", "beta2"):
+        in_unit(f"optimizer.{name}", getattr(o, name))
+    above("optimizer.eps", o.eps, 0)
+    above("model.layer_norm_eps", m.layer_norm_eps, 0)
+    at_least("jacfwd_max_params", cfg.jacfwd_max_params, 1)
+    at_least("last_k", cfg.last_k, 1)
+    above("mezo_eps", cfg.mezo_eps, 0)
+    if cfg.max_timed_s is not None:
+        at_least("max_timed_s", cfg.max_timed_s, 0)
+    if cfg.jacfwd_chunk != "auto" and (not isinstance(cfg.jacfwd_chunk, int) or cfg.jacfwd_chunk < 1):
+        raise ConfigError(f"jacfwd_chunk={cfg.jacfwd_chunk}: accepted auto | an integer >= 1")
+    spec = bert_spec(m)
+    if cfg.seq_len > spec.max_position_embeddings:
+        raise ConfigError(
+            f"seq_len={cfg.seq_len}: above model.max_position_embeddings={spec.max_position_embeddings} "
+            f"of model={m.name}; accepted 1..{spec.max_position_embeddings}"
+        )
+    if cfg.trainable == "last_k" and not 1 <= cfg.last_k <= spec.num_layers:
+        raise ConfigError(f"last_k={cfg.last_k}: accepted 1..{spec.num_layers} (model.num_layers)")
+    if cfg.remat and cfg.mode != "backprop":
+        raise ConfigError(f"remat=true: applies to mode=backprop only (got mode={cfg.mode}); use case=backprop_remat")
+    if cfg.dtype == "bf16_pure" and cfg.mode == "mezo":
+        raise ConfigError(
+            "mode=mezo with dtype=bf16_pure: MeZO's in-place +eps, -2eps, +eps round trip does not bring bf16 "
+            "parameters back (three steps at lr=0 move them by 0.6%, fp32's by 1e-7); accepted: dtype=bf16 "
+            "(fp32 parameters, bf16 compute) or dtype=fp32"
+        )
+    if cfg.jvp_tangent == "keep" and (cfg.mode != "jvp" or cfg.num_tangents != 1 or cfg.jvp_impl == "lazy"):
+        raise ConfigError(
+            f"jvp_tangent=keep: applies to mode=jvp with num_tangents=1 and a jvp_impl that holds the tangent "
+            f"(got mode={cfg.mode}, num_tangents={cfg.num_tangents}, jvp_impl={cfg.jvp_impl}); accepted: "
+            "auto | redraw, or keep with mode=jvp num_tangents=1"
+        )
+    if cfg.framework == "jax" and cfg.jvp_impl != "func":
+        raise ConfigError(f"jvp_impl={cfg.jvp_impl}: torch only; framework=jax accepts jvp_impl=func (jax.jvp)")
+    if cfg.framework == "jax" and cfg.attn_implementation != "eager":
+        raise ConfigError(f"attn_implementation={cfg.attn_implementation}: torch only; framework=jax accepts eager")
+    if cfg.mode == "jacfwd":
+        n = count_params(spec, cfg.trainable, cfg.last_k)
+        if n > cfg.jacfwd_max_params:
+            raise ConfigError(
+                f"mode=jacfwd with trainable={cfg.trainable}: {n:,} trainable parameters, one forward-mode pass "
+                f"each (> jacfwd_max_params={cfg.jacfwd_max_params:,}); accepted: trainable=head|bias|last_k with "
+                "fewer parameters, or a larger jacfwd_max_params"
+            )
+    validate_parallel(cfg)
+    validate_outputs(cfg)
+    validate_data(cfg)
+    if m.checkpoint is not None:
+        try:
+            check_checkpoint(m.checkpoint, spec)
+        except WeightsError as e:
+            raise ConfigError(str(e)) from e
+
+
+def validate_parallel(cfg: BenchConfig) -> None:
+    """A parallel setting this framework or mode cannot run (bench/parallel.py's rules); what the host and the
+    launcher can start is bench.harness.launch.check_launch's."""
+    p, fw, mode = cfg.parallel, cfg.framework, cfg.mode
+    choice("parallel", p, STRATEGIES)
+    at_least("devices", cfg.devices, 1)
+    at_least("nodes", cfg.nodes, 1)
+    if p == "none":
+        if world_size(cfg) > 1:
+            raise ConfigError(
+                f"devices={cfg.devices} nodes={cfg.nodes}: parallel=none runs on one device; accepted: "
+                "parallel=ddp|fsdp for more"
+            )
+    elif mode not in SUPPORTED[(fw, p)]:
+        why = REFUSED_WHY.get((fw, p, mode), "not supported")
+        raise ConfigError(f"mode={mode} with parallel={p}, framework={fw}: {why}")
+    elif (fw, p, mode) == ("torch", "fsdp", "jvp") and cfg.jvp_impl != "lazy":
+        raise ConfigError(
+            f"jvp_impl={cfg.jvp_impl} with parallel=fsdp: forward-mode AD through FSDP2's sharded parameters fails "
+            "in torch; accepted: jvp_impl=lazy (the tangent attached module by module to the gathered parameters)"
+        )
+    if p != "fsdp" and (cfg.fsdp_offload or not cfg.fsdp_reshard_after_forward):
+        which = "fsdp_offload=true" if cfg.fsdp_offload else "fsdp_reshard_after_forward=false"
+        raise ConfigError(f"{which}: applies to parallel=fsdp only (got parallel={p})")
+    if fw != "torch" and not cfg.fsdp_reshard_after_forward:
+        raise ConfigError(
+            "fsdp_reshard_after_forward=false: torch only (FSDP2's SHARD_GRAD_OP); in jax XLA decides when gathered "
+            "parameters are freed; accepted: true"
+        )
+    if cfg.fsdp_offload:
+        if fw != "torch":
+            raise ConfigError("fsdp_offload=true: torch only (FSDP2's CPUOffloadPolicy); framework=jax accepts false")
+        if cfg.device == "cpu":
+            raise ConfigError(
+                "fsdp_offload=true: the parameters already live in host memory on a CPU device, there is nothing to "
+                "offload to; accepted on a CUDA device"
+            )
+    if p != "none" and (cfg.evaluate or cfg.measure_grad_cosine):
+        which = "evaluate=true" if cfg.evaluate else "measure_grad_cosine=true"
+        raise ConfigError(f"{which}: not measured with parallel={p} yet; accepted with parallel=none")
+
+
+def validate_outputs(cfg: BenchConfig) -> None:
+    """epochs, evaluate, eval_every and measure_grad_cosine: what a trial records beyond the timed steps."""
+    if cfg.epochs is not None:
+        at_least("epochs", cfg.epochs, 1)
+        if cfg.data.num_train is None:
+            raise ConfigError(f"epochs={cfg.epochs}: needs data.num_train (samples per epoch); got null")
+        if timed_steps(cfg) < 1:
+            raise ConfigError(
+                f"epochs={cfg.epochs}: data.num_train={cfg.data.num_train} holds no full update "
+                f"of batch_size={cfg.batch_size} x grad_accum={cfg.grad_accum} x {world_size(cfg)} "
+                "device(s); accepted: a larger data.num_train"
+            )
+    at_least("eval_every", cfg.eval_every, 0)
+    if cfg.eval_every and not cfg.evaluate:
+        raise ConfigError(f"eval_every={cfg.eval_every}: needs evaluate=true")
+    if cfg.measure_grad_cosine and cfg.mode == "inference":
+        raise ConfigError(
+            "measure_grad_cosine=true: mode=inference has no gradient; accepted with backprop | jvp | jacfwd | mezo"
+        )
+
+
+def validate_data(cfg: BenchConfig) -> None:
+    """The data module's own checks, plus whether an ag_news source exists at all (its contents are checked when
+    the trial reads it; a bad file is reported as one line naming the file and line)."""
+    spec = data.data_spec(cfg.data)
+    batch = global_batch_size(cfg)
+    data.validate(spec, batch, cfg.seq_len)
+    if cfg.evaluate:
+        data.validate(spec, batch, cfg.seq_len, split="test")
+    data.check_source(spec, batch, cfg.evaluate)
+    if spec.name == "ag_news":
+        if spec.path is not None:
+            p = Path(spec.path).expanduser()
+            if not (p / "train.csv" if p.is_dir() else p).is_file():
+                raise ConfigError(
+                    f"data.path={spec.path}: no such file (accepted: an AG News CSV or a directory "
+                    "with train.csv and test.csv)"
+                )
+        elif importlib.util.find_spec("datasets") is None:
+            raise ConfigError(
+                "data=ag_news: no local CSV (data.path=null) and the datasets package is not "
+                "installed; pass data.path=/path/to/ag_news/train.csv (class index 1-4, title, "
+                "description)"
+            )

@@ -1,0 +1,101 @@
+"""Reading results back: whole rows of a results CSV, the rows a report reads (with the damaged ones marked), a
+trial's per-step history, and the one rule for repeated measurements: the latest row wins.
+
+Nothing here writes: resume, the sweep's summary, the report and the targets only ever read a CSV (CsvSink,
+bench/store/csv.py, is the one writer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from pathlib import Path
+
+from bench.errors import ConfigError
+from bench.store.csv import scan_csv
+
+DAMAGED = "damaged"  # the status a reader gives a CSV row that is not whole (cut off, wrong cell count)
+
+
+class ReadError(ConfigError):
+    """A results file a reader cannot take; the message is one line naming it and what is accepted."""
+
+
+def read_rows(path: str | os.PathLike[str]) -> list[dict[str, str]]:
+    """Every whole row of a results CSV as {column: string} ("" for empty cells); [] if the file does not exist.
+    Rows that are not whole (scan_csv) are left out: resume and the sweep's summary never read a cut-off row."""
+    try:
+        scan = scan_csv(Path(path).read_bytes())
+    except FileNotFoundError:
+        return []
+    return [dict(zip(scan.header, record)) for record in scan.records]
+
+
+def started(row: dict) -> str:
+    return row.get("started_at") or ""  # ISO 8601 in UTC: sorts as text
+
+
+def latest(rows: Iterable[dict], key: Callable[[dict], Hashable]) -> list[dict]:
+    """The latest row of each `key(row)`, oldest first. Rows are ordered by started_at, file order among equal
+    timestamps (a stable sort: the later line wins). A re-run after a fix replaces the old numbers; it is never
+    averaged with them."""
+    last: dict = {}
+    for r in sorted(rows, key=started):
+        last[key(r)] = r
+    return sorted(last.values(), key=started)
+
+
+def load_rows(paths: Sequence[str | Path], required: Sequence[str] = ()) -> list[dict[str, str]]:
+    """Every row of the given results CSVs, in file order, each with "_source" (its CSV's path) added; a row that
+    is not whole is one row marked status "damaged" with its line and what is wrong (listed as such, never read
+    as numbers). A run_id seen before (the same file given twice) is read once. ReadError (one line) for a file
+    that is missing, unreadable, or whose header lacks a `required` column."""
+    rows: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for p in paths:
+        path = Path(p)
+        for r in _read_csv(path, required):
+            if r.get("run_id"):
+                if r["run_id"] in seen:
+                    continue
+                seen.add(r["run_id"])
+            rows.append({**r, "_source": str(path)})
+    return rows
+
+
+def _read_csv(path: Path, required: Sequence[str]) -> list[dict[str, str]]:
+    accepted = f"accepted: a results CSV written by `python -m bench`, e.g. results/{path.name or 'runs.csv'}"
+    if path.is_dir():
+        raise ReadError(f"csv={path}: is a folder ({accepted})")
+    try:
+        scan = scan_csv(path.read_bytes())  # read-only: a reader never changes a CSV
+    except FileNotFoundError:
+        raise ReadError(f"csv={path}: no such file ({accepted}; `make bench` writes one)") from None
+    except UnicodeDecodeError:
+        raise ReadError(f"csv={path}: not UTF-8 text ({accepted})") from None
+    except OSError as e:
+        raise ReadError(f"csv={path}: cannot read it: {e.strerror} ({accepted})") from None
+    if not scan.header:
+        raise ReadError(f"csv={path}: empty file ({accepted})")
+    missing = [c for c in required if c not in scan.header]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise ReadError(f"csv={path}: not a bench results CSV, its header lacks {shown} ({accepted})")
+    rows = [dict(zip(scan.header, record)) for record in scan.records]
+    for first, _, why in scan.damaged:
+        rows.append({"status": DAMAGED, "error": f"{path.name} line {first}: row not whole ({why})"})
+    return rows
+
+
+def read_history(row: dict) -> dict | None:
+    """The trial's per-step series (the model scenario's history/<run_id>.json beside its CSV), or None when
+    absent or unreadable (a report from a CSV copied without its folder still builds, without training curves)."""
+    run_id, source = row.get("run_id", ""), row.get("_source")
+    if not run_id or not source or Path(run_id).name != run_id:  # a run_id is a file name, never a path
+        return None
+    try:
+        history = json.loads((Path(source).parent / "history" / f"{run_id}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return history if isinstance(history, dict) else None
