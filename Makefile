@@ -14,7 +14,7 @@ comma     := ,
 STAMP     := $(VENV)/.bench-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast bench perf sweep ops ops-report report dashboard lint clean
+.PHONY: help setup test test-fast bench perf sweep ops ops-report report dashboard docs lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -38,8 +38,8 @@ bench: $(STAMP)  ## default comparison: both frameworks x every mode, prints the
 	$(PY) -m bench -m +experiment=default_bench $(if $(HAS_GPU),model=bert_base,)
 
 perf: $(STAMP)  ## the harness against a plain training loop, interleaved -> results/overhead.csv; then the targets
-	$(PY) -m bench.overhead $(if $(HAS_GPU),--model bert_base,)
-	$(PY) -m bench.targets
+	$(PY) -m bench overhead $(if $(HAS_GPU),--model bert_base,)
+	$(PY) -m bench targets
 
 sweep: $(STAMP)  ## documented multirun example (depth scaling of backprop vs jvp, 2 parallel workers)
 	$(PY) -m bench -m +experiment=depth_scaling
@@ -47,14 +47,16 @@ sweep: $(STAMP)  ## documented multirun example (depth scaling of backprop vs jv
 ops: $(STAMP)  ## op-level AD micro-benchmarks, torch and jax (CPU: threads 1 and all) -> results/ops.csv
 	$(PY) -m bench -m scenario=ops framework=torch,jax $(if $(HAS_GPU),device=cuda ops=large,threads=1$(comma)all)
 
-ops-report: $(STAMP)  ## ops plots and tables from results/ops.csv -> results/ops_report.md, results/plots/ops_*
-	$(PY) -m bench.ops_report
+ops-report: report  ## the report, whose "Op-level AD micro-benchmarks" section is results/ops.csv's
 
-report: $(STAMP)  ## tables and plots from results/runs.csv -> results/report.md
-	$(PY) -m bench.report
+report: $(STAMP)  ## tables and plots from results/ -> results/report.md, and a dated copy in benchmarks/
+	$(PY) -m bench report results --benchmarks benchmarks
 
 dashboard: $(STAMP)  ## W&B workspace + report of the runs (offline: spec -> results/dashboard.json; ARGS=--online saves)
-	$(PY) -m bench.dashboard $(ARGS)
+	$(PY) -m bench dashboard $(ARGS)
+
+docs: $(STAMP)  ## regenerate docs/options.md from the config schema (a test checks it is current)
+	$(PY) -m bench options > docs/options.md
 
 lint: $(STAMP)  ## ruff, and the import contracts in pyproject.toml (layers, no cycles, no framework in the parent)
 	$(PY) -m ruff check bench tests

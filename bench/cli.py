@@ -55,6 +55,7 @@ def _hydra_app(cfg) -> dict:
 
 
 COMMANDS = {
+    "options": lambda argv: print_options(argv),
     "report": lambda argv: report.main(argv, REPORT_SECTIONS),
     "capacity": capacity.main,
     "overhead": overhead.main,
@@ -106,9 +107,38 @@ def exit_code(statuses: list[str]) -> int:
     return 1 if any(s in ("error", "crashed") for s in statuses) else 0
 
 
-def help_text() -> str:
+def composed_defaults():
+    """What a trial gets when nothing is given: the schema and the default presets."""
     (_, composed), = compose_trials([], multirun=False)[0]
-    defaults = resolve(composed)  # what a trial gets when nothing is given: the schema and the default presets
+    return resolve(composed)
+
+
+def options_markdown() -> str:
+    """docs/options.md: every option with its help and default, from the schema (`make docs` writes it; a test
+    checks the file is what this returns)."""
+    rows = [f"| `{name}` | {text.replace('|', '&#124;')} | `{value}` |" for name, text, value in
+            options(defaults=composed_defaults())]  # fmt: skip
+    return "\n".join([
+        "# Options", "",
+        "Every option of `python -m bench`, generated from the schema (bench/config.py) by `make docs`; "
+        "`python -m bench --help` prints the same. Defaults are those of the default presets "
+        "(`model=minilm_l6 data=synthetic optimizer=sgd logger=wandb ops=default`); `model.*`, `data.*`, "
+        "`optimizer.*`, `logger.*` and `ops.*` override a field of the preset chosen. How to run trials, sweeps and "
+        "experiments: [usage.md](usage.md).", "",
+        "| option | what it does, what it accepts | default |", "| --- | --- | --- |", *rows, "",
+    ])
+
+
+def print_options(argv: list[str]) -> int:
+    """`python -m bench options`: docs/options.md's text (the markdown option table) on stdout."""
+    parser = command.OneLineParser("options", "python -m bench options", description=print_options.__doc__)
+    parser.parse_args(argv)
+    print(options_markdown(), end="")
+    return 0
+
+
+def help_text() -> str:
+    defaults = composed_defaults()
     rows = "\n".join(f"  {name:<32} {text} [default: {value}]" for name, text, value in options(defaults=defaults))
     groups = "\n".join(f"  {g:<24} {' | '.join(available(g))}" for g in ("model", "data", "optimizer", "logger",
                                                                          "ops", "case", "experiment"))  # fmt: skip

@@ -139,10 +139,6 @@ def is_trainable(name: str, scope: str, num_layers: int, last_k: int = 1) -> boo
     raise ValueError(f"trainable={scope!r}: accepted {', '.join(TRAINABLE_SCOPES)}")
 
 
-def trainable_names(spec: BertSpec, scope: str, last_k: int = 1) -> list[str]:
-    return [n for n in param_shapes(spec) if is_trainable(n, scope, spec.num_layers, last_k)]
-
-
 def count_params(spec: BertSpec, scope: str = "all", last_k: int = 1) -> int:
     return sum(
         int(np.prod(s)) for n, s in param_shapes(spec).items() if is_trainable(n, scope, spec.num_layers, last_k)

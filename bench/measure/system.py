@@ -25,6 +25,32 @@ def cpu_name() -> str:
     return f"{model} x{os.cpu_count()}"
 
 
+def host_slug() -> str:
+    """A short name for this host's hardware, as benchmarks/ files are named: "2core-epyc", "1gpu-h100"."""
+    gpus = cuda_gpu_names()
+    if gpus:
+        words = [w for w in gpus[0].replace("NVIDIA", "").split() if any(c.isdigit() for c in w)]
+        return f"{len(gpus)}gpu-{(words[0] if words else 'gpu').lower()}"
+    model = cpu_name().rsplit(" x", 1)[0]
+    words = [w for w in model.replace("(R)", "").replace("(TM)", "").split()
+             if w.lower() not in ("amd", "intel", "core", "processor", "cpu", "genuine")]  # fmt: skip
+    return f"{os.cpu_count()}core-{(words[0] if words else 'cpu').lower()}"
+
+
+@functools.cache
+def cuda_gpu_names() -> list[str]:
+    """Each GPU's name on this host, by `nvidia-smi -L` ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: ...)")."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("GPU ")] if out.returncode == 0 else []
+    return [ln.split(":", 1)[1].split("(UUID")[0].strip() for ln in lines]
+
+
 def host_facts() -> dict[str, str]:
     """Where and with what a trial ran: host, Python, git commit and the frameworks' versions."""
     return {"hostname": platform.node(), "python_version": platform.python_version(), "git_sha": git_sha(),
@@ -42,17 +68,9 @@ def versions() -> dict[str, str]:
     return out
 
 
-@functools.cache
 def cuda_device_count() -> int:
     """GPUs on this host, by `nvidia-smi -L` (the parent never imports a framework to ask); 0 without a driver."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return 0
-    try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+    return len(cuda_gpu_names())
 
 
 @functools.cache

@@ -1,12 +1,15 @@
 """The report: report.md and its plots from a results folder, put together from the scenarios' sections.
 
-    python -m bench report [RESULTS ...] [--out DIR]      (`make report`: results/ -> results/report.md)
+    python -m bench report [RESULTS ...] [--out DIR] [--benchmarks DIR]
+    (`make report`: results/ -> results/report.md, and a dated copy in benchmarks/)
 
 RESULTS is a results folder (its runs.csv and every other scenario's file beside it: ops.csv, capacity.csv,
 overhead.csv, history/) or a runs CSV (the files beside it are read too); the default is `results`. Each section
 (bench/report/section.py; the list and its order: bench/scenarios/__init__.py) reads what it needs, draws its plots
 into DIR/plots/ and returns its markdown. The results are only ever read. With W&B on (the results hold its
-offline runs), a `report` run keeps report.md and every plot it shows.
+offline runs), a `report` run keeps report.md and every plot it shows. With --benchmarks, report.md is also
+kept as DIR/<date>_<host>_<sha>.md with where and how it was measured: the dated record every number in README
+and docs/ cites.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 from bench.harness.command import OneLineParser, run
+from bench.measure.system import cpu_name, cuda_gpu_names, git_sha, host_facts, host_slug
 from bench.report.section import PLOT_DIR, RUNS_CSV, Results, Section
 from bench.store.read import ReadError
 from bench.store.wandb import log_report
@@ -64,20 +69,44 @@ def build(sections: Sequence[Section], results: Results, out_dir: str | Path) ->
     return Report(report_path, [out_dir / p for p in shown], text)
 
 
+def keep_benchmark(report: Report, folder: Path, command: str) -> Path:
+    """report.md as folder/<date>_<host>_<sha>.md, headed by where, when and how it was measured. Its plots are
+    named, not linked: benchmarks/ holds text, and the PNGs stay in the report's folder."""
+    sha = git_sha() or "nogit"
+    path = Path(folder) / f"{date.today():%Y-%m-%d}_{host_slug()}_{sha}.md"
+    facts = host_facts()
+    hardware = ", ".join(cuda_gpu_names()) or cpu_name()
+    header = [f"# Measured {date.today():%Y-%m-%d} on {host_slug()} at git {sha}", "",
+              f"- host: {hardware}; Python {facts['python_version']}; torch {facts['torch_version']}, jax "
+              f"{facts['jax_version']}, flax {facts['flax_version']}, transformers {facts['transformers_version']}",
+              f"- written by: `{command}` from the rows below (each table names the experiment or sweep that "
+              "recorded it: `python -m bench -m +experiment=NAME`)", ""]  # fmt: skip
+    body = report.text.replace("# bench report\n", "", 1)
+    body = re.sub(rf"!\[([^]]*)\]\(({PLOT_DIR}/[^)]+)\)", rf"*(plot: {report.path.parent}/\2)*", body)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(header) + body, encoding="utf-8")
+    return path
+
+
 def main(argv: list[str] | None, sections: Sequence[Section]) -> int:
     """`python -m bench report`."""
-    parser = OneLineParser("report", "python -m bench report [RESULTS ...] [--out DIR]",
+    parser = OneLineParser("report", "python -m bench report [RESULTS ...] [--out DIR] [--benchmarks DIR]",
                            description="Tables and plots from bench's results -> DIR/report.md and DIR/plots/*.png.")
     parser.add_argument("results", nargs="*", metavar="RESULTS",
                         help=f"results folders or runs CSVs (default: {DEFAULT_RESULTS})")
     parser.add_argument("--out", default=str(DEFAULT_RESULTS), metavar="DIR",
-                        help=f"folder for report.md and plots/ (default: {DEFAULT_RESULTS})")  # fmt: skip
+                        help=f"folder for report.md and plots/ (default: {DEFAULT_RESULTS})")
+    parser.add_argument("--benchmarks", metavar="DIR",
+                        help="also keep report.md as DIR/<date>_<host>_<sha>.md (make report: benchmarks)")  # fmt: skip
     args = parser.parse_args(argv)
 
     def body() -> int:
         report = build(sections, results_of(args.results), args.out)
         log_report(report.path, report.plots)
         print(f"bench report: {report.path} ({len(report.plots)} plots)")
+        if args.benchmarks:
+            command = " ".join(["python -m bench report", *(argv or [])])
+            print(f"bench report: kept as {keep_benchmark(report, Path(args.benchmarks), command)}")
         return 0
 
     return run("report", body, interrupted="report.md was not (re)written; the plots drawn so far are kept")
