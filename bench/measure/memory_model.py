@@ -1,7 +1,7 @@
 """What each way of differentiating should cost in memory, on paper: one framework-neutral model from the shapes.
 
 A trial's memory is split into the categories both frameworks report (bench/<framework>_impl/memory.py measures
-them; README "Memory, explained" has the formulas with their derivation):
+them; docs/memory.md has the formulas with their derivation):
 
     params      every parameter (trainable + frozen): resident before the step, part of the baseline
     grads       gradient buffers the optimizer reads (backprop: 4n; jacfwd: its 4n exchange buffer; the seeded

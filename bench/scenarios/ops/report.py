@@ -25,7 +25,7 @@ MODE_LINES = {"primal": "-", "jvp": "--", "vjp": ":"}
 SERIES_COLORS = {"torch eager": "#ee4c2c", "torch compile": "#8c1d0f", "jax jit": "#4285f4"}
 GRID_COLS = 5  # op panels per row of the time-vs-size figure
 
-# What the ratios mean, for the report (README's section on scenario=ops says the same at more length).
+# What the ratios mean, for the report (docs/ops.md says the same at more length).
 HOW_TO_READ_RATIOS = (
     "jvp and vjp are timed from scratch (both return f(x) too), so each ratio is the cost of one Jacobian-vector "
     "product (jvp) or vector-Jacobian product (vjp) in units of f itself; theory bounds both by small constants "
