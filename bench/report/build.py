@@ -88,8 +88,7 @@ def keep_benchmark(report: Report, folder: Path, command: str) -> Path:
     return path
 
 
-def main(argv: list[str] | None, sections: Sequence[Section]) -> int:
-    """`python -m bench report`."""
+def parse(argv: list[str] | None):
     parser = OneLineParser("report", "python -m bench report [RESULTS ...] [--out DIR] [--benchmarks DIR]",
                            description="Tables and plots from bench's results -> DIR/report.md and DIR/plots/*.png.")
     parser.add_argument("results", nargs="*", metavar="RESULTS",
@@ -98,7 +97,12 @@ def main(argv: list[str] | None, sections: Sequence[Section]) -> int:
                         help=f"folder for report.md and plots/ (default: {DEFAULT_RESULTS})")
     parser.add_argument("--benchmarks", metavar="DIR",
                         help="also keep report.md as DIR/<date>_<host>_<sha>.md (make report: benchmarks)")  # fmt: skip
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None, sections: Sequence[Section]) -> int:
+    """`python -m bench report`."""
+    args = parse(argv)
 
     def body() -> int:
         report = build(sections, results_of(args.results), args.out)

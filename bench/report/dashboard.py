@@ -293,7 +293,7 @@ def select_runs(runs: list[dict], sweeps: list[str], experiment: str | None) -> 
             and (not experiment or r["config"].get("experiment") == experiment)]  # fmt: skip
 
 
-def parse_args(argv: list[str] | None):
+def parse(argv: list[str] | None):
     parser = OneLineParser(
         "dashboard",
         "python -m bench dashboard [--results DIR] [--sweep ID ...] [--experiment NAME] [--title TEXT] "
@@ -411,7 +411,7 @@ def outcome_lines(spec: dict, path: Path, args) -> list[str]:
 
 def main(argv: list[str] | None, columns: Sequence[str]) -> int:
     """`python -m bench dashboard`; `columns`: every scenario's CSV columns (the keys a run can carry)."""
-    return run("dashboard", lambda: dashboard(parse_args(argv), columns), interrupted="no spec was written")
+    return run("dashboard", lambda: dashboard(parse(argv), columns), interrupted="no spec was written")
 
 
 def dashboard(args, columns: Sequence[str]) -> int:

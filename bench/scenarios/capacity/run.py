@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.config import LAUNCH_ID, BenchConfig, launch_id, resolve
+from bench.data import MIN_SEQ_LEN
 from bench.errors import ConfigError
 from bench.harness.command import OneLineParser, run
 from bench.harness.launch import LAUNCHER_PID, stop_descendants
@@ -76,14 +77,22 @@ def result_row(cfg: BenchConfig, key: str, budget_mb: float, s: Search, started:
     }  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None):
     parser = OneLineParser("capacity", "python -m bench capacity [--search batch_size|seq_len] budget_mb=MiB "
                            "key=value ...", description=(__doc__ or "").split("\n\n")[0])  # fmt: skip
     parser.add_argument("--search", default="batch_size", choices=SEARCHES, help="what grows (default batch_size)")
-    parser.add_argument("--start", type=int, default=1, help="the first value probed (default 1)")
+    parser.add_argument("--start", type=int, help=f"the first value probed (default: batch_size 1, seq_len "
+                        f"{MIN_SEQ_LEN}, the shortest a trial takes)")
     parser.add_argument("--max-probes", type=int, default=MAX_PROBES, help=f"per search (default {MAX_PROBES})")
     parser.add_argument("overrides", nargs="*", help="key=value overrides (a,b sweeps), budget_mb=MiB among them")
     args = parser.parse_intermixed_args(argv)  # options may come before, between or after the overrides
+    if args.start is None:
+        args.start = MIN_SEQ_LEN if args.search == "seq_len" else 1
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     os.environ[LAUNCHER_PID] = str(os.getpid())  # the probes' temp folders are named after this launch
     os.environ.pop(LAUNCH_ID, None)
     launch_id()  # this search's id: its probes' sweep_id and capacity_id

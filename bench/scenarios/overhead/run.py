@@ -114,7 +114,7 @@ def table(rows: list[dict]) -> str:
     return fixed_width(head, cells)
 
 
-def parser() -> OneLineParser:
+def parse(argv: list[str] | None):
     p = OneLineParser("overhead", "python -m bench overhead [options]", description=__doc__.splitlines()[0])
     p.add_argument("--framework", default="torch,jax", help="torch, jax or torch,jax (default both)")
     p.add_argument("--model", default="minilm_l6", help="a conf/model preset (default minilm_l6)")
@@ -126,7 +126,7 @@ def parser() -> OneLineParser:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results/overhead.csv", help="CSV the rows are appended to")
-    return p
+    return p.parse_args(argv)
 
 
 def validate(a) -> list[str]:
@@ -146,7 +146,7 @@ def validate(a) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m bench overhead` (make perf)."""
-    a = parser().parse_args(argv)
+    a = parse(argv)
     rows: list[dict] = []
 
     def body() -> int:

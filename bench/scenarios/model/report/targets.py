@@ -185,11 +185,15 @@ class TargetsSection(Section):
                 md_table(HEAD, cells(checks), "lllrrl"), ""]  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m bench targets`: the targets of the results' rows, printed; exit 0 even when one is missed."""
+def parse(argv: list[str] | None):
     p = OneLineParser("targets", "python -m bench targets [RESULTS ...]", description=__doc__.splitlines()[0])
     p.add_argument("results", nargs="*", metavar="RESULTS", help="results folders or runs CSVs (default results)")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench targets`: the targets of the results' rows, printed; exit 0 even when one is missed."""
+    args = parse(argv)
 
     def body() -> int:
         results = results_of(args.results)

@@ -1,0 +1,78 @@
+"""Every command README and docs/ show parses: `make` targets exist, `python -m bench ...` trials and sweeps pass
+preflight (composed and validated, nothing run), and each subcommand's arguments parse as its own parser reads
+them. A page that shows a command the suite no longer takes fails here."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from bench.cli import COMMANDS
+from bench.errors import ConfigError
+from bench.harness.preflight import preflight
+from bench.measure.system import cuda_device_count
+from bench.report import build, dashboard
+from bench.scenarios import SCENARIOS
+from bench.scenarios.capacity import run as capacity
+from bench.scenarios.model.report import targets
+from bench.scenarios.overhead import run as overhead
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PLACEHOLDER = re.compile(r"\.\.\.|<|NAME\b|RUN_ID|ID\b|DIR\b|MiB\b|\[|\$")  # a template, not a command to run
+
+
+def shown_commands() -> list[tuple[str, str]]:
+    """(page, command) of every `python -m bench` or `make` line in a ```bash block."""
+    found = []
+    for page in PAGES:
+        fenced = False
+        text = page.read_text().replace("\\\n", " ")  # a command continued on the next line is one command
+        for line in text.splitlines():
+            if line.startswith("```"):
+                fenced = line.strip() == "```bash"
+                continue
+            for part in line.split("  #")[0].split("&&"):
+                part = " ".join(part.split())
+                if fenced and part.startswith(("python -m bench", "make ")) and not PLACEHOLDER.search(part):
+                    found.append((page.name, part))
+    return found
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"^([a-z][a-z-]*):", (REPO / "Makefile").read_text(), flags=re.M))
+
+
+def check(command: str, tmp_path: Path) -> None:
+    words = shlex.split(command)
+    if words[0] == "make":
+        assert all(w in make_targets() or "=" in w for w in words[1:]), command
+        return
+    args = words[3:]
+    if args and args[0] in COMMANDS:
+        name, rest = args[0], args[1:]
+        parsed = {"capacity": capacity.parse, "overhead": overhead.parse, "report": build.parse,
+                  "targets": targets.parse, "dashboard": dashboard.parse}.get(name, lambda a: a)(rest)  # fmt: skip
+        if name == "capacity":
+            capacity.prepare(parsed)
+        return
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    overrides = [a for a in args if not a.startswith("-")]
+    if "device=cuda" in overrides and not cuda_device_count():  # a GPU host's command: refused here, in one line
+        with pytest.raises(ConfigError, match="device=cuda: this host has no CUDA GPU"):
+            preflight([*overrides, f"results_dir={tmp_path}"], multirun, SCENARIOS)
+        return
+    preflight([*overrides, f"results_dir={tmp_path}"], multirun, SCENARIOS)
+
+
+def test_pages_show_commands():
+    assert len(shown_commands()) > 20
+
+
+@pytest.mark.parametrize("page,command", shown_commands(), ids=lambda x: x if "/" not in x else None)
+def test_every_command_shown_parses(page, command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # results folders a command names are checked, never written, here
+    check(command, tmp_path)
