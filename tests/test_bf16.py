@@ -19,7 +19,7 @@ import torch
 from bench import data
 from bench.config import model_preset
 from bench.jax_impl.params import to_hf
-from bench.memory_model import predict
+from bench.measure.memory_model import predict
 from bench.spec import OptimizerSpec, StepSpec, count_params, implementation
 from bench.weights import build_weights
 from tests.test_runner import FAST, bench, rows

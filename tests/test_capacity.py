@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from bench.capacity import Probe, search
-from bench.sinks import read_rows
+from bench.scenarios.capacity.search import Probe, search
+from bench.store.csv import read_rows
 from tests.test_runner import REPO
 
 

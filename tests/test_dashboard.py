@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.dashboard import SECTIONS, Panel, Section, check_sections, ready
-from bench.sinks import CSV_COLUMNS, read_rows
-from bench.wandb_runs import DEVICES, OPS_TABLE, REPORT_PLOTS, SWEEP_TABLE, geomean_key, offline_runs
+from bench.report.dashboard import SECTIONS, Panel, Section, check_sections, ready
+from bench.store.csv import CSV_COLUMNS, read_rows
+from bench.store.wandb import DEVICES, OPS_TABLE, REPORT_PLOTS, SWEEP_TABLE, geomean_key, offline_runs
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = ["model=tiny", "batch_size=4", "seq_len=32", "steps=3", "warmup_steps=1", "data.num_train=64",

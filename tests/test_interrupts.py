@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.sinks import read_rows
+from bench.store.csv import read_rows
 from tests.test_runner import FAST, REPO
 
 LAUNCHERS = {

@@ -14,7 +14,7 @@ import pytest
 
 from bench import scenarios
 from bench.errors import ConfigError
-from bench.scenarios.base import Scenario
+from bench.harness.scenario import Scenario
 from bench.spec import FRAMEWORKS, IMPL_MODULES, Trainer, World, implementation
 
 REPO = Path(__file__).resolve().parent.parent

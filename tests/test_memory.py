@@ -18,7 +18,7 @@ import pytest
 
 from bench import data
 from bench.config import model_preset
-from bench.memory_model import predict
+from bench.measure.memory_model import predict
 from bench.spec import OptimizerSpec, StepSpec, count_params, implementation
 from bench.weights import build_weights
 

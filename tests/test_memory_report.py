@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.memory_report import DISAGREE, FLAG, disagrees
-from bench.report import build_report
+from bench.scenarios.model.report.memory import DISAGREE, FLAG, disagrees
+from bench.report.build import build_report
 from tests.test_report import COLUMNS, POISON, assert_real_png, trial, write_csv
 
 BREAKDOWN = ("mem_trainable_mb", "mem_grads_mb", "mem_directions_mb", "mem_saved_mb", "mem_temp_mb",

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bench.ops_spec import OP_NAMES, OPS, broadcast_to, make_problem, relative_error, tolerance
-from bench.sinks import OPS_CSV_COLUMNS, CsvSink, read_rows
+from bench.store.csv import OPS_CSV_COLUMNS, CsvSink, read_rows
 from bench.spec import implementation
 
 REPO = Path(__file__).resolve().parent.parent
@@ -158,7 +158,7 @@ def test_cuda_jvp_and_vjp_match_the_analytic_derivative(framework):
 def test_time_calls_samples_enough_calls_per_sample():
     import time
 
-    from bench.timing import time_calls
+    from bench.measure.timing import time_calls
 
     calls = []
 
@@ -252,7 +252,7 @@ def test_bad_ops_config_is_one_line_and_nothing_runs(tmp_path, args, expected):
 
 def test_model_trials_keep_their_identity():
     """The ops keys are not part of a model trial's identity: resume=true still finds rows recorded before."""
-    from bench.preflight import compose_trials
+    from bench.harness.preflight import compose_trials
     from bench.scenarios import config_hash, trial_identity
 
     def composed(*overrides):
@@ -288,7 +288,7 @@ def fake_rows() -> list[dict]:
 
 
 def test_ops_report_draws_every_plot(tmp_path):
-    from bench.ops_report import ops_report, summary_table
+    from bench.scenarios.ops.report import ops_report, summary_table
 
     csv = tmp_path / "ops.csv"
     sink = CsvSink(csv, OPS_CSV_COLUMNS)

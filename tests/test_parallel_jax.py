@@ -151,7 +151,7 @@ DIRECTIONS = """
 import json, sys
 from bench.config import bert_spec, step_spec, to_container
 from bench.jax_impl import parallel, steps
-from bench.preflight import compose_trials
+from bench.harness.preflight import compose_trials
 from bench.weights import build_weights
 
 trials, _ = compose_trials(sys.argv[1:], multirun=False)
@@ -192,9 +192,9 @@ def test_two_processes_run_one_trial_through_jax_distributed(tmp_path, sweeps):
     """As a two-task submitit job starts a JAX trial: two `python -m bench.runner` processes, one CPU device each,
     RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in their environment; rank 0 reports the whole trial."""
     from bench.config import to_container
-    from bench.preflight import compose_trials
-    from bench.runner import trial_env
-    from bench.system import free_port
+    from bench.harness.preflight import compose_trials
+    from bench.harness.runner import trial_env
+    from bench.measure.system import free_port
 
     (trial,), _ = compose_trials([*TINY, "mode=backprop", "parallel=fsdp", "devices=2"], multirun=False)
     c = to_container(trial[1])

@@ -72,7 +72,7 @@ def one_device_trial(row: dict) -> dict:
     process of its own per mode would double this file's time, most of it spent importing torch)."""
     from bench import data
     from bench.config import bert_spec, step_spec, to_container
-    from bench.preflight import compose_trials
+    from bench.harness.preflight import compose_trials
     from bench.torch_impl.steps import make_trainer
     from bench.weights import build_weights, weights_digest
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.sinks import CsvSink, read_rows
+from bench.store.csv import CsvSink, read_rows
 from tests.test_runner import FAST, REPO
 
 
@@ -78,7 +78,7 @@ def test_rows_swallowed_by_an_old_cut_are_found_again(tmp_path):
 
 
 def test_the_report_lists_a_damaged_row_as_such(tmp_path):
-    from bench.report import build_report
+    from bench.report.build import build_report
 
     path = tmp_path / "runs.csv"
     data = whole_rows(path)

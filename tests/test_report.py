@@ -18,10 +18,10 @@ import pytest
 
 from bench.config import model_preset
 from bench.parallel import expected_comm_bytes
-from bench.parallel_report import FLAG, comm_mismatch
-from bench.plots import plan_plots
-from bench.report import build_report, depth_growth, main
-from bench.results import (
+from bench.scenarios.model.report.parallel import FLAG, comm_mismatch
+from bench.report.plots import plan_plots
+from bench.report.build import build_report, depth_growth, main
+from bench.scenarios.model.select import (
     OPTIMIZER_DEFAULTS,
     context_key,
     context_label,
@@ -32,8 +32,8 @@ from bench.results import (
     summary_table,
     variant,
 )
-from bench.sinks import CSV_COLUMNS, CsvSink, read_rows
-from bench.tables import num
+from bench.store.csv import CSV_COLUMNS, CsvSink, read_rows
+from bench.report.tables import num
 
 REPO = Path(__file__).resolve().parent.parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -512,7 +512,7 @@ def test_single_framework_csv_builds_and_names_the_skipped_plots(tmp_path):
 
 def test_csv_with_only_failures_and_an_older_schema(tmp_path):
     # an older schema: the required columns only, no config_hash (rows are then told apart by their fields)
-    from bench.sinks import REQUIRED_COLUMNS
+    from bench.store.csv import REQUIRED_COLUMNS
 
     path = tmp_path / "old.csv"
     path.write_text(",".join(REQUIRED_COLUMNS) + "\n")  # CsvSink appends under an existing header

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.sinks import read_rows
+from bench.store.csv import read_rows
 
 REPO = Path(__file__).resolve().parent.parent
 # Small and fast: the tiny preset, short sequences, a few steps. Every trial still spawns its own process.
@@ -71,7 +71,7 @@ def test_multirun_records_every_trial_ok_with_plausible_numbers(tmp_path):
 
 @pytest.mark.slow
 def test_wandb_offline_run_holds_the_logged_metrics(tmp_path):
-    from bench.wandb_runs import read_wandb_offline
+    from bench.store.wandb import read_wandb_offline
 
     bench("framework=torch", "mode=backprop", *FAST, "logger=wandb", results=tmp_path)
     (row,) = rows(tmp_path)
@@ -197,7 +197,7 @@ EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_experiment_composes_and_validates(name):
-    from bench.preflight import preflight
+    from bench.harness.preflight import preflight
 
     assert preflight([f"+experiment={name}"], multirun=True) >= 2  # each one is a sweep
 
@@ -224,7 +224,7 @@ def test_evaluate_and_gradient_cosine_are_recorded(tmp_path):
 
 
 def test_jax_trials_get_the_memory_minimising_xla_cpu_scheduler(monkeypatch):
-    from bench.runner import trial_env
+    from bench.harness.runner import trial_env
 
     flag = "--xla_cpu_enable_concurrency_optimized_scheduler"
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
@@ -246,7 +246,7 @@ def test_jax_trials_get_the_memory_minimising_xla_cpu_scheduler(monkeypatch):
 def test_config_hashes_of_earlier_rows_still_match(overrides, recorded):
     """Hashes recorded before the parallel keys existed (and before the layout change): resume=true finds those
     rows only while a trial at the defaults of every key added since hashes as it did then."""
-    from bench.preflight import compose_trials
+    from bench.harness.preflight import compose_trials
     from bench.scenarios import config_hash
 
     ((_, cfg),), _ = compose_trials(overrides, multirun=False)

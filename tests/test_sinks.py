@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from bench import wandb_runs
-from bench.sinks import CSV_COLUMNS, REQUIRED_COLUMNS, CsvSink, SchemaError, read_rows
-from bench.wandb_runs import (
+from bench.store.csv import CSV_COLUMNS, REQUIRED_COLUMNS, CsvSink, SchemaError, read_rows
+from bench.store.wandb import (
     DEVICES,
     REDACTED,
     WandbSink,

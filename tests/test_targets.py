@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench import targets
-from bench.sinks import CsvSink, read_rows
+from bench.scenarios.model.report import targets
+from bench.store.csv import CsvSink, read_rows
 
 
 def row(framework, mode, layers, excess, step_s, **kw):
@@ -62,7 +62,7 @@ def test_speed_targets_read_the_overhead_rows_and_jax_compile_times(tmp_path):
             row("jax", "jvp", 6, 80, 0.5, compile_time_s="4.0", jvp_tangent="keep"),
             row("torch", "jvp", 6, 250, 0.7, compile_time_s="0.8")]  # fmt: skip
     overhead = tmp_path / "overhead.csv"
-    from bench.overhead import COLUMNS
+    from bench.scenarios.overhead.run import COLUMNS
 
     base = {"model": "minilm_l6", "batch_size": 8, "seq_len": 128, "rounds": 3}
     for r in ({**base, "framework": "torch", "ratio": 1.05}, {**base, "framework": "torch", "ratio": 1.01},
@@ -85,7 +85,7 @@ def test_speed_targets_read_the_overhead_rows_and_jax_compile_times(tmp_path):
     (["--model", "gpt2"], "--model=gpt2: accepted bert_base"),
 ])  # fmt: skip
 def test_overhead_refuses_bad_input_in_one_line(tmp_path, args, expected, capsys):
-    from bench import overhead
+    from bench.scenarios.overhead import run as overhead
 
     assert overhead.main([*args, "--out", str(tmp_path / "o.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -95,7 +95,7 @@ def test_overhead_refuses_bad_input_in_one_line(tmp_path, args, expected, capsys
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_plain_loops_train_the_same_model_and_time_each_step(framework):
-    from bench import overhead
+    from bench.scenarios.overhead import run as overhead
 
     times = overhead.PLAIN[framework]("tiny", 2, 16, steps=2, warmup=1, lr=1e-3, seed=0)
     assert len(times) == 2 and all(0 < t < 30 for t in times)
@@ -103,7 +103,7 @@ def test_plain_loops_train_the_same_model_and_time_each_step(framework):
 
 @pytest.mark.slow
 def test_overhead_runs_both_sides_interleaved_and_appends_a_row(tmp_path):
-    from bench import overhead
+    from bench.scenarios.overhead import run as overhead
 
     out = tmp_path / "overhead.csv"
     assert overhead.main(["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-len", "16",
@@ -115,7 +115,7 @@ def test_overhead_runs_both_sides_interleaved_and_appends_a_row(tmp_path):
 
 
 def test_overhead_refuses_a_results_file_of_another_schema_and_leaves_it_alone(tmp_path, capsys):
-    from bench import overhead
+    from bench.scenarios.overhead import run as overhead
 
     out = tmp_path / "o.csv"
     out.write_text("run_id,status\nabc,ok\n")

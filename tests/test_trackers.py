@@ -13,9 +13,9 @@ import numpy as np
 import psutil
 import pytest
 
-from bench import trackers
-from bench.timing import StepTimer, TimingStats, timed
-from bench.trackers import (
+from bench.measure import trackers
+from bench.measure.timing import StepTimer, TimingStats, timed
+from bench.measure.trackers import (
     HostMemWatchdog,
     HostRssTracker,
     JaxDeviceTracker,
@@ -146,10 +146,10 @@ def test_trackers_and_sinks_import_no_framework():
     code = textwrap.dedent(
         """
         import sys, tempfile, os
-        from bench.trackers import HostRssTracker, NvmlTracker
-        from bench.timing import StepTimer
-        from bench.sinks import CsvSink
-        from bench.wandb_runs import WandbSink
+        from bench.measure.trackers import HostRssTracker, NvmlTracker
+        from bench.measure.timing import StepTimer
+        from bench.store.csv import CsvSink
+        from bench.store.wandb import WandbSink
         t = HostRssTracker(); t.baseline()
         with t.track():
             pass

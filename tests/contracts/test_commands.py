@@ -26,7 +26,8 @@ PLACEHOLDER = re.compile(r"\.\.\.|<|NAME\b|RUN_ID|ID\b|DIR\b|MiB\b|\[|\$")  # a 
 
 
 def shown_commands() -> list[tuple[str, str]]:
-    """(page, command) of every `python -m bench` or `make` line in a ```bash block."""
+    """(page, command) of every `python -m bench` or `make` line in a ```bash block; a command shown on several
+    pages is checked once."""
     found = []
     for page in PAGES:
         fenced = False
@@ -39,7 +40,7 @@ def shown_commands() -> list[tuple[str, str]]:
                 part = " ".join(part.split())
                 if fenced and part.startswith(("python -m bench", "make ")) and not PLACEHOLDER.search(part):
                     found.append((page.name, part))
-    return found
+    return list({command: (page, command) for page, command in reversed(found)}.values())
 
 
 def make_targets() -> set[str]:
