@@ -6,6 +6,7 @@
     python -m bench overhead [...]           the harness against a plain training loop (make perf)
     python -m bench targets [...]            the training modes' memory and speed targets, met or missed
     python -m bench dashboard [...]          the W&B workspace and report of the runs
+    python -m bench rerun RUN_ID             a recorded trial again, from its saved config: same losses?
 
 Trials: before Hydra starts anything, every trial the command line names is composed and validated
 (bench/harness/preflight.py), so bad input gets one clear line and exit 2 before any process starts or any row is
@@ -22,7 +23,7 @@ from pathlib import Path
 import hydra
 
 from bench.config import CONF_DIR, LAUNCH_ID, available, launch_id, options, register_configs, resolve
-from bench.harness import command, runner, sweep
+from bench.harness import command, rerun, runner, sweep
 from bench.harness.launch import LAUNCHER_PID, stop_descendants
 from bench.harness.preflight import compose_trials, preflight
 from bench.report import build as report
@@ -61,6 +62,7 @@ COMMANDS = {
     "overhead": overhead.main,
     "targets": targets.main,
     "dashboard": lambda argv: dashboard.main(argv, COLUMNS),
+    "rerun": lambda argv: rerun.main(argv, SCENARIOS),
 }
 
 

@@ -145,6 +145,10 @@ class BenchConfig:
     warmup_steps: int = _f(3, "untimed steps before the timed ones (the first compiles), integer >= 1")
     grad_accum: int = _f(1, "micro-batches per optimizer update, integer >= 1")
     seed: int = _f(0, "weights, data order, tangents, perturbations, dropout: integer in [0, 2^63)")
+    deterministic: bool = _f(
+        False, "deterministic kernels: torch.use_deterministic_algorithms (+CUBLAS_WORKSPACE_CONFIG), XLA's "
+        "--xla_gpu_deterministic_ops; CPU runs are bit-identical at a fixed thread count without it"
+    )
     remat: bool = _f(False, "backprop with activation checkpointing per encoder layer")
     num_tangents: int = _f(1, "jvp: tangents K per step (looped), integer >= 1")
     jvp_impl: str = _f(

@@ -99,10 +99,24 @@ def record_job(cfg: BenchConfig, scenario: Scenario) -> dict:
     for row in rows:
         sink.write(row)
     scenario.save(results_dir, rows, outcome)
+    save_config(results_dir, run_id, cfg)
     if cfg.logger.name == "wandb":
         scenario.log_wandb(cfg, rows, outcome, results_dir)
     print(f"{progress}: {scenario.describe(outcome, rows)}", flush=True)
     return {"run_id": run_id, "status": worst(r.get("status") for r in rows)}
+
+
+def config_path(results_dir: Path, run_id: str) -> Path:
+    """Where a trial's resolved config is kept: what `python -m bench rerun RUN_ID` runs again."""
+    return Path(results_dir) / "configs" / f"{run_id}.json"
+
+
+def save_config(results_dir: Path, run_id: str, cfg: BenchConfig) -> None:
+    path = config_path(results_dir, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(to_dict(cfg), indent=1))
+    tmp.replace(path)  # whole or absent: a rerun never reads half a config
 
 
 def recorded_ok(csv_path: Path, config_hash: str) -> str | None:

@@ -76,6 +76,11 @@ class Scenario(ABC):
     def summary(self, rows: list[dict]) -> str:
         """The fixed-width table printed when a sweep ends."""
 
+    def losses(self, results_dir: Path, run_id: str) -> list[float] | None:
+        """The trial's per-step training losses, as recorded (what a rerun must repeat); None where the scenario
+        records none."""
+        return None
+
     # -- child side --------------------------------------------------------------------------------------------
     @abstractmethod
     def measure(self, cfg: BenchConfig, on_progress: Callable[[dict], None]) -> dict:

@@ -3,6 +3,8 @@ trackers. Mirror of torch_impl/device.py."""
 
 from __future__ import annotations
 
+import os
+
 import jax
 
 from bench.measure.trackers import HostRssTracker, JaxDeviceTracker, MemoryTracker, NvmlTracker
@@ -28,7 +30,7 @@ def device_kind(device) -> str:
 
 
 def device_name(device) -> str:
-    """GPU model name (CPU names come from bench.system.cpu_name)."""
+    """GPU model name (CPU names come from bench.measure.system.cpu_name)."""
     return device.device_kind
 
 
@@ -38,9 +40,22 @@ def use_fp32() -> None:
     jax.config.update("jax_default_matmul_precision", "highest")
 
 
+def deterministic(on: bool) -> None:
+    """deterministic=true: XLA's deterministic GPU kernels (--xla_gpu_deterministic_ops, no atomics in
+    reductions), which must be in XLA_FLAGS before the backend starts: the trial's environment carries it (the
+    model scenario's env), so this only checks it is there. XLA:CPU is deterministic at a fixed thread count."""
+    if on and "--xla_gpu_deterministic_ops=true" not in os.environ.get("XLA_FLAGS", ""):
+        raise RuntimeError("deterministic=true: XLA_FLAGS lacks --xla_gpu_deterministic_ops=true")
+
+
+def num_threads() -> int:
+    """The threads a step runs on: XLA:CPU's Eigen pool takes every core this process may use."""
+    return len(os.sched_getaffinity(0))
+
+
 def limit_memory(device, budget_mb: float | None) -> None:
     """budget_mb on a GPU is XLA's own allocator limit, XLA_PYTHON_CLIENT_MEM_FRACTION, which must be in the
-    environment before the backend starts: the trial's environment carries it (bench/scenarios/model.py env);
+    environment before the backend starts: the trial's environment carries it (the model scenario's env);
     nothing is left to do here. On the CPU the runner enforces the budget on the process's RSS."""
 
 

@@ -25,7 +25,7 @@ def device_kind(device: torch.device) -> str:
 
 
 def device_name(device: torch.device) -> str:
-    """GPU model name (CPU names come from bench.system.cpu_name)."""
+    """GPU model name (CPU names come from bench.measure.system.cpu_name)."""
     return torch.cuda.get_device_name(device)
 
 
@@ -34,6 +34,18 @@ def use_fp32() -> None:
     "highest" matmul precision)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+
+
+def deterministic(on: bool) -> None:
+    """deterministic=true: torch's deterministic kernels only (an error where an op has none). On CUDA it also
+    needs CUBLAS_WORKSPACE_CONFIG in the environment before cuBLAS starts: the trial's environment carries it
+    (the model scenario's env). On the CPU at a fixed thread count torch is bit-reproducible without it."""
+    torch.use_deterministic_algorithms(on)
+
+
+def num_threads() -> int:
+    """The intra-op threads a step runs on (the CPU's; what a bit-identical rerun must match)."""
+    return torch.get_num_threads()
 
 
 def limit_memory(device: torch.device, budget_mb: float | None) -> None:

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -166,9 +165,6 @@ def start(cfg: BenchConfig) -> World:
                                 device_id=device_id)  # fmt: skip
     else:
         dist.init_process_group(backend, init_method="env://", timeout=timeout, device_id=device_id)
-    # Dropout: each rank its own masks, as one device drawing them for the whole global batch would (torch's
-    # default seed is a constant, so every rank would otherwise drop the same units of its rows).
-    torch.manual_seed(int(np.random.SeedSequence([cfg.seed, rank]).generate_state(1, np.uint64)[0] >> 1))
     return World(parallel=p, size=size, rank=rank, main=rank == 0, device=device,
                  reshard_after_forward=cfg.fsdp_reshard_after_forward, offload=cfg.fsdp_offload)  # fmt: skip
 

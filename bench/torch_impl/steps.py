@@ -588,6 +588,9 @@ def make_trainer(
     device alone)."""
     device = resolve_device(device)
     use_fp32()
+    # Dropout draws from torch's global generator, which torch seeds at random in each process: seeded from the
+    # trial's seed and the rank (each rank its own masks, as one device drawing them for the global batch would).
+    torch.manual_seed(int(np.random.SeedSequence([step_spec.seed, world.rank if world else 0]).generate_state(1)[0]))
     model = build_model(spec, weights, device, attn_implementation)
     if step_spec.dtype == "bf16_pure":
         model = model.to(torch.bfloat16)

@@ -35,5 +35,7 @@ EXTRA_COLUMNS = (
     "mem_predicted_directions_mb", "mem_predicted_temp_mb",
     "directions",  # jvp's tangents and MeZO's perturbations: gaussian | rademacher
     "jvp_tangent",  # jvp, one tangent: auto | keep (drawn once) | redraw (drawn again for the update)
+    # reproducibility (docs/reproducibility.md): the kernels' mode and the intra-op threads a step ran on
+    "deterministic", "num_threads",
 )  # fmt: skip
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS

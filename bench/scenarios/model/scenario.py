@@ -19,6 +19,7 @@ from bench.scenarios.model import trial
 from bench.scenarios.model.columns import COLUMNS
 from bench.scenarios.model.select import OPTIMIZER_COLUMNS, summary_table, variant
 from bench.scenarios.model.validate import validate
+from bench.store.read import read_history
 from bench.store.wandb import WandbSink, device_summary, run_config, run_tags
 
 # Keys only scenario=ops reads. A model trial's identity leaves them out: it hashes as it did before scenarios
@@ -27,7 +28,7 @@ OTHER_SCENARIOS_KEYS = ("scenario", "threads", "ops")
 # Keys added after rows were recorded, with the value every earlier trial had: at that value a key is left out of
 # the identity, so a single-device trial hashes as it did before multi-device trials existed.
 ADDED_KEYS = {"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True, "fsdp_offload": False,
-              "directions": "gaussian", "jvp_tangent": "auto"}  # fmt: skip
+              "directions": "gaussian", "jvp_tangent": "auto", "deterministic": False}  # fmt: skip
 
 
 class ModelScenario(Scenario):
@@ -51,7 +52,7 @@ class ModelScenario(Scenario):
         return trial_label(cfg)
 
     def env(self, cfg: BenchConfig) -> dict[str, str]:
-        env = {}
+        env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"} if cfg.deterministic else {}  # cuBLAS's deterministic mode
         if cfg.framework != "jax":
             return env
         gpus = cuda_memory_mb()
@@ -65,7 +66,11 @@ class ModelScenario(Scenario):
             # temp 500 MiB with or without remat), and every mode holds more than it must. The memory-minimising
             # scheduler gives remat its saving (185 MiB) and backprop 420 MiB; GPU backends ignore this flag. A
             # setting of the user's own stands.
-            env["XLA_FLAGS"] = f"{flags} --xla_cpu_enable_concurrency_optimized_scheduler=false".strip()
+            flags = f"{flags} --xla_cpu_enable_concurrency_optimized_scheduler=false".strip()
+        if cfg.deterministic:
+            flags = f"{flags} --xla_gpu_deterministic_ops=true".strip()
+        if flags:
+            env["XLA_FLAGS"] = flags
         return env
 
     def rows(self, cfg: BenchConfig, outcome: dict, ids: dict) -> list[dict]:
@@ -107,6 +112,10 @@ class ModelScenario(Scenario):
 
     def summary(self, rows: list[dict]) -> str:
         return summary_table(rows)
+
+    def losses(self, results_dir: Path, run_id: str) -> list[float] | None:
+        history = read_history({"run_id": run_id, "_source": str(Path(results_dir) / self.results_file)})
+        return None if history is None else history.get("loss")
 
     # -- child side --------------------------------------------------------------------------------------------
     def measure(self, cfg: BenchConfig, on_progress) -> dict:
@@ -170,6 +179,7 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "grad_accum": cfg.grad_accum,
         "last_k": cfg.last_k,
         "jacfwd_chunk": cfg.jacfwd_chunk,
+        "deterministic": cfg.deterministic,
         **{k: v for k, v in host_facts().items() if k in COLUMNS},
         **{k: v for k, v in outcome.items() if k in COLUMNS},
     }

@@ -50,6 +50,7 @@ def measure_process(cfg: BenchConfig, world: World) -> dict:
     device = world.device
     kind = dev.device_kind(device)
     dev.limit_memory(device, cfg.budget_mb)
+    dev.deterministic(cfg.deterministic)
     spec = bert_spec(m)
     weights = build_weights(spec, cfg.seed, m.checkpoint)
     digest = weights_digest(weights)
@@ -145,6 +146,7 @@ def measure_process(cfg: BenchConfig, world: World) -> dict:
         "status": "ok",
         "device": kind,
         "device_name": dev.device_name(device) if kind == "cuda" else cpu_name(),
+        "num_threads": dev.num_threads(),
         "n_params": trainer.n_params,
         "n_trainable": trainer.n_trainable,
         "n_sharded": trainer.n_sharded,

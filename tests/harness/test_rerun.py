@@ -1,0 +1,62 @@
+"""A recorded trial can be run again from the config it kept (python -m bench rerun RUN_ID) and repeats its
+losses bit for bit, dropout on; a run_id that is not recorded, or whose config is missing or damaged, is one line
+and exit 2, and nothing runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.store.read import read_rows
+
+REPO = Path(__file__).resolve().parents[2]
+TRIAL = ["model=tiny", "batch_size=4", "seq_len=32", "steps=3", "warmup_steps=1", "data.num_train=64",
+         "data.num_eval=16", "logger=none"]  # fmt: skip
+
+
+def bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    results = tmp_path_factory.mktemp("rerun")
+    out = bench(*TRIAL, "framework=torch", "mode=jvp", f"results_dir={results}")
+    assert out.returncode == 0, out.stderr
+    (row,) = read_rows(results / "runs.csv")
+    return results, row["run_id"]
+
+
+def test_a_rerun_repeats_the_losses_bit_for_bit(recorded):
+    results, run_id = recorded
+    out = bench("rerun", run_id, "--results", str(results))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{run_id} -> " in out.stdout and "losses identical, bit for bit, over 3 steps" in out.stdout
+    rows = read_rows(results / "runs.csv")
+    assert len(rows) == 2 and rows[0]["config_hash"] == rows[1]["config_hash"]
+    assert rows[0]["loss_last"] == rows[1]["loss_last"]
+    assert rows[1]["deterministic"] == "False" and int(rows[1]["num_threads"]) >= 1
+
+
+def test_bad_run_ids_and_configs_are_one_line_and_run_nothing(recorded, tmp_path):
+    results, run_id = recorded
+    before = len(read_rows(results / "runs.csv"))
+    out = bench("rerun", "20990101-000000-torch-jvp-nope", "--results", str(results))
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "run_id=20990101-000000-torch-jvp-nope: not recorded in" in out.stderr
+    config = results / "configs" / f"{run_id}.json"
+    saved = config.read_text()
+    try:
+        config.write_text(saved[: len(saved) // 2])  # cut off: not JSON
+        out = bench("rerun", run_id, "--results", str(results))
+        assert out.returncode == 2 and "its config" in out.stderr and "is damaged" in out.stderr
+        config.unlink()
+        out = bench("rerun", run_id, "--results", str(results))
+        assert out.returncode == 2 and "is missing" in out.stderr and "nothing was run" in out.stderr
+    finally:
+        config.write_text(saved)
+    assert len(read_rows(results / "runs.csv")) == before
