@@ -24,7 +24,7 @@ import hydra
 
 from bench.config import CONF_DIR, LAUNCH_ID, available, launch_id, options, register_configs, resolve
 from bench.harness import command, rerun, runner, sweep
-from bench.harness.launch import LAUNCHER_PID, stop_descendants
+from bench.harness.launch import LAUNCHER_PID, adopt, stop_descendants
 from bench.harness.preflight import compose_trials, preflight
 from bench.report import build as report
 from bench.report import dashboard
@@ -68,6 +68,7 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    adopt()  # started by another command of the suite (bench overhead's suite side): die with it
     if argv and argv[0] in COMMANDS:
         sys.exit(COMMANDS[argv[0]](argv[1:]))
     if any(a in ("-h", "--help") for a in argv):
@@ -94,6 +95,9 @@ def trials(argv: list[str]) -> int:
         (_, first), = compose_trials(overrides, multirun, limit=1)[0]
         folder = Path(resolve(first).results_dir) / "hydra" / f"outcomes_{launch_id()}"
         os.environ[runner.OUTCOMES] = str(folder.resolve())  # every job leaves its outcome there
+        # Hydra's errors as raised: bench.harness.command says them in one line (a full disk while Hydra writes
+        # its own files included) where Hydra would print a stack trace and its HYDRA_FULL_ERROR advice
+        os.environ.setdefault("HYDRA_FULL_ERROR", "1")
         sys.argv = [sys.argv[0], *argv]
         _hydra_app()
         return exit_code(runner.outcomes(folder))

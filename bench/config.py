@@ -185,6 +185,9 @@ class BenchConfig:
         None, "null | MiB >= 1: the device memory a trial may use (CUDA: the framework's own limit; CPU: host RSS)"
     )
     sweep_id: str | None = _f(None, "groups the trials of one sweep (default: an id unique to each launch)")
+    divergence_factor: float = _f(
+        10.0, "a loss that turns non-finite or grows past this many times the first stops the trial as diverged, > 1"
+    )
     evaluate: bool = _f(
         False, "after the timed steps: loss and accuracy on the held-out split -> eval_loss, eval_accuracy"
     )
@@ -391,6 +394,8 @@ def validate_process(cfg: BenchConfig) -> None:
     choice("logger", cfg.logger.name, LOGGERS)
     choice("logger.mode", cfg.logger.mode, LOGGER_MODES)
     at_least("timeout_s", cfg.timeout_s, 1)
+    at_least("devices", cfg.devices, 1)
+    at_least("nodes", cfg.nodes, 1)
     if not 0 <= cfg.seed < MAX_SEED:
         raise ConfigError(f"seed={cfg.seed}: accepted an integer in [0, 2^63) (jax keys take an int64)")
     for name in ("max_host_mem_mb", "budget_mb"):

@@ -3,16 +3,23 @@ process of a trial; under a multi-task submitit job each task starts its own ran
 anything runs, whether the Hydra launcher and this host can start a trial's processes.
 
 Every trial process leads its own session (so that the whole of it can be killed at once) and is named on its
-command line after TRIAL_MODULE, which is how an interrupted launch finds what it must stop.
+command line after TRIAL_MODULE, which is how an interrupted launch finds what it must stop. A process the suite
+starts dies with the process that started it, however that one ends (kill -9 included): Linux's
+PR_SET_PDEATHSIG, set by the child itself at its start (`die_with_parent`). A pipe whose end-of-file the child
+watches would do the same on any OS, at the price of a thread in every trial; the suite runs on Linux hosts (CI,
+SLURM), so the kernel's own mechanism is used. The temp folders of launches that died that way are removed by the
+next command (`remove_orphans`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +31,8 @@ from bench.config import BenchConfig
 from bench.errors import ConfigError
 
 LAUNCHER_PID = "BENCH_LAUNCHER_PID"
+PARENT_PID = "BENCH_PARENT_PID"  # set for a child that must die with the process that started it
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 TRIAL_MODULE = "bench.scenarios"  # python -m bench.scenarios PAYLOAD RESULT: a trial process (its __main__)
 STOP_GRACE_S = 5.0  # what an interrupted launch gives its jobs to stop their trials and clean up (they take < 1 s)
 
@@ -73,6 +82,16 @@ def rank_env(cfg: BenchConfig, task: Task, rank: int) -> dict[str, str]:
             "LOCAL_WORLD_SIZE": str(per_node)}  # fmt: skip
 
 
+CPU_DEVICES_PER_CORE = 4  # CPU "devices" share the cores: beyond a few per core a trial times the scheduler
+CPU_DEVICE_MIB = 512  # what one more CPU device needs at the least (a process, a framework, a model's copy)
+
+
+def cpu_device_cap() -> int:
+    """How many CPU devices this host can run one trial on: a few per core, as far as the memory goes."""
+    by_memory = int(psutil.virtual_memory().total / 2**20 // CPU_DEVICE_MIB)
+    return max(1, min(CPU_DEVICES_PER_CORE * (os.cpu_count() or 1), by_memory))
+
+
 def free_port() -> int:
     """A TCP port nobody listens on now, for a trial's rendezvous on localhost (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -89,6 +108,13 @@ def check_launch(cfg: BenchConfig, launcher: dict, gpus: int) -> None:
     target = str(launcher.get("_target_", ""))
     submitit = "submitit" in target
     if "slurm" not in target.lower():
+        on_cpu = cfg.device == "cpu" or gpus == 0
+        if on_cpu and cfg.device != "cuda" and cfg.devices > cpu_device_cap():
+            raise ConfigError(
+                f"devices={cfg.devices}: on the CPU each device is a process (torch) or a host device sharing this "
+                f"process (jax), and this host takes at most {cpu_device_cap()} ({os.cpu_count()} cores, "
+                f"{psutil.virtual_memory().total / 2**30:.0f} GiB); accepted 1..{cpu_device_cap()}"
+            )
         if cfg.device == "cuda" and gpus == 0:
             raise ConfigError("device=cuda: this host has no CUDA GPU (nvidia-smi lists none); accepted: cpu | auto")
         if cfg.fsdp_offload and gpus == 0:
@@ -120,6 +146,39 @@ def check_launch(cfg: BenchConfig, launcher: dict, gpus: int) -> None:
 
 # ---------------------------------------------------------------------------------------------------------------
 # stopping
+
+
+def child_env() -> dict[str, str]:
+    """The environment entry that makes a child started by this process die with it (the child calls adopt)."""
+    return {PARENT_PID: str(os.getpid())}
+
+
+def adopt(sig: int = signal.SIGTERM) -> None:
+    """At the start of a process the suite started (child_env): die with that parent. SIGTERM by default, so a
+    launcher or a job stops its own children and cleans up as on Ctrl-C; a trial takes SIGKILL (it has nothing to
+    clean up and must not linger). A no-op for a process started some other way."""
+    expected = os.environ.get(PARENT_PID)
+    if expected and expected.isdigit():
+        die_with_parent(int(expected), sig)
+
+
+def die_with_parent(parent: int, sig: int) -> None:
+    """Ask the kernel to send `sig` to this process when its parent (`parent`, the pid that started it) exits
+    (PR_SET_PDEATHSIG; Linux). If the parent is gone already (it died before this call), `sig` now."""
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+
+
+def remove_orphans() -> None:
+    """Remove the temp folders (bench-<launcher pid>-*) of launches whose process no longer runs: what a launcher
+    killed with SIGKILL could not remove itself."""
+    for folder in Path(tempfile.gettempdir()).glob("bench-*-*"):
+        pid = folder.name.split("-")[1]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def temp_prefix() -> str:

@@ -15,7 +15,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from bench.config import CONF_DIR, GROUPS, available, register_configs, resolve
+from bench.config import CONF_DIR, GROUPS, available, register_configs, resolve, validate_process
 from bench.errors import ConfigError
 from bench.harness.launch import check_launch
 from bench.harness.scenario import Registry, scenario_of, validate
@@ -112,8 +112,9 @@ def preflight(overrides: list[str], multirun: bool, scenarios: Registry) -> int:
         try:
             cfg = resolve(composed)
             scenario = scenario_of(scenarios, cfg.scenario)
+            validate_process(cfg)
+            check_launch(cfg, launcher, cuda_device_count())  # the devices asked for, before what they would run
             validate(scenario, cfg)
-            check_launch(cfg, launcher, cuda_device_count())
             files[Path(cfg.results_dir) / scenario.results_file] = scenario.columns
         except ConfigError as e:
             varying = [o for o in combo if o not in overrides]

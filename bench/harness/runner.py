@@ -33,13 +33,24 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from bench.config import BenchConfig, launch_id, resolve, to_dict
-from bench.harness.launch import TRIAL_MODULE, Task, kill_session, rank_env, temp_prefix, this_task
+from bench.harness.command import DISK_FULL, disk_full
+from bench.harness.launch import (
+    LAUNCHER_PID,
+    TRIAL_MODULE,
+    Task,
+    child_env,
+    die_with_parent,
+    kill_session,
+    rank_env,
+    temp_prefix,
+    this_task,
+)
 from bench.harness.scenario import Registry, Scenario, config_hash, scenario_of, validate
-from bench.harness.signals import interrupts_raise
+from bench.harness.signals import Abort, interrupts_raise
 from bench.harness.sweep import sweep_info, worst
 from bench.measure.system import REPO
 from bench.measure.trackers import HostMemWatchdog
-from bench.store.csv import CsvSink
+from bench.store.csv import CsvSink, ResultsFileError, check_free_space
 from bench.store.read import latest, read_rows
 
 LOG_TAIL_LINES = 12  # stderr lines kept in the row of a crashed trial
@@ -57,8 +68,18 @@ def run_job(cfg, scenarios: Registry) -> dict:
     trial's processes, records nothing for it and raises Interrupted."""
     cfg = resolve(cfg)
     scenario = scenario_of(scenarios, cfg.scenario)
+    launcher = int(os.environ.get(LAUNCHER_PID, os.getpid()))
+    if launcher not in (os.getpid(), 1) and os.getppid() == launcher:
+        # a launcher's worker (joblib, submitit_local) dies with the launcher, and its trial with it (the trial's
+        # own PR_SET_PDEATHSIG); the next command removes the temp folder it leaves
+        die_with_parent(launcher, signal.SIGKILL)
     with interrupts_raise():
-        outcome = record_job(cfg, scenario)
+        try:
+            outcome = record_job(cfg, scenario)
+        except OSError as e:
+            if e.errno not in DISK_FULL:
+                raise
+            raise Abort(disk_full(e)) from None  # one line, no traceback (Hydra prints one for an Exception)
     if os.environ.get(OUTCOMES):
         folder = Path(os.environ[OUTCOMES])
         folder.mkdir(parents=True, exist_ok=True)
@@ -78,6 +99,10 @@ def record_job(cfg: BenchConfig, scenario: Scenario) -> dict:
     index, total, sweep_id, experiment = progress_info(cfg)
     progress = f"[{index}/{total}] {scenario.label(cfg)}"
     h = config_hash(scenario, cfg)
+    try:
+        check_free_space(results_dir)  # space runs out mid-sweep too: checked before each trial starts
+    except ResultsFileError as e:
+        raise Abort(str(e)) from None
     if cfg.resume:
         run_id = recorded_ok(csv_path, h)
         if run_id:
@@ -162,7 +187,7 @@ def spawn_trial(cfg: BenchConfig, scenario: Scenario, run_id: str, results_dir: 
                     [sys.executable, "-m", TRIAL_MODULE, str(payload), str(result(r))],
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    env={**os.environ, **trial_env(cfg, scenario), **rank_env(cfg, task, r)},
+                    env={**os.environ, **trial_env(cfg, scenario), **rank_env(cfg, task, r), **child_env()},
                     cwd=REPO,
                     start_new_session=True,
                 )

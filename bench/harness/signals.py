@@ -10,11 +10,14 @@ import os
 import signal
 import threading
 
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # a closed terminal or a dropped ssh session is a SIGHUP
+
 
 class Interrupted(BaseException):
-    """SIGINT or SIGTERM reached a process that runs trials: raised in its main thread, so that the running trial
-    is stopped and its temporary files removed on the way out (SIGTERM's default would end the process at once and
-    leave the trial running). A BaseException, like KeyboardInterrupt: no `except Exception` swallows it."""
+    """SIGINT, SIGTERM or SIGHUP reached a process that runs trials: raised in its main thread, so that the
+    running trial is stopped and its temporary files removed on the way out (their default would end the process
+    at once and leave the trial running). A BaseException, like KeyboardInterrupt: no `except Exception` (Hydra's
+    own included) swallows it."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -22,13 +25,23 @@ class Interrupted(BaseException):
 
     @property
     def exit_code(self) -> int:
-        return 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+        return 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP
+
+
+class Abort(BaseException):
+    """A command must stop now with one line and an exit code (a full disk while recording): a BaseException, so
+    that no `except Exception` on the way up (Hydra's job runner prints a traceback for those) turns it into a
+    traceback; bench.harness.command prints it."""
+
+    def __init__(self, line: str, code: int = 1):
+        super().__init__(line)
+        self.line, self.code = line, code
 
 
 @contextlib.contextmanager
 def interrupts_raise(first=None):
-    """Within: SIGINT and SIGTERM raise Interrupted (main thread only; elsewhere a no-op), after calling
-    `first()` if given, with both signals ignored meanwhile (a second Ctrl-C must not cut the clean-up short).
+    """Within: SIGINT, SIGTERM and SIGHUP raise Interrupted (main thread only; elsewhere a no-op), after calling
+    `first()` if given, with all three ignored meanwhile (a second Ctrl-C must not cut the clean-up short).
     Handlers restored after."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -36,12 +49,12 @@ def interrupts_raise(first=None):
 
     def handler(signum, frame):
         if first is not None:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            for s in STOPS:
+                signal.signal(s, signal.SIG_IGN)
             first()
         raise Interrupted(signum)
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, handler) for s in STOPS}
     try:
         yield
     finally:
@@ -50,7 +63,10 @@ def interrupts_raise(first=None):
 
 
 def classify(e: BaseException) -> str:
-    """A trial's exception as its status: oom (CUDA OOM, XLA RESOURCE_EXHAUSTED, MemoryError) or error."""
+    """A trial's exception as its status: its own (an exception that knows it: `status`, e.g. diverged), oom
+    (CUDA OOM, XLA RESOURCE_EXHAUSTED, MemoryError) or error."""
+    if isinstance(getattr(e, "status", None), str):
+        return e.status
     text = f"{type(e).__name__}: {e}"
     if isinstance(e, MemoryError) or "OutOfMemoryError" in type(e).__name__:
         return "oom"

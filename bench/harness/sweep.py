@@ -20,7 +20,7 @@ from bench.store.wandb import log_sweep
 
 SWEEP_FILE = "bench_sweep.json"
 # From the worst to the best: a trial's status is its worst row's (an ops trial has one row per op and shape).
-STATUS_ORDER = ("crashed", "error", "timeout", "oom", "skipped", "ok")
+STATUS_ORDER = ("crashed", "error", "timeout", "diverged", "oom", "skipped", "ok")
 
 
 class SweepCallback(Callback):

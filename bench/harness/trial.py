@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import signal
 import sys
 import traceback
 from pathlib import Path
 
 from bench.config import from_dict
+from bench.harness.launch import adopt
 from bench.harness.scenario import Registry, scenario_of
 from bench.harness.signals import classify, error_line
 
 
 def main(scenarios: Registry, payload: str, result: str) -> None:
+    adopt(signal.SIGKILL)  # this trial dies with the runner that watches it, however the runner ends
     faulthandler.enable()  # a segfault leaves a Python traceback in the log
     cfg = from_dict(json.loads(Path(payload).read_text()))
     progress: dict = {}
@@ -32,7 +35,7 @@ def main(scenarios: Registry, payload: str, result: str) -> None:
         out = scenario_of(scenarios, cfg.scenario).measure(cfg, on_progress)
     except BaseException as e:  # noqa: BLE001 (every failure becomes a row)
         traceback.print_exc()
-        out = {**progress, "status": classify(e), "error": error_line(e)}
+        out = {**progress, **getattr(e, "fields", {}), "status": classify(e), "error": error_line(e)}
     write_result(result, out)
     if out["status"] != "ok":
         sys.exit(1)  # the parent stops the trial's other processes: they would wait for this one in a collective

@@ -1,22 +1,29 @@
-"""What the readers of results CSVs share (report.py, plots.py, ops_report.py, targets.py): fp32's size, a cell as a
-number, a number as short text, markdown and fixed-width tables, and a command-line parser whose errors are one
-line."""
+"""What the readers of results CSVs share (the report's sections, plots and targets): fp32's size, a cell as a
+number, a number as short text, markdown and fixed-width tables."""
 
 from __future__ import annotations
 
 import math
+import warnings
 
 FP32_BYTES = 4  # one fp32 number: the report's guide lines are one fp32 copy of the trainable parameters
 
 
+class SkippedCell(UserWarning):
+    """A results cell that should hold a number and does not: shown as "-", said once per row and column."""
+
+
 def num(row: dict, key: str) -> float | None:
-    """row[key] as a float; None for an empty, unparsable or non-finite cell (a "nan" carries no measurement)."""
+    """row[key] as a float; None for an empty, unparsable or non-finite cell (a "nan" carries no measurement). An
+    unparsable cell is said once, naming its row and column (a SkippedCell warning: Python shows each once)."""
     v = row.get(key)
     if v in (None, ""):
         return None
     try:
         x = float(v)
     except (TypeError, ValueError):
+        where = f"{row.get('_source') or 'a results CSV'}, run_id {row.get('run_id') or '?'}"
+        warnings.warn(f"{where}: column {key}={v!r} is not a number; shown as -", SkippedCell, stacklevel=2)
         return None
     return x if math.isfinite(x) else None
 

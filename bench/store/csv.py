@@ -9,6 +9,7 @@ import csv
 import io
 import os
 import re
+import shutil
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -69,11 +70,15 @@ class CsvSink:
                 warnings.warn(note, RuntimeWarning, stacklevel=2)
             self._widen_header(row)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            size = os.fstat(fd).st_size
             try:
                 data = self._encode(row, fd)
                 while data:  # a regular-file write is whole in practice; if not, we still hold the lock
                     data = data[os.write(fd, data) :]
                 os.fsync(fd)
+            except OSError as e:
+                os.ftruncate(fd, size)  # a full disk (or a file-size limit) mid-row: the row is absent, not half
+                raise OSError(e.errno, e.strerror, str(self.path)) from None
             finally:
                 os.close(fd)
 
@@ -225,6 +230,19 @@ def set_aside_damaged(path: Path) -> str | None:
             f"{side.name}; the {scan.rows} whole row(s) are kept")  # fmt: skip
 
 
+MIN_FREE_MB = 1.0  # what a trial writes beside its results: its row (~4 KiB), its log, its history and config
+
+
+def check_free_space(folder: Path) -> None:
+    """ResultsFileError (one line) when the filesystem of `folder` (or of its nearest existing parent) has less
+    room than a trial's row, log, history and config need."""
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    free = shutil.disk_usage(existing).free / 2**20
+    if free < MIN_FREE_MB:
+        raise ResultsFileError(f"results_dir={folder}: {free:.2f} MiB free on its filesystem; a trial needs "
+                               f"{MIN_FREE_MB:g} MiB for its row, log and history; accepted: a folder with room")
+
+
 def check_results_file(path: Path, columns: Sequence[str]) -> str | None:
     """Before any trial runs: can `path` (a results CSV) take rows of `columns`? Raises ResultsFileError (one line)
     when it cannot: its folder is a file or cannot be written, the file cannot be read or written, is not UTF-8,
@@ -237,6 +255,7 @@ def check_results_file(path: Path, columns: Sequence[str]) -> str | None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ResultsFileError(f"results_dir={folder}: cannot be written ({existing}: permission denied); "
                                "accepted: a folder you can write")  # fmt: skip
+    check_free_space(folder)
     if not path.exists():
         return None
     accepted = f"accepted: a {path.name} written by bench, or another results_dir (move this file aside)"

@@ -37,5 +37,6 @@ EXTRA_COLUMNS = (
     "jvp_tangent",  # jvp, one tangent: auto | keep (drawn once) | redraw (drawn again for the update)
     # reproducibility (docs/reproducibility.md): the kernels' mode and the intra-op threads a step ran on
     "deterministic", "num_threads",
+    "diverged_at",  # status diverged: the step whose loss turned non-finite or past divergence_factor x the first
 )  # fmt: skip
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS

@@ -28,7 +28,8 @@ OTHER_SCENARIOS_KEYS = ("scenario", "threads", "ops")
 # Keys added after rows were recorded, with the value every earlier trial had: at that value a key is left out of
 # the identity, so a single-device trial hashes as it did before multi-device trials existed.
 ADDED_KEYS = {"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True, "fsdp_offload": False,
-              "directions": "gaussian", "jvp_tangent": "auto", "deterministic": False}  # fmt: skip
+              "directions": "gaussian", "jvp_tangent": "auto", "deterministic": False,
+              "divergence_factor": 10.0}  # fmt: skip
 
 
 class ModelScenario(Scenario):

@@ -102,9 +102,11 @@ def measure_process(cfg: BenchConfig, world: World) -> dict:
         t.baseline()  # weights, every batch and (JAX) the compiled step; optimizer state comes with step 1
 
     warm = []
+    watch = LossWatch(cfg.divergence_factor)
     for i in range(cfg.warmup_steps):
-        _, dt = timed(trainer.step, updates[i], sync=trainer.sync)
+        loss, dt = timed(trainer.step, updates[i], sync=trainer.sync)
         warm.append(dt)
+        watch(float(loss), f"warm-up step {i + 1}")
     if every:
         trainer.evaluate(held_out[:1])  # compile the evaluation before the window, as the warmup does the step
     maybe_inject_fault("after_warmup")
@@ -118,14 +120,14 @@ def measure_process(cfg: BenchConfig, world: World) -> dict:
         for t in trackers:
             stack.enter_context(t.track())
         for i in range(n_timed):
-            losses.append(timer(trainer.step, updates[cfg.warmup_steps + i]))
+            losses.append(float(timer(trainer.step, updates[cfg.warmup_steps + i])))  # synced: the copy is not timed
+            watch(losses[-1], f"timed step {i + 1}", losses)
             if cfg.max_timed_s is not None and sum(timer.times_s) >= cfg.max_timed_s:
                 break  # time budget spent: steps_timed < steps
             if every and (i + 1) % every == 0 and i + 1 < n_timed:
                 # untimed, but inside the memory window: a no-grad forward at the step's batch size stays below
                 # the peak of any training step, which runs at least that forward
                 evals[i] = trainer.evaluate(held_out)
-    losses = [float(x) for x in losses]  # after the window: the host transfer is not timed
     n_done = len(losses)  # < n_timed when max_timed_s cut the window short
     comm = world.comm_bytes_per_step(trainer, n_done)
     # After the measurements: held-out accuracy at the final weights, then gradient quality on the first batch.
@@ -182,6 +184,30 @@ def measure_process(cfg: BenchConfig, world: World) -> dict:
         result["history"]["eval_loss"] = [evals[i][0] if i in evals else None for i in range(n_done)]
         result["history"]["eval_accuracy"] = [evals[i][1] if i in evals else None for i in range(n_done)]
     return result
+
+
+class Diverged(Exception):
+    """The loss turned non-finite or grew past divergence_factor x its first value: the trial stops at once and
+    its row says `diverged` and where (a diverged run's time and memory are not a measurement of the method)."""
+
+    status = "diverged"
+
+    def __init__(self, loss: float, where: str, losses: list[float]):
+        super().__init__(f"loss {loss!r} at {where}")
+        self.fields = {"diverged_at": where, "history": {"loss": losses}}
+
+
+class LossWatch:
+    """Raises Diverged for a loss that is not finite, or above `factor` x the first loss seen."""
+
+    def __init__(self, factor: float):
+        self.factor, self.first = factor, None
+
+    def __call__(self, loss: float, where: str, losses: list[float] = ()) -> None:
+        if self.first is None:
+            self.first = loss
+        if not math.isfinite(loss) or (math.isfinite(self.first) and abs(loss) > self.factor * abs(self.first)):
+            raise Diverged(loss, where, list(losses))
 
 
 BREAKDOWN = ("trainable", "grads", "directions", "saved", "temp", "tracked_peak")

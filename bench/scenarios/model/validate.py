@@ -58,6 +58,7 @@ def validate(cfg: BenchConfig) -> None:
     at_least("jacfwd_max_params", cfg.jacfwd_max_params, 1)
     at_least("last_k", cfg.last_k, 1)
     above("mezo_eps", cfg.mezo_eps, 0)
+    above("divergence_factor", cfg.divergence_factor, 1)
     if cfg.max_timed_s is not None:
         at_least("max_timed_s", cfg.max_timed_s, 0)
     if cfg.jacfwd_chunk != "auto" and (not isinstance(cfg.jacfwd_chunk, int) or cfg.jacfwd_chunk < 1):

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 from bench import data
 from bench.config import bert_spec, resolve
+from bench.harness.launch import adopt
 from bench.harness.preflight import compose_trials
 from bench.spec import implementation
 from bench.weights import build_weights
@@ -34,6 +36,7 @@ def main(framework: str, model: str, batch_size: int, seq_len: int, steps: int, 
 
 
 if __name__ == "__main__":
+    adopt(signal.SIGKILL)  # dies with bench overhead, however it ends
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     fw, model, *numbers = sys.argv[1:]
     b, t, steps, warmup = map(int, numbers[:4])

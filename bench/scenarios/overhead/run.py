@@ -19,6 +19,7 @@ bench/scenarios/model/report/targets.py).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -30,7 +31,7 @@ from pathlib import Path
 from bench.config import available
 from bench.errors import ConfigError
 from bench.harness.command import OneLineParser, run
-from bench.harness.launch import stop_descendants
+from bench.harness.launch import child_env, stop_descendants
 from bench.harness.signals import Interrupted
 from bench.report.tables import fixed_width
 from bench.scenarios.model.report.targets import OVERHEAD_LIMIT
@@ -49,7 +50,7 @@ PLAIN = "bench.scenarios.overhead.plain"  # the plain loop's process (python -m 
 def side(cmd: list[str], what: str) -> subprocess.CompletedProcess:
     """Run one side in its own process; an interrupt that reached it first (it exits 130 or 143) is this
     command's interrupt, any other failure a MeasurementError naming the side and the end of its output."""
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **child_env()})
     if out.returncode in (128 + signal.SIGINT, 128 + signal.SIGTERM):
         raise Interrupted(out.returncode - 128)
     if out.returncode != 0:
