@@ -117,6 +117,16 @@ class OpsConfig:
 
 
 @dataclass
+class TargetConfig:
+    metric: str | None = _f(None, "cost to target: null (off) | eval_accuracy (higher is better) | eval_loss (lower)")
+    value: float | None = _f(None, "the value to reach: eval_accuracy in (0, 1], eval_loss > 0")
+    max_steps: int | None = _f(
+        None, "the step cap (warm-up steps included; replaces `steps`): a trial that has not reached the target by "
+        "then ends not_reached"
+    )
+
+
+@dataclass
 class BenchConfig:
     scenario: str = _f("model", "model (one AD mode on BERT -> runs.csv) | ops (op micro-benchmarks -> ops.csv)")
     framework: str = _f("torch", "torch | jax")
@@ -185,6 +195,10 @@ class BenchConfig:
         None, "null | MiB >= 1: the device memory a trial may use (CUDA: the framework's own limit; CPU: host RSS)"
     )
     sweep_id: str | None = _f(None, "groups the trials of one sweep (default: an id unique to each launch)")
+    target: TargetConfig = field(default_factory=TargetConfig)
+    tuning: str | None = _f(None, "set by the tuning sweeper: search (a point of a mode's search space) | repeat "
+                            "(its winner at another seed)")
+    tune_group: str | None = _f(None, "set by the tuning sweeper: what is tuned together (the sweep's fixed choices)")
     divergence_factor: float = _f(
         10.0, "a loss that turns non-finite or grows past this many times the first stops the trial as diverged, > 1"
     )
@@ -199,6 +213,19 @@ class BenchConfig:
         "after the timed steps: cosine of the mode's gradient estimate with the "
         "exact gradient on the first batch, dropout off -> grad_cosine",
     )
+
+
+@dataclass
+class TuningSweeperConf:
+    """hydra/sweeper=bench_tuning: a grid per mode with a fixed budget, then each winner at other seeds
+    (bench/harness/tuning.py)."""
+
+    _target_: str = "hydra_plugins.bench_tuning_sweeper.tuning_sweeper.TuningSweeper"
+    params: Any = None  # what is compared, as Hydra's basic sweeper takes it: {key: "a,b"}
+    space: Any = None  # {case or mode: [point, ...]}, a point being a trial's overrides {key: value}
+    objective: str = "wall_to_target_s"  # a column of the trial's row; lower is better
+    repeats: list[int] = field(default_factory=list)  # the seeds each winner runs again with
+    max_batch_size: int | None = None
 
 
 # The schema's nodes: config group -> its dataclass (each conf/<group>/*.yaml preset extends <group>_schema).
@@ -217,6 +244,7 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver("launch_id", launch_id, use_cache=True, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="bench_schema", node=BenchConfig)
+    cs.store(group="hydra/sweeper", name="bench_tuning", node=TuningSweeperConf, provider="bench")
     for group, node in NODES.items():
         cs.store(group=group, name=f"{group}_schema", node=node)
 
@@ -263,8 +291,10 @@ def options(cls=BenchConfig, defaults: BenchConfig | Any = None, prefix: str = "
     top, nested = [], []
     for f in fields(cls):
         value = getattr(defaults, f.name) if defaults is not None else f.default
-        if f.name in NODES:
-            nested += options(NODES[f.name], value if is_dataclass(value) else None, f"{prefix}{f.name}.")
+        nested_node = f.default is NO_DEFAULT and "help" not in f.metadata  # a node of its own (target)
+        node = NODES.get(f.name) or (f.default_factory if nested_node else None)
+        if node is not None:
+            nested += options(node, value if is_dataclass(value) else None, f"{prefix}{f.name}.")
         elif "help" in f.metadata:
             if value is NO_DEFAULT:
                 value = f.default_factory()
@@ -276,7 +306,7 @@ def default(name: str):
     """The schema's default of an option, by its dotted name (optimizer.lr): the one place defaults are written."""
     cls, *path, last = (BenchConfig, *name.split("."))
     for part in path:
-        cls = NODES[part]
+        cls = NODES.get(part) or next(f.default_factory for f in fields(cls) if f.name == part)
     f = next(f for f in fields(cls) if f.name == last)
     return f.default_factory() if f.default is NO_DEFAULT else f.default
 
@@ -348,7 +378,8 @@ def step_spec(cfg: BenchConfig) -> StepSpec:
 
 
 # Keys that do not change what a trial measures: `resume=true` ignores them when matching recorded trials.
-NOT_IDENTITY = ("results_dir", "resume", "logger", "timeout_s", "max_host_mem_mb", "budget_mb", "sweep_id")
+NOT_IDENTITY = ("results_dir", "resume", "logger", "timeout_s", "max_host_mem_mb", "budget_mb", "sweep_id",
+                "tuning", "tune_group")
 
 
 def hash_identity(identity: dict) -> str:

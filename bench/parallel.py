@@ -53,8 +53,10 @@ def global_batch_size(cfg: BenchConfig) -> int:
 
 
 def timed_steps(cfg: BenchConfig) -> int:
-    """How many timed steps a trial runs: `steps`, or with `epochs` set, that many passes over data.num_train
-    (in global batches: batch_size x every device)."""
+    """How many timed steps a trial runs (at most): `steps`; with `epochs` set, that many passes over
+    data.num_train (in global batches: batch_size x every device); with a target, its step cap less the warm-up."""
+    if cfg.target.metric is not None:
+        return cfg.target.max_steps - cfg.warmup_steps
     if cfg.epochs is None:
         return cfg.steps
     return cfg.epochs * (cfg.data.num_train // global_batch_size(cfg)) // cfg.grad_accum

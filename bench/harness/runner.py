@@ -64,7 +64,8 @@ OUTCOMES = "BENCH_OUTCOMES"  # the folder where each job of a launch leaves its 
 
 def run_job(cfg, scenarios: Registry) -> dict:
     """One Hydra job: skip it if resume finds it recorded ok, else spawn the trial and record its rows; returns
-    {"run_id", "status"} and leaves it for the launch's exit code (BENCH_OUTCOMES). SIGINT or SIGTERM stops the
+    {"run_id", "status", "row"} (a sweeper reads the row) and leaves run_id and status for the launch's exit code
+    (BENCH_OUTCOMES). SIGINT or SIGTERM stops the
     trial's processes, records nothing for it and raises Interrupted."""
     cfg = resolve(cfg)
     scenario = scenario_of(scenarios, cfg.scenario)
@@ -83,7 +84,7 @@ def run_job(cfg, scenarios: Registry) -> dict:
     if os.environ.get(OUTCOMES):
         folder = Path(os.environ[OUTCOMES])
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{outcome['run_id']}.json").write_text(json.dumps(outcome))
+        (folder / f"{outcome['run_id']}.json").write_text(json.dumps({k: outcome[k] for k in ("run_id", "status")}))
     return outcome
 
 
@@ -107,7 +108,8 @@ def record_job(cfg: BenchConfig, scenario: Scenario) -> dict:
         run_id = recorded_ok(csv_path, h)
         if run_id:
             print(f"{progress}: skipped (recorded ok as {run_id})", flush=True)
-            return {"run_id": run_id, "status": "skipped"}
+            earlier = [r for r in read_rows(csv_path) if r.get("run_id") == run_id]
+            return {"run_id": run_id, "status": "skipped", "row": earlier[0] if len(earlier) == 1 else {}}
     run_id = f"{datetime.now():%Y%m%d-%H%M%S}-{cfg.framework}-{scenario.kind(cfg)}-{uuid.uuid4().hex[:6]}"
     task = this_task(cfg)
     if task.main:
@@ -128,7 +130,7 @@ def record_job(cfg: BenchConfig, scenario: Scenario) -> dict:
     if cfg.logger.name == "wandb":
         scenario.log_wandb(cfg, rows, outcome, results_dir)
     print(f"{progress}: {scenario.describe(outcome, rows)}", flush=True)
-    return {"run_id": run_id, "status": worst(r.get("status") for r in rows)}
+    return {"run_id": run_id, "status": worst(r.get("status") for r in rows), "row": rows[0] if len(rows) == 1 else {}}
 
 
 def config_path(results_dir: Path, run_id: str) -> Path:

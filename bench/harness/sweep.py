@@ -32,6 +32,9 @@ class SweepCallback(Callback):
         try:
             trials, total = compose_trials(list(config.hydra.overrides.task), multirun=True)
             hashes = [config_hash(scenario_of(self.scenarios, cfg.scenario), resolve(cfg)) for _, cfg in trials]
+            # the tuning sweeper (bench.harness.tuning) then runs each group's winner again, once per repeat seed
+            groups = {o for overrides, _ in trials for o in overrides if o.startswith("tune_group=")}
+            total += len(groups) * len(config.hydra.sweeper.get("repeats") or ())
         except Exception:  # noqa: BLE001 (a count is a nicety; never stop a sweep over it)
             total, hashes = None, []
         info = {"sweep_id": config.sweep_id or launch_id(), "total": total, "config_hashes": hashes}

@@ -38,5 +38,8 @@ EXTRA_COLUMNS = (
     # reproducibility (docs/reproducibility.md): the kernels' mode and the intra-op threads a step ran on
     "deterministic", "num_threads",
     "diverged_at",  # status diverged: the step whose loss turned non-finite or past divergence_factor x the first
+    # cost to a target (docs/cost-to-target.md): the target, whether and when it was reached, what it cost
+    "target_metric", "target_value", "target_max_steps", "target_status", "steps_to_target", "samples_to_target",
+    "seconds_to_target", "wall_to_target_s", "mib_s_to_target", "tuning", "tune_group",
 )  # fmt: skip
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from bench import parallel
-from bench.config import NOT_IDENTITY, BenchConfig
+from bench.config import NOT_IDENTITY, BenchConfig, TargetConfig
 from bench.harness.scenario import Scenario, identity_of
 from bench.measure.system import cuda_memory_mb, host_facts, jaxlib_at_least
 from bench.scenarios.model import trial
@@ -29,7 +29,7 @@ OTHER_SCENARIOS_KEYS = ("scenario", "threads", "ops")
 # the identity, so a single-device trial hashes as it did before multi-device trials existed.
 ADDED_KEYS = {"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True, "fsdp_offload": False,
               "directions": "gaussian", "jvp_tangent": "auto", "deterministic": False,
-              "divergence_factor": 10.0}  # fmt: skip
+              "divergence_factor": 10.0, "target": TargetConfig()}  # fmt: skip
 
 
 class ModelScenario(Scenario):
@@ -106,10 +106,12 @@ class ModelScenario(Scenario):
         return tuple(k for k in vars(cfg) if k not in OTHER_SCENARIOS_KEYS[1:])  # every key but the ops scenario's
 
     def sweep_rows(self, rows: list[dict], hashes: list[str], sweep_id: str) -> list[dict]:
-        # the sweep's row of each trial; a resumed trial shows the row that made it skip (the latest ok one)
+        # the sweep's rows (a tuning sweep's repeats too, whose configurations were not known up front); a
+        # resumed trial shows the row that made it skip (the latest ok one)
         mine = {r["config_hash"]: r for r in rows if r.get("sweep_id") == sweep_id}
         earlier = {r["config_hash"]: r for r in rows if r.get("status") == "ok"}
-        return [mine.get(h) or earlier[h] for h in hashes if h in mine or h in earlier]
+        known = [mine.get(h) or earlier[h] for h in hashes if h in mine or h in earlier]
+        return known + [r for h, r in mine.items() if h not in set(hashes)]
 
     def summary(self, rows: list[dict]) -> str:
         return summary_table(rows)
@@ -120,7 +122,7 @@ class ModelScenario(Scenario):
 
     # -- child side --------------------------------------------------------------------------------------------
     def measure(self, cfg: BenchConfig, on_progress) -> dict:
-        return trial.measure(cfg)
+        return trial.measure(cfg, on_progress)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -181,6 +183,11 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "last_k": cfg.last_k,
         "jacfwd_chunk": cfg.jacfwd_chunk,
         "deterministic": cfg.deterministic,
+        "target_metric": cfg.target.metric,
+        "target_value": cfg.target.value,
+        "target_max_steps": cfg.target.max_steps,
+        "tuning": cfg.tuning,
+        "tune_group": cfg.tune_group,
         **{k: v for k, v in host_facts().items() if k in COLUMNS},
         **{k: v for k, v in outcome.items() if k in COLUMNS},
     }
@@ -191,10 +198,16 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
 def describe(row: dict) -> str:
     if row["status"] != "ok":
         return f"{row['status'].upper()} {row.get('error') or ''}".strip()
+    target = ""
+    if row.get("target_status") == "reached":
+        target = (f"  {row['target_metric']} {row['target_value']:g} reached in {row['steps_to_target']} steps, "
+                  f"{row['wall_to_target_s']:.1f} s")  # fmt: skip
+    elif row.get("target_status") == "not_reached":
+        target = f"  {row['target_metric']} {row['target_value']:g} not reached in {row['target_max_steps']} steps"
     return (
         f"ok  excess {row['excess_mem_mb']:.0f} MiB  peak {row['peak_mem_mb']:.0f} MiB  "
         f"step {row['step_time_median_s'] * 1e3:.1f} ms  compile {row['compile_time_s']:.1f} s  "
-        f"loss {row['loss_first']:.4f} -> {row['loss_last']:.4f}"
+        f"loss {row['loss_first']:.4f} -> {row['loss_last']:.4f}{target}"
     )
 
 

@@ -279,9 +279,10 @@ class View:
 
 
 def view(results: Results) -> View:
-    """The model rows of a report's results, chosen and grouped once for every section that reads them."""
+    """The model rows of a report's results, chosen and grouped once for every section that reads them. A tuning
+    sweep's trials (a grid of learning rates per mode) are the "Cost to target" section's alone."""
     if "model" not in results.cache:
-        rows = results.rows(RUNS_CSV, required=REQUIRED_COLUMNS)
+        rows = [r for r in results.rows(RUNS_CSV, required=REQUIRED_COLUMNS) if not r.get("tuning")]
         sel = select(rows)
         results.cache["model"] = View(rows, sel, group_contexts(sel))
     return results.cache["model"]

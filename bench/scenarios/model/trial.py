@@ -29,12 +29,13 @@ from bench.spec import World, implementation
 from bench.weights import build_weights, weights_digest
 
 
-def measure(cfg: BenchConfig) -> dict:
-    """The trial: this process's part of it, and on the main process the whole trial's result."""
+def measure(cfg: BenchConfig, on_progress=None) -> dict:
+    """The trial: this process's part of it, and on the main process the whole trial's result. `on_progress`
+    receives the curve so far at each evaluation (a trial that dies or is stopped keeps it)."""
     par = implementation(cfg.framework, "parallel")
     world = par.start(cfg)  # before anything touches a device: JAX fixes its CPU device count here
     try:
-        mine = measure_process(cfg, world)
+        mine = measure_process(cfg, world, on_progress if world.main else None)
         everyone = world.gather(mine)
     finally:
         world.close()
@@ -43,7 +44,7 @@ def measure(cfg: BenchConfig) -> dict:
     return merge(cfg, everyone)
 
 
-def measure_process(cfg: BenchConfig, world: World) -> dict:
+def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     """Build, warm up, time and measure this process's part of the trial."""
     fw, m = cfg.framework, cfg.model
     dev, steps = implementation(fw, "device"), implementation(fw, "steps")
@@ -87,8 +88,9 @@ def measure_process(cfg: BenchConfig, world: World) -> dict:
         else []
     )
     every = cfg.eval_every
+    target = Target(cfg)
     trainer.sync()
-    t0 = time.perf_counter()
+    t0 = time.perf_counter()  # the wall clock to a target starts here: compilation included, as AlgoPerf counts
     trainer.compile(updates[0])  # JAX: ahead of time, so the compiler's resident memory is in the baseline
     aot_compile_s = time.perf_counter() - t0
     gc.collect()
@@ -115,6 +117,10 @@ def measure_process(cfg: BenchConfig, world: World) -> dict:
     timer = StepTimer(sync=trainer.sync)
     losses = []
     evals: dict[int, tuple[float, float]] = {}  # timed step index -> (eval loss, eval accuracy)
+
+    def curve() -> dict:
+        return {"loss": losses, "step_time_s": timer.times_s, **eval_series(evals, len(losses))}
+
     world.reset_comm()
     with ExitStack() as stack:
         for t in trackers:
@@ -128,11 +134,16 @@ def measure_process(cfg: BenchConfig, world: World) -> dict:
                 # untimed, but inside the memory window: a no-grad forward at the step's batch size stays below
                 # the peak of any training step, which runs at least that forward
                 evals[i] = trainer.evaluate(held_out)
-    n_done = len(losses)  # < n_timed when max_timed_s cut the window short
+                if on_progress is not None:
+                    on_progress({"history": curve()})
+                if target.check(evals[i], i, t0):
+                    break  # reached: the first evaluation that meets the target ends the trial
+    n_done = len(losses)  # < n_timed when max_timed_s cut the window short or the target was reached
     comm = world.comm_bytes_per_step(trainer, n_done)
     # After the measurements: held-out accuracy at the final weights, then gradient quality on the first batch.
-    if cfg.evaluate:
+    if cfg.evaluate and n_done - 1 not in evals:
         evals[n_done - 1] = trainer.evaluate(held_out)
+        target.check(evals[n_done - 1], n_done - 1, t0)
     grad_cosine = cosine(*trainer.gradient_check(updates[0])) if cfg.measure_grad_cosine else None
     stats = timer.stats()
     devices = world.device_memory(trainer, trackers)
@@ -170,7 +181,8 @@ def measure_process(cfg: BenchConfig, world: World) -> dict:
         "comm_bytes_per_step": comm,
         "host_peak_rss_mb": host.result().peak_mb,
         "devices": devices,
-        "history": {"loss": losses, "step_time_s": timer.times_s},
+        "history": curve(),
+        **target.columns(warm, timer.times_s, global_batch_size(cfg) * ga),
     }
     primary = trackers[0].result()
     if primary.reserved_peak_mb is not None:
@@ -180,10 +192,47 @@ def measure_process(cfg: BenchConfig, world: World) -> dict:
         result["nvml_peak_mb"] = nvml[0].result().peak_mb
     if cfg.evaluate:
         result["eval_loss"], result["eval_accuracy"] = evals[n_done - 1]
-        # aligned with the steps (None where no evaluation ran), so W&B logs each point at its step
-        result["history"]["eval_loss"] = [evals[i][0] if i in evals else None for i in range(n_done)]
-        result["history"]["eval_accuracy"] = [evals[i][1] if i in evals else None for i in range(n_done)]
     return result
+
+
+def eval_series(evals: dict[int, tuple[float, float]], n: int) -> dict:
+    """The held-out loss and accuracy aligned with the steps (None where no evaluation ran), so W&B logs each
+    point at its step; {} without evaluations."""
+    if not evals:
+        return {}
+    return {"eval_loss": [evals[i][0] if i in evals else None for i in range(n)],
+            "eval_accuracy": [evals[i][1] if i in evals else None for i in range(n)]}  # fmt: skip
+
+
+class Target:
+    """Cost to a target (cfg.target): whether an evaluation meets it, and when the first one did. The trial
+    stops there; its columns give what it cost: steps and samples (warm-up steps included: they train too), the
+    steps' own time (the first, compiling step counted at the median step), the wall time from the compilation
+    to the end of that evaluation, and the target's status, reached or not_reached (at the step cap)."""
+
+    def __init__(self, cfg: BenchConfig):
+        self.metric, self.value, self.warmup = cfg.target.metric, cfg.target.value, cfg.warmup_steps
+        self.reached: tuple[int, float] | None = None  # (timed step index, wall seconds since the compilation)
+
+    def check(self, evaluation: tuple[float, float], step: int, t0: float) -> bool:
+        if self.metric is None or self.reached is not None:
+            return False
+        loss, accuracy = evaluation
+        met = accuracy >= self.value if self.metric == "eval_accuracy" else loss <= self.value
+        if met:
+            self.reached = (step, time.perf_counter() - t0)
+        return met
+
+    def columns(self, warm: list[float], times: list[float], samples_per_step: int) -> dict:
+        if self.metric is None:
+            return {}
+        if self.reached is None:
+            return {"target_status": "not_reached"}
+        step, wall = self.reached
+        steps = self.warmup + step + 1
+        own = sorted(times)[len(times) // 2] + sum(warm[1:]) + sum(times[: step + 1])  # first step at the median
+        return {"target_status": "reached", "steps_to_target": steps, "samples_to_target": steps * samples_per_step,
+                "seconds_to_target": own, "wall_to_target_s": wall}  # fmt: skip
 
 
 class Diverged(Exception):
@@ -252,6 +301,8 @@ def merge(cfg: BenchConfig, results: list[dict]) -> dict:
     out["host_peak_rss_mb"] = max(r["host_peak_rss_mb"] or 0 for r in results) or None
     out["world_size"] = len(devices)
     out["comm_bytes_expected"] = expected_comm_bytes(cfg, main["n_trainable"], main["n_sharded"])
+    if out.get("seconds_to_target") is not None and out["excess_mem_mb"] is not None:
+        out["mib_s_to_target"] = out["excess_mem_mb"] * out["seconds_to_target"]  # memory held x time it is held
     return out
 
 

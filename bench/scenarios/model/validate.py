@@ -9,7 +9,7 @@ import importlib.util
 from pathlib import Path
 
 from bench import data
-from bench.config import BenchConfig, above, at_least, bert_spec, choice, in_unit
+from bench.config import BenchConfig, above, at_least, bert_spec, choice, in_unit, is_number
 from bench.errors import ConfigError
 from bench.parallel import REFUSED_WHY, STRATEGIES, SUPPORTED, global_batch_size, timed_steps, world_size
 from bench.spec import (
@@ -98,6 +98,7 @@ def validate(cfg: BenchConfig) -> None:
                 "fewer parameters, or a larger jacfwd_max_params"
             )
     validate_parallel(cfg)
+    validate_target(cfg)
     validate_outputs(cfg)
     validate_data(cfg)
     if m.checkpoint is not None:
@@ -147,6 +148,38 @@ def validate_parallel(cfg: BenchConfig) -> None:
     if p != "none" and (cfg.evaluate or cfg.measure_grad_cosine):
         which = "evaluate=true" if cfg.evaluate else "measure_grad_cosine=true"
         raise ConfigError(f"{which}: not measured with parallel={p} yet; accepted with parallel=none")
+
+
+TARGET_METRICS = ("eval_accuracy", "eval_loss")
+
+
+def validate_target(cfg: BenchConfig) -> None:
+    """target.*: a trial that stops at a held-out accuracy or loss, checked at each evaluation."""
+    t = cfg.target
+    if t.metric is None:
+        if t.value is not None or t.max_steps is not None:
+            raise ConfigError("target.value/target.max_steps without target.metric; accepted: target.metric="
+                              "eval_accuracy|eval_loss with them, or none of the three")  # fmt: skip
+        return
+    choice("target.metric", t.metric, TARGET_METRICS)
+    if cfg.mode == "inference":
+        raise ConfigError("target.metric: mode=inference does not train, so it never reaches a target; accepted "
+                          "with backprop | jvp | jacfwd | mezo")  # fmt: skip
+    if t.value is None or t.max_steps is None:
+        raise ConfigError(f"target.metric={t.metric}: needs target.value and target.max_steps (the step cap)")
+    if t.metric == "eval_accuracy" and (not is_number(t.value) or not 0 < t.value <= 1):
+        raise ConfigError(f"target.value={t.value}: an accuracy; accepted a number in (0, 1]")
+    above("target.value", t.value, 0)
+    if not cfg.evaluate or cfg.eval_every < 1:
+        raise ConfigError(f"target.metric={t.metric}: the target is checked at each evaluation; accepted with "
+                          "evaluate=true eval_every=N (N >= 1 timed steps)")  # fmt: skip
+    if cfg.epochs is not None:
+        raise ConfigError(f"epochs={cfg.epochs} with target.metric: the target's step cap decides the length; "
+                          "accepted: epochs=null")  # fmt: skip
+    if t.max_steps < cfg.warmup_steps + cfg.eval_every:
+        raise ConfigError(f"target.max_steps={t.max_steps}: smaller than warmup_steps={cfg.warmup_steps} + one "
+                          f"evaluation interval (eval_every={cfg.eval_every}); accepted >= "
+                          f"{cfg.warmup_steps + cfg.eval_every}")  # fmt: skip
 
 
 def validate_outputs(cfg: BenchConfig) -> None:
