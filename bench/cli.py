@@ -103,8 +103,8 @@ def trials(argv: list[str]) -> int:
         return exit_code(runner.outcomes(folder))
 
     return command.run("", body, first=stop_descendants,
-                       interrupted="the running trial was stopped and nothing recorded for it; the same command "
-                       "with resume=true runs the trials not recorded yet")  # fmt: skip
+                       interrupted="the running trial was stopped and nothing recorded for it (a curve it had drawn "
+                       "is kept in history/); the same command with resume=true runs the trials not recorded yet")
 
 
 def exit_code(statuses: list[str]) -> int:

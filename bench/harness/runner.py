@@ -202,6 +202,9 @@ def spawn_trial(cfg: BenchConfig, scenario: Scenario, run_id: str, results_dir: 
                 kill_all()
                 for p in procs.values():
                     p.wait()
+                partial = result(min(procs))  # what the trial reported so far: a curve is kept, no row is written
+                if task.main and partial.exists():
+                    scenario.save(results_dir, [{"run_id": run_id}], json.loads(partial.read_text()))
                 raise
         outs = {r: json.loads(result(r).read_text()) if result(r).exists() else {} for r in procs}
     main_rank = min(procs)

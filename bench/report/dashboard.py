@@ -93,6 +93,17 @@ SECTIONS = (
                 line("held-out accuracy", "eval_accuracy"),
                 bar("held-out accuracy at the end", "eval_accuracy"),
             )),
+    Group("Cost to target", "What reaching the held-out target cost each tuned mode (target.metric, the "
+          "cost_to_target experiment): steps, seconds (the steps' own, and the wall clock with compilation and "
+          "evaluations), excess memory x seconds; against the trained parameters, and at each mode's peak "
+          "memory (the matched-memory view). Trials that did not reach the target have none of these keys.", (
+                bar("wall seconds to the target", "wall_to_target_s"),
+                bar("steps to the target", "steps_to_target"),
+                bar("excess memory x seconds to the target (MiB*s)", "mib_s_to_target"),
+                scatter("steps to the target vs trained parameters", "steps_to_target", "n_trainable", log_y=True),
+                scatter("wall seconds to the target vs peak memory (MiB)", "wall_to_target_s", "peak_mem_mb"),
+                line("held-out accuracy per step", "eval_accuracy"),
+            )),
     Group("Scaling", "Memory and time against the shape, one point per trial (the depth_scaling, seq_scaling "
             "and batch_scaling experiments): a mode whose excess grows with depth keeps every layer's activations "
             "(backprop); a flat one holds about one layer's at a time (jvp in JAX, MeZO).", (

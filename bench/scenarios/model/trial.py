@@ -136,6 +136,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
                 evals[i] = trainer.evaluate(held_out)
                 if on_progress is not None:
                     on_progress({"history": curve()})
+                maybe_inject_fault("after_eval")  # tests: a trial that dies mid-curve keeps the curve so far
                 if target.check(evals[i], i, t0):
                     break  # reached: the first evaluation that meets the target ends the trial
     n_done = len(losses)  # < n_timed when max_timed_s cut the window short or the target was reached

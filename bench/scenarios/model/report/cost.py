@@ -39,7 +39,7 @@ TUNED = (*OPTIMIZER_KNOBS, "mezo_eps", "num_tangents")
 REFERENCE = "backprop"  # costs are given relative to backprop's, in the same framework, scope and context
 
 
-@dataclass
+@dataclass(eq=False)  # compared (and hashed) by identity: one group per framework and mode
 class Group:
     """The trials of one way of differentiating tuned together: its search, and its winner's seeds."""
 

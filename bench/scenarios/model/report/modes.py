@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.measure.trackers import MiB
-from bench.report.section import Results, Section
+from bench.report.section import RUNS_CSV, Results, Section
 from bench.report.tables import FP32_BYTES, fmt_ratio, fmt_value, md_table, num
 from bench.scenarios.model.report.targets import slope
 from bench.scenarios.model.select import (
@@ -245,6 +245,8 @@ class ModesSection(Section):
 
     def render(self, results: Results, plot_dir: Path) -> list[str]:
         v = view(results)
+        if not v.rows and results.rows(RUNS_CSV):  # a tuning sweep's rows alone: the Cost to target section's
+            return []
         if not results.runs or not any(p.exists() for p in results.runs):
             return []
         status = {}

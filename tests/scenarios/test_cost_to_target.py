@@ -1,0 +1,164 @@
+"""Cost to a target: a trial stops at the first evaluation that meets its target and its row says what reaching
+it cost; one that does not reach it by the cap is a row too (not_reached); a trial that dies mid-curve keeps the
+curve and is not reached; the tuning sweeper gives every mode the same budget and repeats each winner; the report's
+section compares the tuned modes with backprop; bad targets and search spaces are one line before anything runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.config import resolve
+from bench.errors import ConfigError
+from bench.harness.preflight import compose_trials
+from bench.harness.tuning import expand, winners
+from bench.report.build import build, results_of
+from bench.scenarios import REPORT_SECTIONS
+from bench.scenarios.model.trial import Target
+from bench.store.read import read_history, read_rows
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ["model=tiny", "batch_size=4", "seq_len=32", "warmup_steps=1", "data.num_train=64", "data.num_eval=16",
+        "logger=none", "evaluate=true", "eval_every=2"]  # fmt: skip
+
+
+def bench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=900, env={**os.environ, **(env or {})})  # fmt: skip
+
+
+def target(metric="eval_accuracy", value=0.5, max_steps=9, warmup=1):
+    (_, composed), = compose_trials([*TINY, f"warmup_steps={warmup}", f"target.metric={metric}",
+                                     f"target.value={value}", f"target.max_steps={max_steps}"], False)[0]  # fmt: skip
+    return Target(resolve(composed))
+
+
+def test_the_first_evaluation_that_meets_the_target_is_the_one():
+    t = target(value=0.5, warmup=2)
+    assert not t.check((1.3, 0.25), 1, 0.0) and not t.check((1.2, 0.49), 3, 0.0)
+    assert t.check((1.1, 0.5), 5, 0.0)  # met: >= the value
+    assert not t.check((0.9, 0.9), 7, 0.0)  # reached once: a later evaluation changes nothing
+    cols = t.columns([2.0, 0.1], [0.1] * 8, samples_per_step=4)
+    assert cols["target_status"] == "reached" and cols["steps_to_target"] == 2 + 6  # warm-up steps train too
+    assert cols["samples_to_target"] == 32 and cols["seconds_to_target"] == pytest.approx(0.1 + 0.1 + 0.6)
+    loss = target(metric="eval_loss", value=1.0)
+    assert not loss.check((1.2, 0.9), 1, 0.0) and loss.check((0.99, 0.1), 3, 0.0)  # lower is better
+    assert target().columns([1.0], [0.1], 4) == {"target_status": "not_reached"}
+
+
+def test_a_trial_stops_at_its_target_and_records_what_it_cost(tmp_path):
+    # eval_loss <= 100 holds at the first evaluation: the trial stops there, 1 warm-up + 2 timed steps
+    out = bench(*TINY, "target.metric=eval_loss", "target.value=100", "target.max_steps=21", f"results_dir={tmp_path}")
+    assert out.returncode == 0, out.stderr
+    (row,) = read_rows(tmp_path / "runs.csv")
+    assert row["status"] == "ok" and row["target_status"] == "reached"
+    assert row["steps_to_target"] == "3" and row["steps_timed"] == "2" and row["samples_to_target"] == "12"
+    wall, timed = float(row["wall_to_target_s"]), float(row["seconds_to_target"])
+    assert 0 < timed < wall and float(row["mib_s_to_target"]) == pytest.approx(float(row["excess_mem_mb"]) * timed)
+    assert "eval_loss 100 reached in 3 steps" in out.stdout
+
+
+def test_a_target_not_reached_by_the_cap_is_a_row_not_a_failure(tmp_path):
+    out = bench(*TINY, "target.metric=eval_accuracy", "target.value=1.0", "target.max_steps=7", "optimizer.lr=1e-6",
+                f"results_dir={tmp_path}")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (row,) = read_rows(tmp_path / "runs.csv")
+    assert row["status"] == "ok" and row["target_status"] == "not_reached" and row["steps_timed"] == "6"
+    assert row["steps_to_target"] == "" and row["wall_to_target_s"] == ""
+    history = read_history({**row, "_source": str(tmp_path / "runs.csv")})
+    assert [i for i, a in enumerate(history["eval_accuracy"]) if a is not None] == [1, 3, 5]
+
+
+def test_a_trial_that_dies_mid_curve_keeps_it_and_is_not_reached(tmp_path):
+    out = bench(*TINY, "target.metric=eval_accuracy", "target.value=1.0", "target.max_steps=9",
+                f"results_dir={tmp_path}", env={"BENCH_INJECT_FAULT": "after_eval:segv"})  # fmt: skip
+    (row,) = read_rows(tmp_path / "runs.csv")
+    assert out.returncode == 1 and row["status"] == "crashed" and row["target_status"] == ""
+    history = read_history({**row, "_source": str(tmp_path / "runs.csv")})
+    assert history["eval_accuracy"][1] is not None and len(history["loss"]) == 2  # the curve up to the evaluation
+
+
+def test_the_tuning_choice_is_the_fastest_trial_that_reached():
+    rows = [("g", ["lr=1"], {"status": "ok", "wall_to_target_s": "9.0"}),
+            ("g", ["lr=2"], {"status": "ok", "wall_to_target_s": "4.0"}),
+            ("g", ["lr=3"], {"status": "ok", "wall_to_target_s": ""}),  # not reached
+            ("g", ["lr=4"], {"status": "diverged", "wall_to_target_s": ""}),
+            ("h", ["lr=5"], {"status": "ok", "wall_to_target_s": ""})]  # fmt: skip
+    assert winners(rows, "wall_to_target_s") == {"g": ["lr=2"]}  # h reached nowhere: no winner, no repeats
+
+
+def test_every_mode_gets_the_same_budget():
+    space = {"backprop": [{"optimizer.lr": 0.1}, {"optimizer.lr": 0.3}],
+             "mezo": [{"optimizer.lr": 1e-3, "mezo_eps": 1e-3}, {"optimizer.lr": 1e-2, "mezo_eps": 1e-3}]}
+    trials = expand({"framework": "torch,jax", "case": "backprop,mezo"}, space, ["model=tiny"])
+    assert len(trials) == 2 * 2 * 2 and len({g for g, _ in trials}) == 4
+    assert any("mezo_eps=0.001" in o and "case=mezo" in o for _, o in trials)
+    with pytest.raises(ConfigError, match="the same number for every case"):
+        expand({"case": "backprop,mezo"}, {**space, "mezo": space["mezo"][:1]}, [])
+    with pytest.raises(ConfigError, match="a search space is empty"):
+        expand({"case": "backprop"}, {"backprop": []}, [])
+    with pytest.raises(ConfigError, match="case=jvp: no search space"):
+        expand({"case": "jvp"}, space, [])
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A real tuning sweep: torch backprop and MeZO, two points each, a target every point reaches (eval_loss
+    <= 100), the winners repeated at seed 1."""
+    results = tmp_path_factory.mktemp("tuned")
+    space = ("hydra.sweeper.space={backprop:[{optimizer.lr:0.01},{optimizer.lr:0.02}],"
+             "mezo:[{optimizer.lr:0.001},{optimizer.lr:0.002}]}")  # fmt: skip
+    params = "hydra.sweeper.params={framework:torch,case:'backprop,mezo'}"
+    out = bench("-m", *TINY, "hydra/sweeper=bench_tuning", params, space, "hydra.sweeper.repeats=[1]",
+                "target.metric=eval_loss", "target.value=100", "target.max_steps=5", f"results_dir={results}")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return results, read_rows(results / "runs.csv"), out.stdout
+
+
+def test_a_tuning_sweep_searches_then_repeats_each_winner(tuned):
+    _, rows, stdout = tuned
+    search = [r for r in rows if r["tuning"] == "search"]
+    repeats = [r for r in rows if r["tuning"] == "repeat"]
+    assert len(search) == 4 and len(repeats) == 2 and "6 trial(s): 6 ok" in stdout
+    for r in repeats:
+        group = [s for s in search if s["tune_group"] == r["tune_group"]]
+        best = min(group, key=lambda s: float(s["wall_to_target_s"]))
+        assert r["seed"] == "1" and r["lr"] == best["lr"] and r["mode"] == best["mode"]
+
+
+def test_the_report_compares_the_tuned_modes_with_backprop(tuned, tmp_path):
+    results, rows, _ = tuned
+    report = build(REPORT_SECTIONS, results_of([results]), tmp_path)
+    section = report.text.split("## Cost to target")[1].split("\n## ")[0]
+    mezo = next(line for line in section.splitlines() if line.startswith("| PyTorch | mezo |"))
+    backprop = next(line for line in section.splitlines() if line.startswith("| PyTorch | backprop |"))
+    assert "2/2" in mezo and backprop.split("|")[-2].strip() == "1.00×" and "Every trial of the search" in section
+    assert all(r["run_id"] in section for r in rows)  # every trial listed
+    assert (tmp_path / "plots" / "cost_curves.png").stat().st_size > 1000
+    assert "## Framework × mode" not in report.text  # tuning trials stay out of the per-step tables
+
+
+@pytest.mark.parametrize("args,message", [
+    (["mode=inference", "target.metric=eval_accuracy", "target.value=0.5", "target.max_steps=9"], "mode=inference"),
+    (["target.metric=eval_accuracy", "target.value=1.5", "target.max_steps=9"], "target.value=1.5: an accuracy"),
+    (["target.metric=eval_accuracy", "target.value=0", "target.max_steps=9"], "target.value=0.0: an accuracy"),
+    (["target.metric=eval_accuracy", "target.value=0.5", "target.max_steps=9", "evaluate=false", "eval_every=0"],
+     "checked at each evaluation"),
+    (["target.metric=eval_accuracy", "target.value=0.5", "target.max_steps=2"], "target.max_steps=2: smaller than"),
+    (["target.metric=accuracy", "target.value=0.5", "target.max_steps=9"], "target.metric=accuracy: accepted"),
+])  # fmt: skip
+def test_bad_targets_are_one_line_before_anything_runs(args, message, tmp_path):
+    out = bench(*TINY, *args, f"results_dir={tmp_path}")
+    assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs.csv").exists()
+
+
+def test_an_empty_search_space_is_refused_before_anything_runs(tmp_path):
+    out = bench("-m", *TINY, "hydra/sweeper=bench_tuning", "hydra.sweeper.params={case:backprop}",
+                "hydra.sweeper.space={backprop:[]}", f"results_dir={tmp_path}")  # fmt: skip
+    assert out.returncode == 2 and "a search space is empty" in out.stderr
+    assert not (tmp_path / "runs.csv").exists()
