@@ -180,8 +180,8 @@ def validate(cfg: BenchConfig) -> None:
     at_least("ops.repeats", o.repeats, 1)
     at_least("ops.min_sample_s", o.min_sample_s, 0)
     for name in ("compile", "check"):
-        if not isinstance(o[name], bool):
-            raise ConfigError(f"ops.{name}={o[name]}: accepted true | false")
+        if not isinstance(getattr(o, name), bool):
+            raise ConfigError(f"ops.{name}={getattr(o, name)}: accepted true | false")
 
 
 def ratio_geomeans(rows: list[dict]) -> dict:
