@@ -1,0 +1,73 @@
+"""The configuration's contracts: every experiment and preset in conf/ composes and validates, a trial's identity
+(what resume compares) hashes as it did when earlier rows were recorded, and the defaults the report assumes for
+rows without a knob's column are the presets' own."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from bench.config import CONF_DIR
+from bench.data import data_spec, make_batches
+from bench.harness.preflight import preflight
+from bench.harness.scenario import config_hash, scenario_of
+from bench.scenarios import SCENARIOS
+from bench.scenarios.model.select import OPTIMIZER_DEFAULTS, context_key
+from tests.support import REPO, composed, trial
+
+EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_composes_and_validates(name):
+    assert preflight([f"+experiment={name}"], multirun=True, scenarios=SCENARIOS) >= 2  # each one is a sweep
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml")))
+def test_conf_data_presets_compose(name):
+    node = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "data" / f"{name}.yaml"))
+    assert node.pop("defaults") == ["data_schema"]  # the preset is checked against the schema by Hydra
+    spec = data_spec(node)
+    assert spec.name == name
+    if name == "synthetic":
+        assert len(make_batches(spec, batch_size=32, seq_len=16, seed=0)) == spec.num_train // 32
+
+
+def hash_of(*overrides: str) -> str:
+    cfg = composed(*overrides)
+    return config_hash(scenario_of(SCENARIOS, cfg.scenario), cfg)
+
+
+@pytest.mark.parametrize(
+    "overrides, recorded",
+    [
+        ([], "a012dc79b6f5"),
+        (["model=tiny", "mode=jvp", "framework=jax"], "7f3824ff2e69"),
+        (["scenario=ops"], "1033d1d4e175"),
+    ],
+)
+def test_config_hashes_of_earlier_rows_still_match(overrides, recorded):
+    """Hashes recorded before the parallel keys existed (and before the layout change): resume=true finds those
+    rows only while a trial at the defaults of every key added since hashes as it did then."""
+    assert hash_of(*overrides) == recorded
+
+
+def test_model_trials_keep_their_identity():
+    """The ops keys are not part of a model trial's identity: resume=true still finds rows recorded before."""
+    model, ops = composed("scenario=model"), composed("scenario=ops")
+    assert not {"scenario", "threads", "ops"} & set(SCENARIOS["model"].identity(model))
+    assert set(SCENARIOS["ops"].identity(ops)) == {"scenario", "framework", "device", "dtype", "threads", "seed", "ops"}
+    assert hash_of("ops.sizes=[3]") == hash_of("scenario=model")
+
+
+def test_optimizer_defaults_are_the_presets_in_conf():
+    for name, defaults in OPTIMIZER_DEFAULTS.items():
+        preset = yaml.safe_load((REPO / "conf" / "optimizer" / f"{name}.yaml").read_text())
+        for key, value in preset.items():
+            column = {"eps": "adam_eps"}.get(key, key)
+            if column in defaults:
+                assert defaults[column] == pytest.approx(float(value)), (name, key)
+    rows = [trial("jax", "backprop", optimizer="adamw", lr=5e-5, weight_decay=0.01),
+            trial("jax", "backprop", optimizer="adamw")]  # the preset's values, and an older row without them
+    assert context_key(rows[0]) == context_key(rows[1])

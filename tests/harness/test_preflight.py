@@ -1,0 +1,147 @@
+"""Bad input refused before anything runs, as a user meets it: `python -m bench ...` exits 2 with one line naming
+the option, the bad value and what is accepted (bench/harness/preflight.py), and no process starts, no row is
+written and no results file is touched. Options, results files and folders that cannot take the rows, and input a
+trial would only find bad once running (a malformed data file, a checkpoint of another shape)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import FAST, REPO, bench, whole_rows
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["model=nope"], "model=nope: unknown option; accepted: bert_base, bert_large, minilm_l6, tiny"),
+        (["mode=backward"], "mode=backward: accepted inference | backprop | jvp | jacfwd | mezo"),
+        (["dtype=fp16"], "dtype=fp16: accepted fp32 | bf16 | bf16_pure"),
+        (["mode=mezo", "dtype=bf16_pure"], "mode=mezo with dtype=bf16_pure: MeZO's in-place +eps, -2eps, +eps"),
+        (["case=jvp", "num_tangents=4", "jvp_tangent=keep"], "jvp_tangent=keep: applies to mode=jvp with"),
+        (["batch_size=abc"], "batch_size=abc"),
+        (["model=tiny", "seq_len=1024"], "seq_len=1024: above model.max_position_embeddings=512"),
+        (["model.num_labels=1"], "model.num_labels=1: must be an integer >= 2"),
+        (["model.checkpoint=/no/such/dir"], "model.checkpoint='/no/such/dir': no such file or directory"),
+        (["-m", "framework=torch,jax", "jvp_impl=naive"], "jvp_impl=naive: torch only"),
+        (["mode=jacfwd", "model=bert_base"], "109,485,316 trainable parameters, one forward-mode pass each"),
+        (["data=ag_news", "data.path=/no/such.csv"], "data.path=/no/such.csv: no such file"),
+    ],
+)
+def test_bad_config_is_one_line_and_nothing_runs(tmp_path, args, expected):
+    proc = bench(*args, results=tmp_path, check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bench: error: ") and expected in lines[0], proc.stderr
+    assert not (tmp_path / "runs.csv").exists() and not (tmp_path / "hydra").exists()
+
+
+def test_bad_config_leaves_recorded_rows_alone(tmp_path):
+    csv = tmp_path / "runs.csv"
+    csv.write_text("run_id,status\nabc,ok\n")
+    before = csv.read_bytes()
+    assert bench("mode=nope", results=tmp_path, check=False).returncode == 2
+    assert csv.read_bytes() == before
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the results file: foreign, unreadable, unwritable
+
+
+def preflight_refuses(tmp_path: Path, *args: str, results: Path | None = None, as_user: bool = False) -> str:
+    """Run `python -m bench` on a tiny trial; it must refuse before anything runs: exit 2, one line."""
+    cmd = [sys.executable, "-m", "bench", "framework=torch", *FAST, "logger=none", *args,
+           f"results_dir={results or tmp_path}"]  # fmt: skip
+    if as_user and os.geteuid() == 0:  # root writes anything: drop the capability that lets it (as CI runs)
+        caps = "-dac_override,-dac_read_search"
+        cmd = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", *cmd]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("bench: error: "), proc.stderr
+    return lines[0]
+
+
+def test_a_foreign_or_binary_results_file_is_refused_before_anything_runs(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text("name,score\nalice,3\n")
+    assert "its header is not bench's runs.csv schema (differs at name, score)" in preflight_refuses(tmp_path)
+    assert path.read_text() == "name,score\nalice,3\n" and not (tmp_path / "logs").exists()
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    assert "not UTF-8 text (byte 0)" in preflight_refuses(tmp_path, "resume=true")
+    assert path.read_bytes() == b"\x89PNG\r\n\x1a\n\xff\xfe"
+
+
+def test_a_results_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("x")
+    assert "is a file; accepted: a folder" in preflight_refuses(tmp_path, results=tmp_path / "file")
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None, reason="root without setpriv")
+def test_unwritable_results_are_refused_before_anything_runs(tmp_path):
+    path = tmp_path / "runs.csv"
+    data = whole_rows(path, 1)
+    path.chmod(0o444)
+    assert "runs.csv: cannot be written" in preflight_refuses(tmp_path, as_user=True)
+    assert path.read_bytes() == data
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        assert "cannot be written" in preflight_refuses(tmp_path, results=folder / "results", as_user=True)
+    finally:
+        folder.chmod(0o755)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# input a trial would only find bad once running: refused up front
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["seed=-1"], "seed=-1: accepted an integer in [0, 2^63)"),
+        (["seed=9223372036854775808"], "seed=9223372036854775808: accepted an integer in [0, 2^63)"),
+        (["data.seed=-3"], "data.seed=-3: accepted: an integer in [0, 2^63)"),
+        (["optimizer.momentum=1"], "optimizer.momentum=1.0: accepted a number in [0, 1)"),
+        (["optimizer.eps=0"], "optimizer.eps=0.0: accepted a finite number > 0"),
+        (["model.layer_norm_eps=-1"], "model.layer_norm_eps=-1.0: accepted a finite number > 0"),
+        (["jacfwd_max_params=0"], "jacfwd_max_params=0: must be a number >= 1"),
+        (["last_k=0"], "last_k=0: must be a number >= 1"),  # checked although trainable=all does not read it
+    ],
+)
+def test_numeric_options_are_checked_up_front(tmp_path, args, expected):
+    assert expected in preflight_refuses(tmp_path, *args)
+
+
+@pytest.mark.skipif(bool(shutil.which("nvidia-smi")), reason="this host may have a GPU")
+def test_device_cuda_on_a_host_without_one_is_refused(tmp_path):
+    assert "device=cuda: this host has no CUDA GPU" in preflight_refuses(tmp_path, "device=cuda")
+
+
+def test_a_malformed_ag_news_file_is_refused_naming_its_line(tmp_path):
+    data = tmp_path / "ag"
+    data.mkdir()
+    rows = "".join(f'"{1 + i % 4}","title {i}","body {i}"\n' for i in range(40))
+    (data / "train.csv").write_text(rows + '"2","unterminated title,body\n')
+    line = preflight_refuses(tmp_path, "data=ag_news", f"data.path={data}", "data.num_train=16", "data.num_eval=8",
+                             results=tmp_path / "results")  # fmt: skip
+    assert f"data.path={data / 'train.csv'}: line 41: " in line and "accepted: 3 columns" in line
+
+
+def test_a_checkpoint_without_safetensors_or_of_another_shape_is_refused(tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "pytorch_model.bin").write_bytes(b"pickle")
+    line = preflight_refuses(tmp_path, f"model.checkpoint={folder}", results=tmp_path / "results")
+    assert "no *.safetensors in this directory (found: pytorch_model.bin)" in line
+    save_file({"bert.embeddings.word_embeddings.weight": np.zeros((3, 2), np.float32)}, str(folder / "m.safetensors"))
+    line = preflight_refuses(tmp_path, f"model.checkpoint={folder}", results=tmp_path / "results")
+    assert "weights do not fit the model: missing" in line and "shape mismatch 1" in line
