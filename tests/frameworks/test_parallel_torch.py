@@ -198,7 +198,7 @@ def test_a_rank_over_its_host_memory_limit_is_oom(tmp_path):
           env={"BENCH_TEST_MARKER": marker})  # fmt: skip
     (row,) = rows(tmp_path)
     assert row["status"] == "oom"
-    assert re.match(r"rank [01]: host memory limit max_host_mem_mb=150 exceeded", row["error"]), row["error"]
+    assert re.match(r"rank [01]: host memory limit max_host_mem_mb=150\.0 exceeded", row["error"]), row["error"]
     assert not trial_processes(marker)
 
 
