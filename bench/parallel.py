@@ -91,8 +91,8 @@ def expected_comm_bytes(cfg: BenchConfig, n_trainable: int, n_sharded: int) -> i
             tangent is gathered); mezo's two losses are two programs.
     With grad_accum > 1: torch's DDP and FSDP2 reduce the gradient once per update (no_sync), FSDP2 still gathers
     per micro-batch; JAX exchanges everything per micro-batch. A world of one device exchanges nothing. Measured
-    against these (tests/test_parallel_*.py): XLA's backprop all-reduces 4(P - T)H bytes less than 4n (the position
-    embeddings' rows past seq_len have no gradient, which it knows)."""
+    against these (tests/frameworks/test_parallel_*.py): XLA's backprop all-reduces 4(P - T)H bytes less than 4n
+    (the position embeddings' rows past seq_len have no gradient, which it knows)."""
     if cfg.parallel == "none" or world_size(cfg) == 1:
         return 0
     mode, k, s, ga, torch = cfg.mode, cfg.num_tangents, FP32_BYTES, cfg.grad_accum, cfg.framework == "torch"

@@ -4,7 +4,8 @@ The mirror image of torch_impl/model.py. transformers 5.x ships no Flax models, 
 modeling_bert.py rewritten in NNX, op for op: same module tree (attribute names are HF's module names, so a
 parameter's NNX path reads like its HF name, see params.py), same post-LN layer, exact erf GELU, HF eager
 attention's additive padding mask, and the same order of additions wherever float32 rounding could tell the
-two apart. tests/test_parity.py holds every hidden state, the logits, the loss and every gradient against HF.
+two apart. tests/frameworks/test_parity.py holds every hidden state, the logits, and the trainers' loss
+(bench/jax_impl/steps.py) and every gradient against HF.
 
 Dropout draws from the `rngs` passed to __call__ (nnx.Rngs(dropout=key)); the model itself holds only Params,
 so its state splits cleanly into trainable and frozen parameters.
@@ -266,12 +267,6 @@ class BertForSequenceClassification(nnx.Module):
     def head(self, hidden, *, deterministic=True, rngs=None):
         """The head: pooler + dropout + classifier, (B, T, H) -> logits (B, num_labels)."""
         return self.classifier(self.dropout(self.bert.pooler(hidden), deterministic=deterministic, rngs=rngs))
-
-
-def cross_entropy_loss(logits, labels):
-    """Mean cross-entropy over the batch: what HF computes with labels= (CrossEntropyLoss, single-label)."""
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # (B, num_labels)
-    return -jnp.mean(jnp.take_along_axis(logp, labels[:, None].astype(jnp.int32), axis=-1))
 
 
 def build_model(

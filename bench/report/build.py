@@ -57,13 +57,15 @@ def build(sections: Sequence[Section], results: Results, out_dir: str | Path) ->
     for p in results.runs:
         if p.resolve() == report_path.resolve():
             raise ReadError(f"--out={out_dir}: report.md would overwrite csv={p} (accepted: another folder)")
-    out_dir.mkdir(parents=True, exist_ok=True)
     lines = ["# bench report", ""]
+    # the folder is made once the sections have read their files: a runs CSV the first section cannot read stops
+    # the report (ReadError) before anything is written
     for section in sections:
         lines += section.render(results, out_dir / PLOT_DIR)
     if len(lines) == 2:
         lines += [f"No results in {', '.join(f'`{f}`' for f in results.folders)}: `make bench` writes some.", ""]
     text = "\n".join(lines)
+    out_dir.mkdir(parents=True, exist_ok=True)
     report_path.write_text(text, encoding="utf-8")
     shown = sorted(set(re.findall(rf"\]\(({PLOT_DIR}/[^)]+\.png)\)", text)))
     return Report(report_path, [out_dir / p for p in shown], text)

@@ -49,18 +49,21 @@ def latest(rows: Iterable[dict], key: Callable[[dict], Hashable]) -> list[dict]:
 def load_rows(paths: Sequence[str | Path], required: Sequence[str] = ()) -> list[dict[str, str]]:
     """Every row of the given results CSVs, in file order, each with "_source" (its CSV's path) added; a row that
     is not whole is one row marked status "damaged" with its line and what is wrong (listed as such, never read
-    as numbers). A run_id seen before (the same file given twice) is read once. ReadError (one line) for a file
+    as numbers). A run_id an earlier file had (the same file given twice) is read once; within one file every
+    row is kept (an ops trial writes one row per op and shape under its run_id). ReadError (one line) for a file
     that is missing, unreadable, or whose header lacks a `required` column."""
     rows: list[dict[str, str]] = []
     seen: set[str] = set()
     for p in paths:
         path = Path(p)
+        mine: set[str] = set()
         for r in _read_csv(path, required):
             if r.get("run_id"):
                 if r["run_id"] in seen:
                     continue
-                seen.add(r["run_id"])
+                mine.add(r["run_id"])
             rows.append({**r, "_source": str(path)})
+        seen |= mine
     return rows
 
 

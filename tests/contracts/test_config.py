@@ -1,65 +1,73 @@
-"""The configuration holds together: every default is written once (in the schema, not in conf/config.yaml), the
-option table in docs/options.md and --help are generated from it, the config resolved once round-trips through the
-trial's payload, and every preset composes."""
+"""The configuration's contracts: every experiment and preset in conf/ composes and validates, a trial's identity
+(what resume compares) hashes as it did when earlier rows were recorded, and the defaults the report assumes for
+rows without a knob's column are the presets' own."""
 
 from __future__ import annotations
 
-from dataclasses import fields
-from pathlib import Path
-
 import pytest
+import yaml
 from omegaconf import OmegaConf
 
-from bench import cli
-from bench.config import CONF_DIR, GROUPS, NODES, BenchConfig, available, default, from_dict, options, resolve, to_dict
-from bench.harness.preflight import compose_trials
+from bench.config import CONF_DIR
+from bench.data import data_spec, make_batches
+from bench.harness.preflight import preflight
+from bench.harness.scenario import config_hash, scenario_of
+from bench.scenarios import SCENARIOS
+from bench.scenarios.model.select import OPTIMIZER_DEFAULTS, context_key
+from tests.support import REPO, composed, trial
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def test_every_default_is_written_once_in_the_schema():
-    """conf/config.yaml names the default presets and Hydra's settings, and no option's value."""
-    top = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"))
-    assert set(top) == {"defaults", "hydra"}
-    for group, node in NODES.items():
-        for name in available(group):
-            preset = OmegaConf.to_container(OmegaConf.load(CONF_DIR / group / f"{name}.yaml"))
-            unknown = set(preset) - {f.name for f in fields(node)} - {"defaults"}
-            assert not unknown, (group, name, unknown)
+EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
 
 
-def test_options_doc_is_generated_from_the_schema():
-    """docs/options.md is what `make docs` writes now: regenerate it after changing an option."""
-    assert (REPO / "docs" / "options.md").read_text() == cli.options_markdown()
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_composes_and_validates(name):
+    assert preflight([f"+experiment={name}"], multirun=True, scenarios=SCENARIOS) >= 2  # each one is a sweep
 
 
-def test_every_option_has_help_and_appears_in_help():
-    listed = {name for name, _, _ in options()}
-    for f in fields(BenchConfig):
-        if f.name in NODES:
-            assert {f"{f.name}.{g.name}" for g in fields(NODES[f.name])} <= listed
-        else:
-            assert f.name in listed, f.name
-    text = cli.help_text()
-    assert all(name in text for name in listed)
+@pytest.mark.parametrize("name", sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml")))
+def test_conf_data_presets_compose(name):
+    node = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "data" / f"{name}.yaml"))
+    assert node.pop("defaults") == ["data_schema"]  # the preset is checked against the schema by Hydra
+    spec = data_spec(node)
+    assert spec.name == name
+    if name == "synthetic":
+        assert len(make_batches(spec, batch_size=32, seq_len=16, seed=0)) == spec.num_train // 32
 
 
-def test_defaults_are_read_from_the_schema():
-    assert default("optimizer.lr") == 1e-3 and default("seed") == 0 and default("model.dropout") == 0.1
+def hash_of(*overrides: str) -> str:
+    cfg = composed(*overrides)
+    return config_hash(scenario_of(SCENARIOS, cfg.scenario), cfg)
 
 
-def test_the_resolved_config_is_typed_and_round_trips():
-    (_, composed), = compose_trials(["model=tiny", "mode=jvp", "num_tangents=4", "max_timed_s=3"], False)[0]
-    cfg = resolve(composed)
-    assert isinstance(cfg, BenchConfig) and cfg.model.num_layers == 2 and cfg.num_tangents == 4
-    assert cfg.max_timed_s == 3.0 and isinstance(cfg.max_timed_s, float)
-    assert from_dict(to_dict(cfg)) == cfg
-    with pytest.raises(AttributeError):
-        cfg.num_tangent  # noqa: B018 (a typo fails at once)
+@pytest.mark.parametrize(
+    "overrides, recorded",
+    [
+        ([], "a012dc79b6f5"),
+        (["model=tiny", "mode=jvp", "framework=jax"], "7f3824ff2e69"),
+        (["scenario=ops"], "1033d1d4e175"),
+    ],
+)
+def test_config_hashes_of_earlier_rows_still_match(overrides, recorded):
+    """Hashes recorded before the parallel keys existed (and before the layout change): resume=true finds those
+    rows only while a trial at the defaults of every key added since hashes as it did then."""
+    assert hash_of(*overrides) == recorded
 
 
-@pytest.mark.parametrize("group", [g for g in GROUPS if g != "experiment"])
-def test_every_preset_composes(group):
-    for name in available(group):
-        (_, composed), = compose_trials([f"{group}={name}"], False)[0]
-        assert isinstance(resolve(composed), BenchConfig)
+def test_model_trials_keep_their_identity():
+    """The ops keys are not part of a model trial's identity: resume=true still finds rows recorded before."""
+    model, ops = composed("scenario=model"), composed("scenario=ops")
+    assert not {"scenario", "threads", "ops"} & set(SCENARIOS["model"].identity(model))
+    assert set(SCENARIOS["ops"].identity(ops)) == {"scenario", "framework", "device", "dtype", "threads", "seed", "ops"}
+    assert hash_of("ops.sizes=[3]") == hash_of("scenario=model")
+
+
+def test_optimizer_defaults_are_the_presets_in_conf():
+    for name, defaults in OPTIMIZER_DEFAULTS.items():
+        preset = yaml.safe_load((REPO / "conf" / "optimizer" / f"{name}.yaml").read_text())
+        for key, value in preset.items():
+            column = {"eps": "adam_eps"}.get(key, key)
+            if column in defaults:
+                assert defaults[column] == pytest.approx(float(value)), (name, key)
+    rows = [trial("jax", "backprop", optimizer="adamw", lr=5e-5, weight_decay=0.01),
+            trial("jax", "backprop", optimizer="adamw")]  # the preset's values, and an older row without them
+    assert context_key(rows[0]) == context_key(rows[1])

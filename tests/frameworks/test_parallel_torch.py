@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.test_runner import FAST, bench, rows
+from tests.support import FAST, bench, composed, rows
 
 # Dropout off: each rank draws its masks over its own rows, so with dropout on only the distribution (not the
 # values) matches one device's. AdamW: the optimizer state is what fsdp shards beside the parameters.
@@ -71,23 +71,20 @@ def one_device_trial(row: dict) -> dict:
     and the losses of its timed steps, by the same pieces a trial is made of, here in the test process (a trial
     process of its own per mode would double this file's time, most of it spent importing torch)."""
     from bench import data
-    from bench.config import bert_spec, step_spec, to_container
-    from bench.harness.preflight import compose_trials
+    from bench.config import bert_spec, step_spec
     from bench.torch_impl.steps import make_trainer
     from bench.weights import build_weights, weights_digest
 
     case = {"jacfwd": ["case=jacfwd_head"], "jvp": ["mode=jvp", f"num_tangents={row['num_tangents']}"]}
-    ((_, cfg),), _ = compose_trials([*TINY, *case.get(row["mode"], [f"mode={row['mode']}"]), "batch_size=8"],
-                                    multirun=False)  # fmt: skip
-    c = to_container(cfg)
-    spec = bert_spec(c["model"])
-    weights = build_weights(spec, c["seed"], c["model"]["checkpoint"])
-    n = c["warmup_steps"] + c["steps"]
-    batches = data.make_batches(data.data_spec(c["data"]), c["batch_size"], c["seq_len"], c["seed"], "train")[:n]
-    trainer = make_trainer(spec, weights, step_spec(c), "cpu")
+    cfg = composed(*TINY, *case.get(row["mode"], [f"mode={row['mode']}"]), "batch_size=8")
+    spec = bert_spec(cfg.model)
+    weights = build_weights(spec, cfg.seed, cfg.model.checkpoint)
+    n = cfg.warmup_steps + cfg.steps
+    batches = data.make_batches(data.data_spec(cfg.data), cfg.batch_size, cfg.seq_len, cfg.seed, "train")[:n]
+    trainer = make_trainer(spec, weights, step_spec(cfg), "cpu")
     losses = [float(trainer.step(trainer.to_device([b]))) for b in batches]
     return {"weights_digest": weights_digest(weights), "data_fingerprint": data.fingerprint(batches)[:16],
-            "loss": losses[c["warmup_steps"]:]}  # fmt: skip
+            "loss": losses[cfg.warmup_steps:]}  # fmt: skip
 
 
 @pytest.mark.slow
@@ -201,7 +198,7 @@ def test_a_rank_over_its_host_memory_limit_is_oom(tmp_path):
           env={"BENCH_TEST_MARKER": marker})  # fmt: skip
     (row,) = rows(tmp_path)
     assert row["status"] == "oom"
-    assert re.match(r"rank [01]: host memory limit max_host_mem_mb=150 exceeded", row["error"]), row["error"]
+    assert re.match(r"rank [01]: host memory limit max_host_mem_mb=150\.0 exceeded", row["error"]), row["error"]
     assert not trial_processes(marker)
 
 
@@ -225,8 +222,8 @@ def test_a_process_group_of_another_size_is_refused(monkeypatch):
     from bench.torch_impl.parallel import start
 
     monkeypatch.setenv("WORLD_SIZE", "3")
-    c = {"parallel": "ddp", "devices": 2, "nodes": 1, "device": "cpu"}
+    cfg = composed("framework=torch", "parallel=ddp", "devices=2", "nodes=1", "device=cpu")
     with pytest.raises(ValueError, match=r"parallel=ddp: 3 process\(es\) started \(WORLD_SIZE\), devices=2 x "
                                          r"nodes=1 = 2 expected"):  # fmt: skip
-        start(c)
+        start(cfg)
 

@@ -17,7 +17,7 @@ import pytest
 
 from bench.config import model_preset
 from bench.spec import param_shapes
-from tests.test_runner import FAST, REPO, rows
+from tests.support import FAST, REPO, composed, rows
 
 # Dropout off, as the torch tests need it (each rank draws its own masks). JAX would match with dropout on too
 # (threefry keys are partitionable: an element's mask bit depends on its index in the global batch, not on which
@@ -149,16 +149,16 @@ def test_the_compiled_steps_exchange_what_each_mode_needs(sweeps):
 # count is fixed when JAX starts).
 DIRECTIONS = """
 import json, sys
-from bench.config import bert_spec, step_spec, to_container
-from bench.jax_impl import parallel, steps
+from bench.config import bert_spec, resolve, step_spec
 from bench.harness.preflight import compose_trials
+from bench.jax_impl import parallel, steps
 from bench.weights import build_weights
 
 trials, _ = compose_trials(sys.argv[1:], multirun=False)
-c = to_container(trials[0][1])
-world = parallel.start(c)
-spec = bert_spec(c["model"])
-trainer = steps.make_trainer(spec, build_weights(spec, 0, None), step_spec(c), world.device, world=world)
+cfg = resolve(trials[0][1])
+world = parallel.start(cfg)
+spec = bert_spec(cfg.model)
+trainer = steps.make_trainer(spec, build_weights(spec, 0, None), step_spec(cfg), world.device, world=world)
 batch = {"input_ids": [[101] * 8] * 4, "token_type_ids": [[0] * 8] * 4, "attention_mask": [[1] * 8] * 4,
          "labels": [0] * 4}
 trainer.compile(trainer.to_device([batch]))
@@ -189,22 +189,23 @@ def test_fsdp_draws_each_devices_part_of_the_directions_without_exchanging_them(
 
 @pytest.mark.slow
 def test_two_processes_run_one_trial_through_jax_distributed(tmp_path, sweeps):
-    """As a two-task submitit job starts a JAX trial: two `python -m bench.runner` processes, one CPU device each,
-    RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in their environment; rank 0 reports the whole trial."""
-    from bench.config import to_container
-    from bench.harness.preflight import compose_trials
+    """As a two-task submitit job starts a JAX trial: two trial processes (`python -m bench.scenarios PAYLOAD
+    RESULT`), one CPU device each, RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in their environment; rank 0
+    reports the whole trial."""
+    from bench.config import to_dict
+    from bench.harness.launch import TRIAL_MODULE, free_port
     from bench.harness.runner import trial_env
-    from bench.measure.system import free_port
+    from bench.scenarios import SCENARIOS
 
-    (trial,), _ = compose_trials([*TINY, "mode=backprop", "parallel=fsdp", "devices=2"], multirun=False)
-    c = to_container(trial[1])
-    (tmp_path / "payload.json").write_text(json.dumps(c))
+    cfg = composed(*TINY, "mode=backprop", "parallel=fsdp", "devices=2")
+    (tmp_path / "payload.json").write_text(json.dumps(to_dict(cfg)))
     port = free_port()
     procs = []
     for rank in range(2):
-        env = {**os.environ, **trial_env(c), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-               "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2"}  # fmt: skip
-        cmd = [sys.executable, "-m", "bench.runner", str(tmp_path / "payload.json"), str(tmp_path / f"{rank}.json")]
+        env = {**os.environ, **trial_env(cfg, SCENARIOS["model"]), "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": "2"}  # fmt: skip
+        cmd = [sys.executable, "-m", TRIAL_MODULE, str(tmp_path / "payload.json"), str(tmp_path / f"{rank}.json")]
         procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     logs = [p.communicate(timeout=600)[0].decode(errors="replace") for p in procs]
     assert [p.returncode for p in procs] == [0, 0], logs

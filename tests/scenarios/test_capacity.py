@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from bench.scenarios.capacity.search import Probe, search
-from bench.store.csv import read_rows
-from tests.test_runner import REPO
+from bench.store.read import read_rows
+from tests.support import REPO
 
 
 def synthetic(base: float, per_item: float, fails_above: float | None = None, log: list | None = None):
@@ -73,7 +73,7 @@ def test_a_probe_that_errors_ends_the_search_as_failed():
 
 
 def capacity(*args: str, tmp_path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "bench.capacity", *args, "framework=torch", "model=tiny", "seq_len=512", "steps=1",
+    cmd = [sys.executable, "-m", "bench", "capacity", *args, "framework=torch", "model=tiny", "seq_len=512", "steps=1",
            "warmup_steps=1", "data.num_train=256", "logger=none", f"results_dir={tmp_path}"]  # fmt: skip
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
 
@@ -118,7 +118,7 @@ def test_a_budget_too_small_for_one_example_is_a_result(tmp_path):
         (["--search", "vocab", "budget_mb=100"], "argument --search: invalid choice: 'vocab'"),
         pytest.param(["mode=backprop"], "budget_mb=null: no GPU here to take the budget from",
                      marks=pytest.mark.skipif(bool(shutil.which("nvidia-smi")), reason="a GPU gives the budget")),
-        (["budget_mb=0"], "budget_mb=0: must be a number >= 1"),
+        (["budget_mb=0"], "budget_mb=0.0: must be a number >= 1"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, args, expected):

@@ -22,7 +22,7 @@ from bench.jax_impl.params import to_hf
 from bench.measure.memory_model import predict
 from bench.spec import OptimizerSpec, StepSpec, count_params, implementation
 from bench.weights import build_weights
-from tests.test_runner import FAST, bench, rows
+from tests.support import FAST, bench, rows
 
 FRAMEWORKS = ("torch", "jax")
 TINY, _ = model_preset("tiny", dropout=0.0)

@@ -6,13 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
-from bench.config import CONF_DIR
 from bench.data import (
     DataSpec,
     batches,
@@ -27,8 +24,8 @@ from bench.data import (
 )
 from bench.errors import ConfigError
 from bench.spec import BATCH_KEYS
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 SENTENCES = [
     "Wall St. Bears Claw Back Into the Black (Reuters) Reuters - Short-sellers, Wall Street's dwindling",
     "Héllo  wörld\tCAFÉ naïve résumé 東京 -- e-mail: x@y.com, $1.5bn (up 3%)!",
@@ -303,13 +300,3 @@ def test_bad_values_are_one_line_config_errors(call, message):
     with pytest.raises(ConfigError) as e:
         call()
     assert "\n" not in str(e.value) and str(e.value).startswith(message), str(e.value)
-
-
-@pytest.mark.parametrize("name", sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml")))
-def test_conf_data_presets_compose(name):
-    node = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "data" / f"{name}.yaml"))
-    assert node.pop("defaults") == ["data_schema"]  # the preset is checked against the schema by Hydra
-    spec = data_spec(node)
-    assert spec.name == name
-    if name == "synthetic":
-        assert len(make_batches(spec, batch_size=32, seq_len=16, seed=0)) == spec.num_train // 32

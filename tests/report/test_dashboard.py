@@ -1,6 +1,6 @@
-"""The W&B views (bench/dashboard.py) and what the runs carry for them (bench/wandb_runs.py, the scenarios' W&B
-runs): one small sweep, offline, shared by the slow tests; the dashboard's spec is read back and every key a panel
-plots is looked up in the runs' own files. No test talks to a W&B server."""
+"""The W&B views (bench/report/dashboard.py) and what the runs carry for them (bench/store/wandb.py, the
+scenarios' W&B runs): one small sweep, offline, shared by the slow tests; the dashboard's spec is read back and
+every key a panel plots is looked up in the runs' own files. No test talks to a W&B server."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.report.dashboard import SECTIONS, Panel, Section, check_sections, ready
-from bench.store.csv import CSV_COLUMNS, read_rows
+from bench.report.dashboard import SECTIONS, Group, check_sections, ready
+from bench.report.panels import Panel
+from bench.scenarios import COLUMNS
+from bench.scenarios.model.columns import COLUMNS as CSV_COLUMNS
+from bench.store.read import read_rows
 from bench.store.wandb import DEVICES, OPS_TABLE, REPORT_PLOTS, SWEEP_TABLE, geomean_key, offline_runs
+from tests.support import FAST, REPO
 
-REPO = Path(__file__).resolve().parent.parent
-FAST = ["model=tiny", "batch_size=4", "seq_len=32", "steps=3", "warmup_steps=1", "data.num_train=64",
-        "data.num_eval=16"]  # fmt: skip
 MARKER = "bench-marker-" + "5e" * 20  # the API key in the environment: it must reach no file
 # What a single-device model sweep without evaluate / measure_grad_cosine (and one ops trial) does not log: the
 # panels naming these are "not filled by these runs", and nothing else may be.
@@ -51,12 +52,12 @@ def sweep(tmp_path_factory):
     results, env = tmp / "results", wandb_env(tmp)
     out = run("-m", "bench", "-m", "framework=torch,jax", "mode=backprop,jvp", *FAST, "logger=wandb",
               f"results_dir={results}", env=env).stdout  # fmt: skip
-    # the sweep wrote its sweep-level run (bench/sweep.py), and the report writes its own (W&B on: the results hold
-    # offline runs)
+    # the sweep wrote its sweep-level run (bench/harness/sweep.py), and the report writes its own (W&B on: the
+    # results hold offline runs)
     run("-m", "bench", *OPS, "logger=wandb", f"results_dir={results}", env=env)
-    run("-m", "bench.report", str(results / "runs.csv"), "--out", str(results), env=env)
+    run("-m", "bench", "report", str(results / "runs.csv"), "--out", str(results), env=env)
     spec_path = results / "dashboard-spec.json"
-    dash = run("-m", "bench.dashboard", "--results", str(results), "--dry-run", str(spec_path), env=env)
+    dash = run("-m", "bench", "dashboard", "--results", str(results), "--dry-run", str(spec_path), env=env)
     runs = offline_runs(results)  # read_wandb_offline of each: W&B's own datastore, record by record
     return {"results": results, "env": env, "stdout": out, "runs": runs, "dashboard": dash,
             "spec": json.loads(spec_path.read_text())}  # fmt: skip
@@ -70,22 +71,22 @@ def trial_runs(sweep) -> list[dict]:
 
 
 def test_panels_name_only_keys_the_suite_logs():
-    check_sections()
-    typo = (Section("x", "", (Panel("bar", "t", ("exces_mem_mb",)), Panel("line", "u", ("loss",), x="depth"))),)
+    check_sections(COLUMNS)
+    typo = (Group("x", "", (Panel("bar", "t", ("exces_mem_mb",)), Panel("line", "u", ("loss",), x="depth"))),)
     with pytest.raises(ValueError, match=r"x / t: summary key exces_mem_mb; x / u: config key depth"):
-        check_sections(typo)
+        check_sections(COLUMNS, typo)
     assert len({s.name for s in SECTIONS}) == len(SECTIONS)
     # a section waiting for columns that do not exist yet is left out, and says what it waits for
-    later = Section("later", "", (Panel("bar", "t", ("mem_activations_mb",)),), needs=("mem_activations_mb",))
-    built, waiting = ready((*SECTIONS, later))
+    later = Group("later", "", (Panel("bar", "t", ("mem_activations_mb",)),), needs=("mem_activations_mb",))
+    built, waiting = ready(COLUMNS, (*SECTIONS, later))
     assert later not in built and waiting[-1] == {"section": "later", "needs": ["mem_activations_mb"]}
-    check_sections((*SECTIONS, later))
+    check_sections(COLUMNS, (*SECTIONS, later))
 
 
 def test_no_runs_is_one_line_and_exit_2(tmp_path):
-    proc = run("-m", "bench.dashboard", "--results", str(tmp_path / "none"), env=wandb_env(tmp_path), check=False)
+    proc = run("-m", "bench", "dashboard", "--results", str(tmp_path / "none"), env=wandb_env(tmp_path), check=False)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("bench.dashboard: error: no W&B runs under")
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("bench dashboard: error: no W&B runs under")
     assert not (tmp_path / "none").exists()  # nothing written
 
 
@@ -96,7 +97,7 @@ def test_no_runs_is_one_line_and_exit_2(tmp_path):
     (["--online", "--dry-run", "x.json"], "--online with --dry-run: accepted one of them"),
 ])  # fmt: skip
 def test_bad_options_are_one_line_and_exit_2(tmp_path, args, expected):
-    proc = run("-m", "bench.dashboard", "--results", str(tmp_path), *args, env=wandb_env(tmp_path), check=False)
+    proc = run("-m", "bench", "dashboard", "--results", str(tmp_path), *args, env=wandb_env(tmp_path), check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and expected in proc.stderr, proc.stderr
 
 
@@ -149,14 +150,14 @@ def test_the_dashboard_refers_only_to_what_the_runs_carry(sweep):
     for p in spec["panels"]:  # filled: some plotted key and every config key are in the runs
         plotted = set(p.get("summary", p.get("history", [])))
         assert p["filled"] == (not plotted <= NOT_FILLED and not set(p["config"]) & NOT_FILLED), p
-    built, waiting = ready()
+    built, waiting = ready(COLUMNS)
     assert spec["waiting"] == waiting
     assert [s["name"] for s in spec["workspace"]["spec"]["section"]["panelBankConfig"]["sections"]] == [
         s.name for s in built
     ]
     out = sweep["dashboard"].stdout
     assert f"-> {sweep['results'] / 'dashboard-spec.json'}" in out and "not filled by these runs:" in out
-    assert "to save them: wandb sync" in out and "python -m bench.dashboard --online" in out
+    assert "to save them: wandb sync" in out and "python -m bench dashboard --online" in out
 
 
 @pytest.mark.slow

@@ -1,11 +1,15 @@
-"""bench.targets: the modes' memory/speed targets computed from rows, met and missed."""
+"""`python -m bench targets` (bench/scenarios/model/report/targets.py): the modes' memory and speed targets
+computed from rows, met and missed."""
 
 from __future__ import annotations
 
 import pytest
 
+from bench.scenarios.model.columns import COLUMNS as RUNS_COLUMNS
 from bench.scenarios.model.report import targets
-from bench.store.csv import CsvSink, read_rows
+from bench.scenarios.overhead.columns import COLUMNS
+from bench.store.csv import CsvSink
+from bench.store.read import read_rows
 
 
 def row(framework, mode, layers, excess, step_s, **kw):
@@ -35,7 +39,7 @@ def test_checks_met_and_missed():
 
 
 def test_cli_prints_the_table_and_rejects_a_missing_csv(tmp_path, capsys):
-    sink = CsvSink(tmp_path / "runs.csv")
+    sink = CsvSink(tmp_path / "runs.csv", RUNS_COLUMNS)
     for r in (row("jax", "backprop", 12, 1000, 3.0), row("jax", "jvp", 12, 700, 3.0)):
         sink.write(r)
     assert targets.main([str(tmp_path / "runs.csv")]) == 0
@@ -62,8 +66,6 @@ def test_speed_targets_read_the_overhead_rows_and_jax_compile_times(tmp_path):
             row("jax", "jvp", 6, 80, 0.5, compile_time_s="4.0", jvp_tangent="keep"),
             row("torch", "jvp", 6, 250, 0.7, compile_time_s="0.8")]  # fmt: skip
     overhead = tmp_path / "overhead.csv"
-    from bench.scenarios.overhead.run import COLUMNS
-
     base = {"model": "minilm_l6", "batch_size": 8, "seq_len": 128, "rounds": 3}
     for r in ({**base, "framework": "torch", "ratio": 1.05}, {**base, "framework": "torch", "ratio": 1.01},
               {**base, "framework": "jax", "ratio": 0.99}):  # fmt: skip
@@ -77,50 +79,3 @@ def test_speed_targets_read_the_overhead_rows_and_jax_compile_times(tmp_path):
     assert got["jax", "mezo first-step compile"].verdict == "met"
     assert not any(fw == "torch" and "compile" in t for fw, t in got)  # torch compiles nothing
     assert targets.perf([], read_rows(tmp_path / "none.csv")) == []
-
-
-@pytest.mark.parametrize("args,expected", [
-    (["--framework", "mxnet"], "--framework=mxnet: accepted torch, jax or torch,jax"),
-    (["--rounds", "0"], "--rounds=0: accepted an integer >= 1"),
-    (["--model", "gpt2"], "--model=gpt2: accepted bert_base"),
-])  # fmt: skip
-def test_overhead_refuses_bad_input_in_one_line(tmp_path, args, expected, capsys):
-    from bench.scenarios.overhead import run as overhead
-
-    assert overhead.main([*args, "--out", str(tmp_path / "o.csv")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and expected in err[0]
-    assert not (tmp_path / "o.csv").exists()
-
-
-@pytest.mark.parametrize("framework", ["torch", "jax"])
-def test_plain_loops_train_the_same_model_and_time_each_step(framework):
-    from bench.scenarios.overhead import run as overhead
-
-    times = overhead.PLAIN[framework]("tiny", 2, 16, steps=2, warmup=1, lr=1e-3, seed=0)
-    assert len(times) == 2 and all(0 < t < 30 for t in times)
-
-
-@pytest.mark.slow
-def test_overhead_runs_both_sides_interleaved_and_appends_a_row(tmp_path):
-    from bench.scenarios.overhead import run as overhead
-
-    out = tmp_path / "overhead.csv"
-    assert overhead.main(["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-len", "16",
-                          "--steps", "2", "--warmup", "1", "--rounds", "1", "--out", str(out)]) == 0  # fmt: skip
-    (r,) = read_rows(out)
-    assert r["framework"] == "torch" and float(r["suite_step_s"]) > 0 and float(r["plain_step_s"]) > 0
-    assert r["device"] == "cpu" and r["device_name"]  # where the suite's trial ran
-    assert float(r["ratio"]) == pytest.approx(float(r["suite_step_s"]) / float(r["plain_step_s"]))
-
-
-def test_overhead_refuses_a_results_file_of_another_schema_and_leaves_it_alone(tmp_path, capsys):
-    from bench.scenarios.overhead import run as overhead
-
-    out = tmp_path / "o.csv"
-    out.write_text("run_id,status\nabc,ok\n")
-    before = out.read_bytes()
-    assert overhead.main(["--out", str(out)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "its header is not bench's o.csv schema" in err[0]
-    assert out.read_bytes() == before

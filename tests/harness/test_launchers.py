@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.test_runner import FAST, bench, rows
+from tests.support import FAST, bench, rows
 
 TINY = [*FAST, "model.dropout=0", "logger=none"]
 

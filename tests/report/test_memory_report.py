@@ -1,6 +1,6 @@
-"""The report's "Memory, explained" section (bench/memory_report.py), from synthetic rows written with the real
-CsvSink: the predicted-vs-measured table and its flag, the stacked chart as a real PNG with how to read it, the
-paragraph on torch's jvp implementations, and no section where no row has the breakdown."""
+"""The report's "Memory, explained" section (bench/scenarios/model/report/memory.py), from synthetic rows written
+with the real CsvSink: the predicted-vs-measured table and its flag, the stacked chart as a real PNG with how to
+read it, the paragraph on torch's jvp implementations, and no section where no row has the breakdown."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.scenarios.model.report.memory import DISAGREE, FLAG, disagrees
-from bench.report.build import build_report
-from tests.test_report import COLUMNS, POISON, assert_real_png, trial, write_csv
+from bench.report.plots import Plot
+from bench.scenarios.model.report.memory import DISAGREE, FLAG, breakdown_contexts, breakdown_plot, disagrees
+from bench.scenarios.model.select import select
+from bench.store.read import load_rows
+from tests.support import COLUMNS, POISON, assert_real_png, build_report, trial, write_csv
 
 BREAKDOWN = ("mem_trainable_mb", "mem_grads_mb", "mem_directions_mb", "mem_saved_mb", "mem_temp_mb",
              "mem_tracked_peak_mb", "mem_breakdown_method", "mem_predicted_mb", "mem_predicted_saved_mb",
@@ -58,6 +60,11 @@ def breakdown_rows() -> list[dict]:
     return rows
 
 
+def memory_plot(csv_path: Path) -> Plot:
+    """The section's chart as it plans it from the CSV's rows (drawn when its grid is not empty)."""
+    return breakdown_plot(breakdown_contexts(select(load_rows([csv_path]))))
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
@@ -65,7 +72,8 @@ def report(tmp_path_factory):
     out = results / "report"
     rep = build_report([csv_path], out)
     md = (out / "report.md").read_text()
-    return {"out": out, "report": rep, "md": md, "section": md.split("## Memory, explained", 1)[1].split("\n## ")[0]}
+    return {"out": out, "report": rep, "md": md, "section": md.split("## Memory, explained", 1)[1].split("\n## ")[0],
+            "plot": memory_plot(csv_path)}  # fmt: skip
 
 
 def table_line(section: str, framework: str, mode: str) -> str:
@@ -99,10 +107,10 @@ def test_the_flag_is_a_quarter_of_the_prediction_either_way():
 
 
 def test_the_chart_is_a_real_png_embedded_with_how_to_read(report):
-    plots = {p.name: p for p in report["report"].plots}
-    p = plots["memory_breakdown"]
-    assert p.drawn and p.path == report["out"] / "plots" / "memory_breakdown.png"
-    assert_real_png(p.path)
+    p = report["plot"]
+    path = report["out"] / "plots" / "memory_breakdown.png"
+    assert p.name == "memory_breakdown" and p.drawn and path in report["report"].plots
+    assert_real_png(path)
     link = f"![{p.title}](plots/{p.name}.png)"
     assert link in report["section"]
     assert report["md"].split(link, 1)[1].lstrip("\n").startswith(f"*How to read it:* {p.how_to_read}")
@@ -133,12 +141,14 @@ def test_each_context_has_its_table_and_panel_and_one_jvp_impl_has_no_paragraph(
             measured("jax", "jvp", excess=300.0, predicted=190.0, directions=86.6),
             measured("torch", "backprop", excess=900.0, predicted=800.0, saved=500.0, grads=86.6, optimizer_mb=173.3,
                      optimizer="adamw", batch_size=32)]  # fmt: skip
-    rep = build_report([write_csv(tmp_path / "runs.csv", rows)], tmp_path / "out")
+    csv_path = write_csv(tmp_path / "runs.csv", rows)
+    rep = build_report([csv_path], tmp_path / "out")
     section = rep.path.read_text().split("## Memory, explained", 1)[1].split("\n## ")[0]
     assert section.count("\n### ") == 2 and "B32 T128 · adamw" in section and "B8 T128 · sgd" in section
     assert "by `jvp_impl`" not in section
-    (plot,) = [p for p in rep.plots if p.name == "memory_breakdown"]
-    assert_real_png(plot.path)
+    (path,) = [p for p in rep.plots if p.stem == "memory_breakdown"]
+    assert_real_png(path)
+    plot = memory_plot(csv_path)
     panels = [row[0] for row in plot.grid]
     assert [p.categories for p in panels] == [["torch jvp", "jax jvp"], ["torch backprop"]]  # the richest first
     optimizer = next(s for s in panels[1].series if s.mode == "optimizer")
@@ -157,5 +167,5 @@ def test_rows_without_the_breakdown_produce_no_section(tmp_path, columns):
     rep = build_report([csv_path], out)
     md = rep.path.read_text()
     assert "Memory, explained" not in md and "memory_breakdown" not in md
-    assert "memory_breakdown" not in {p.name for p in rep.plots}
+    assert "memory_breakdown" not in {p.stem for p in rep.plots} and not memory_plot(csv_path).drawn
     assert not Path(out / "plots" / "memory_breakdown.png").exists()

@@ -1,5 +1,6 @@
-"""What holds a trial's memory (bench/<framework>_impl/memory.py) and what the model predicts (bench/memory_model.py),
-in both frameworks, in-process on small BERTs (CPU, fp32, dropout on as in training):
+"""What holds a trial's memory (bench/<framework>_impl/memory.py) and what the model predicts
+(bench/measure/memory_model.py), in both frameworks, in-process on small BERTs (CPU, fp32, dropout on as in
+training):
 
 - parameter, gradient and optimizer bytes are exact (4n; AdamW 2 x 4n);
 - saved activations grow linearly with the batch and the depth for backprop, stay near one layer's input per
@@ -100,8 +101,8 @@ def test_the_breakdown_is_deterministic(framework):
            {"mode": "mezo"}, {"mode": "jvp", "jvp_impl": "lazy"}],
 )  # fmt: skip
 def test_the_model_predicts_what_torch_holds(kw):
-    """Saved activations, gradients and directions as the formulas in bench/memory_model.py say, at a shape where
-    every term is visible (BERT's layer widths scaled down, 3 layers)."""
+    """Saved activations, gradients and directions as the formulas in bench/measure/memory_model.py say, at a shape
+    where every term is visible (BERT's layer widths scaled down, 3 layers)."""
     spec = dataclasses.replace(SMALL, hidden_size=96, num_heads=4, intermediate_size=384, num_layers=3)
     ss = StepSpec(optimizer=SGD, **kw)
     trainer = implementation("torch", "steps").make_trainer(spec, build_weights(spec, 0), ss, "cpu")

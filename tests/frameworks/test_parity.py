@@ -1,5 +1,7 @@
 """Both frameworks compute the same function from the same weights: parameter counts, every hidden state,
 the pooled output, logits, loss and every gradient, on padded batches, HF's PyTorch BERT against our NNX BERT.
+The loss and its gradient are the ones the trainers compute (bench/<framework>_impl/steps.py: make_trainer,
+its loss function), against HF's own loss (labels=) and its backward pass.
 
 fp32 everywhere with matmul precision pinned (no TF32 / bf16 passes), dropout 0, both models built from one
 bench.weights.build_weights dict.
@@ -18,9 +20,10 @@ from flax import nnx
 
 from bench.config import model_preset
 from bench.jax_impl.model import build_model as jax_build_model
-from bench.jax_impl.model import cross_entropy_loss
 from bench.jax_impl.params import export_weights as jax_export_weights
-from bench.spec import count_params, param_shapes
+from bench.jax_impl.params import to_hf
+from bench.jax_impl.steps import make_loss_fn
+from bench.spec import FRAMEWORKS, StepSpec, count_params, implementation, param_shapes
 from bench.torch_impl.model import build_model as torch_build_model
 from bench.weights import build_weights
 
@@ -69,6 +72,12 @@ def make_batch(spec, lengths=(16, 11, 7, 3), T=16, seed=0):
 
 def torch_inputs(batch):
     return {k: torch.tensor(v, dtype=torch.long) for k, v in batch.items()}
+
+
+def trainer(pair, mode):
+    """Each framework's trainer (make_trainer, as a trial builds it) on the pair's weights: dropout 0, fp32, CPU."""
+    return {fw: implementation(fw, "steps").make_trainer(pair.spec, pair.weights, StepSpec(mode=mode), "cpu")
+            for fw in FRAMEWORKS}  # fmt: skip
 
 
 class Pair:
@@ -141,34 +150,37 @@ def test_forward_parity_padded(pair):
         _close(f"{what} (padded)", hj[~attended], ht[~attended], PAD_ATOL[name])
     _close("pooled", out_j.pooled, base_t.pooler_output.numpy(), ATOL[name])
     _close("logits", out_j.logits, out_t.logits.numpy(), ATOL[name])
-    loss_j = cross_entropy_loss(out_j.logits, jnp.asarray(batch["labels"]))
-    _close("loss", loss_j, out_t.loss.numpy(), ATOL[name])
+    # the loss each trainer computes (inference: its training loss function, no update), against HF's own
+    for fw, t in trainer(pair, "inference").items():
+        _close(f"loss ({fw} trainer)", float(t.step(t.to_device([batch]))), out_t.loss.numpy(), ATOL[name])
     assert out_j.logits.dtype == jnp.float32
 
 
 def _jax_grads(model, batch, *, jit=True, dropout_key=None):
-    """(loss, {hf_name: grad}) of the mean cross-entropy; dropout active iff a dropout_key is given."""
-    graphdef, params = nnx.split(model)
-    args = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-
-    def loss_fn(params):
-        train = dropout_key is not None
-        rngs = nnx.Rngs(dropout=dropout_key) if train else None
-        logits = nnx.merge(graphdef, params)(*args, deterministic=not train, rngs=rngs)
-        return cross_entropy_loss(logits, batch["labels"])
+    """(loss, {hf_name: grad}) of the JAX trainer's loss (bench.jax_impl.steps.make_loss_fn: the mean
+    cross-entropy every mode differentiates), every parameter trainable; dropout active iff a dropout_key is
+    given."""
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    loss_of = make_loss_fn(graphdef, rest, train=dropout_key is not None)
 
     # Test speed only: XLA:CPU compiles the whole program in seconds, eager jax.grad of the plain model
     # compiles every op separately and is slower still; a remat model runs eagerly fast (each checkpointed
     # layer is one compiled unit), so it skips a second whole-program compile.
-    f = jax.value_and_grad(loss_fn)
+    f = jax.value_and_grad(lambda p: loss_of(p, batch, dropout_key))
     loss, grads = (jax.jit(f) if jit else f)(params)
-    return float(loss), jax_export_weights(nnx.merge(graphdef, grads))  # HF names, torch layout
+    return float(loss), jax_export_weights(nnx.merge(graphdef, grads, rest))  # HF names and order, torch layout
 
 
 @pytest.fixture(scope="module")
 def tiny_jax_grads(tiny):
     """(loss, {hf_name: grad}) of the plain (no remat) JAX model on make_batch; shared to compile once."""
     return _jax_grads(tiny.jax, make_batch(tiny.spec))
+
+
+def _numpy(framework, grads) -> dict[str, np.ndarray]:
+    if framework == "torch":
+        return {n: g.detach().numpy() for n, g in grads.items()}
+    return to_hf(grads)
 
 
 def test_gradient_parity(tiny, tiny_jax_grads):
@@ -193,6 +205,16 @@ def test_gradient_parity(tiny, tiny_jax_grads):
     # Rows of the word embeddings for tokens not in the batch get no gradient in either framework.
     unused = np.setdiff1d(np.arange(tiny.spec.vocab_size), batch["input_ids"])
     assert not grads_j["bert.embeddings.word_embeddings.weight"][unused].any()
+
+    # What a backprop trial computes: each trainer's loss and gradient (Trainer.gradient, the mode's own
+    # dispatch), HF's at the same tolerances.
+    for fw, t in trainer(tiny, "backprop").items():
+        loss, grads = t.gradient(t.to_device([batch]))
+        grads = _numpy(fw, grads)
+        assert abs(float(loss) - loss_t.item()) <= ATOL["tiny"], fw
+        assert set(grads) == set(grads_t), fw
+        for name, gt in grads_t.items():
+            np.testing.assert_allclose(grads[name], gt, rtol=1e-4, atol=1e-8, err_msg=f"{fw}: {name}")
 
 
 # remat vs plain: the same ops, but XLA fuses and reassociates the recomputed forward differently, so float32

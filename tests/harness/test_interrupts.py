@@ -15,8 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.store.csv import read_rows
-from tests.test_runner import FAST, REPO
+from bench.harness.launch import TRIAL_MODULE
+from bench.store.read import read_rows
+from tests.support import FAST, REPO
 
 LAUNCHERS = {
     "basic": [],
@@ -31,7 +32,7 @@ def trials_of(pid: int) -> list[psutil.Process]:
         kids = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
-    return [p for p in kids if "bench.runner" in " ".join(cmdline(p))]
+    return [p for p in kids if TRIAL_MODULE in cmdline(p)]  # python -m bench.scenarios PAYLOAD RESULT
 
 
 def cmdline(p: psutil.Process) -> list[str]:
@@ -47,8 +48,8 @@ def trial_processes_anywhere(launcher_pid: int) -> list[psutil.Process]:
     mark = f"bench-{launcher_pid}-"
     found = []
     for p in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if "bench.runner" in cmd and mark in cmd:
+        argv = p.info["cmdline"] or []
+        if TRIAL_MODULE in argv and mark in " ".join(argv):  # python -m bench.scenarios PAYLOAD RESULT
             found.append(p)
     return found
 

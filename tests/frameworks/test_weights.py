@@ -24,8 +24,7 @@ from bench.jax_impl.model import build_model as jax_build_model
 from bench.spec import TRAINABLE_SCOPES, count_params, is_trainable, param_shapes
 from bench.torch_impl import model as torch_model
 from bench.weights import WeightsError, build_weights, init_weights
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import REPO
 
 
 def _assert_identical(a: dict[str, np.ndarray], b: dict[str, np.ndarray]):
@@ -261,5 +260,5 @@ def test_jax_impl_never_imports_torch():
         "bad = sorted(k for k in sys.modules if k.split('.')[0] in ('torch', 'transformers'))\n"
         "assert not bad, bad[:5]\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]

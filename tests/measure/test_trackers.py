@@ -1,9 +1,7 @@
-"""Timing statistics, memory trackers and the host-memory watchdog, on real allocations (no mocks for RSS)."""
+"""Memory trackers and the host-memory watchdog, on real allocations (no mocks for RSS). Timing: test_timing.py."""
 
 from __future__ import annotations
 
-import os
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -14,7 +12,6 @@ import psutil
 import pytest
 
 from bench.measure import trackers
-from bench.measure.timing import StepTimer, TimingStats, timed
 from bench.measure.trackers import (
     HostMemWatchdog,
     HostRssTracker,
@@ -23,63 +20,16 @@ from bench.measure.trackers import (
     MiB,
     NvmlTracker,
 )
+from tests.support import REPO
 
 # RSS moves with the interpreter's own bookkeeping (allocator metadata, page tables, numpy caches); 15 MiB is
 # ~7% of the 200 MiB we allocate and several times the noise seen on this machine (< 1 MiB).
 TOL_MB = 15.0
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def touched(mb: int) -> np.ndarray:
     """`mb` MiB of committed memory (np.ones writes every page, np.empty would only reserve address space)."""
     return np.ones(mb * MiB // 8, dtype=np.float64)
-
-
-# ------------------------------------------------------------------------------------------------- timing
-
-
-def test_timing_stats_on_known_numbers():
-    s = TimingStats.from_times([float(x) for x in range(1, 11)])  # 1..10 s
-    assert s.n == 10
-    assert s.median_s == pytest.approx(5.5)
-    assert s.p10_s == pytest.approx(1.9)  # linear interpolation: 1 + 0.1 * 9
-    assert s.p90_s == pytest.approx(9.1)
-    assert s.mean_s == pytest.approx(5.5)
-    assert s.stdev_s == pytest.approx(statistics.stdev(range(1, 11)))
-    deciles = statistics.quantiles(range(1, 11), n=10, method="inclusive")
-    assert (s.p10_s, s.p90_s) == pytest.approx((deciles[0], deciles[-1]))
-    assert s.to_row() == {
-        "step_time_median_s": s.median_s,
-        "step_time_p10_s": s.p10_s,
-        "step_time_p90_s": s.p90_s,
-        "step_time_mean_s": s.mean_s,
-        "step_time_stdev_s": s.stdev_s,
-    }
-
-
-def test_timing_stats_edge_cases():
-    one = TimingStats.from_times([0.25])
-    assert (one.median_s, one.p10_s, one.p90_s, one.mean_s, one.stdev_s) == (0.25, 0.25, 0.25, 0.25, None)
-    with pytest.raises(ValueError, match="non-empty"):
-        TimingStats.from_times([])
-
-
-def test_timer_stops_the_clock_only_after_sync():
-    seen = []
-
-    def sync(out):  # stands in for block_until_ready: the device work "finishes" 50 ms after dispatch
-        seen.append(out)
-        time.sleep(0.05)
-
-    out, dt = timed(lambda x: x + 1, 41, sync=sync)
-    assert out == 42 and seen == [42]
-    assert dt >= 0.05
-
-    timer = StepTimer(sync=sync)
-    for i in range(3):
-        assert timer(lambda x: 2 * x, i) == 2 * i
-    assert len(timer.times_s) == 3 and min(timer.times_s) >= 0.05
-    assert timer.stats().n == 3
 
 
 # ------------------------------------------------------------------------------------------------- host RSS
@@ -154,13 +104,13 @@ def test_trackers_and_sinks_import_no_framework():
         with t.track():
             pass
         NvmlTracker().close()
-        CsvSink(os.path.join(tempfile.mkdtemp(), "r.csv")).write({"run_id": "x"})
+        CsvSink(os.path.join(tempfile.mkdtemp(), "r.csv"), ("run_id",)).write({"run_id": "x"})
         WandbSink("p", None, None, {}, mode="disabled").write({"run_id": "x"})
         bad = [m for m in ("torch", "jax", "jaxlib", "wandb") if m in sys.modules]
         assert not bad, bad
         """
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)
 
 
 # ------------------------------------------------------------------------------------------------- NVML / JAX

@@ -1,5 +1,7 @@
-"""Results that stay trustworthy when things go wrong around them: sweeps started together, damaged or foreign
-results files, files and folders that cannot be written, input that a trial would only find bad once running."""
+"""Bad input refused before anything runs, as a user meets it: `python -m bench ...` exits 2 with one line naming
+the option, the bad value and what is accepted (bench/harness/preflight.py), and no process starts, no row is
+written and no results file is touched. Options, results files and folders that cannot take the rows, and input a
+trial would only find bad once running (a malformed data file, a checkpoint of another shape)."""
 
 from __future__ import annotations
 
@@ -11,81 +13,44 @@ from pathlib import Path
 
 import pytest
 
-from bench.store.csv import CsvSink, read_rows
-from tests.test_runner import FAST, REPO
+from tests.support import FAST, REPO, bench, whole_rows
 
 
-@pytest.mark.slow
-def test_two_sweeps_started_together_keep_apart(tmp_path):
-    """Started in the same second into one results_dir: two sweep ids, two Hydra folders, and each sweep's summary
-    shows its own trial only."""
-    cmd = lambda mode: [sys.executable, "-m", "bench", "-m", "framework=torch", f"mode={mode}", *FAST, "logger=none",
-                        f"results_dir={tmp_path}"]  # fmt: skip
-    procs = {m: subprocess.Popen(cmd(m), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for m in ("inference", "backprop")}  # fmt: skip
-    outs = {m: p.communicate(timeout=600) for m, p in procs.items()}
-    assert all(p.returncode == 0 for p in procs.values()), outs
-    rs = read_rows(tmp_path / "runs.csv")
-    assert len(rs) == 2 and len({r["sweep_id"] for r in rs}) == 2
-    assert len(list((tmp_path / "hydra").glob("sweep_*"))) == 2
-    for mode, (out, _) in outs.items():
-        table = out.split("framework  mode")[1].split("bench: rows in")[0]
-        other = "backprop" if mode == "inference" else "inference"
-        assert f"torch      {mode}" in table and other not in table, out
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["model=nope"], "model=nope: unknown option; accepted: bert_base, bert_large, minilm_l6, tiny"),
+        (["mode=backward"], "mode=backward: accepted inference | backprop | jvp | jacfwd | mezo"),
+        (["dtype=fp16"], "dtype=fp16: accepted fp32 | bf16 | bf16_pure"),
+        (["mode=mezo", "dtype=bf16_pure"], "mode=mezo with dtype=bf16_pure: MeZO's in-place +eps, -2eps, +eps"),
+        (["case=jvp", "num_tangents=4", "jvp_tangent=keep"], "jvp_tangent=keep: applies to mode=jvp with"),
+        (["batch_size=abc"], "batch_size=abc"),
+        (["model=tiny", "seq_len=1024"], "seq_len=1024: above model.max_position_embeddings=512"),
+        (["model.num_labels=1"], "model.num_labels=1: must be an integer >= 2"),
+        (["model.checkpoint=/no/such/dir"], "model.checkpoint='/no/such/dir': no such file or directory"),
+        (["-m", "framework=torch,jax", "jvp_impl=naive"], "jvp_impl=naive: torch only"),
+        (["mode=jacfwd", "model=bert_base"], "109,485,316 trainable parameters, one forward-mode pass each"),
+        (["data=ag_news", "data.path=/no/such.csv"], "data.path=/no/such.csv: no such file"),
+    ],
+)
+def test_bad_config_is_one_line_and_nothing_runs(tmp_path, args, expected):
+    proc = bench(*args, results=tmp_path, check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bench: error: ") and expected in lines[0], proc.stderr
+    assert not (tmp_path / "runs.csv").exists() and not (tmp_path / "hydra").exists()
+
+
+def test_bad_config_leaves_recorded_rows_alone(tmp_path):
+    csv = tmp_path / "runs.csv"
+    csv.write_text("run_id,status\nabc,ok\n")
+    before = csv.read_bytes()
+    assert bench("mode=nope", results=tmp_path, check=False).returncode == 2
+    assert csv.read_bytes() == before
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the results file: damaged, foreign, unreadable, unwritable
-
-
-def whole_rows(path: Path, n: int = 3) -> bytes:
-    """A runs.csv of n rows whose error cells hold what CSV must quote: commas, quotes, newlines."""
-    sink = CsvSink(path)
-    for i in range(n):
-        sink.write({"run_id": f"r{i}", "framework": "torch", "mode": "backprop", "status": "error",
-                    "error": f'ValueError: "x", y\nline two of {i}', "config_hash": f"h{i}"})  # fmt: skip
-    return path.read_bytes()
-
-
-def cuts(data: bytes) -> dict[str, int]:
-    """Offsets inside the last row: in a plain cell, just after a comma, inside its quoted cell."""
-    last = data.rstrip(b"\n").rfind(b"\nr2,") + 1
-    quoted = data.index(b'"ValueError', last) + 5
-    return {"plain cell": last + 2, "after a comma": last + 3, "quoted cell": quoted}
-
-
-@pytest.mark.parametrize("where", ["plain cell", "after a comma", "quoted cell"])
-def test_a_cut_off_last_row_is_set_aside_and_never_swallows_the_next(tmp_path, where):
-    path = tmp_path / "runs.csv"
-    data = whole_rows(path)
-    path.write_bytes(data[: cuts(data)[where]])
-    with pytest.warns(RuntimeWarning, match=r"1 row\(s\) not whole \(line \d+: .*\) set aside in runs.csv.damaged-"):
-        CsvSink(path).write({"run_id": "r3", "framework": "jax", "status": "ok", "config_hash": "h3"})
-    assert [r["run_id"] for r in read_rows(path)] == ["r0", "r1", "r3"]
-    (side,) = tmp_path.glob("runs.csv.damaged-*")
-    assert side.read_bytes() == data[data.rstrip(b"\n").rfind(b"\nr2,") + 1 : cuts(data)[where]]
-    CsvSink(path).write({"run_id": "r4", "status": "ok"})  # a whole file again: nothing more is set aside
-    assert [r["run_id"] for r in read_rows(path)] == ["r0", "r1", "r3", "r4"]
-
-
-def test_rows_swallowed_by_an_old_cut_are_found_again(tmp_path):
-    """Before this check existed, a row appended after a cut inside a quoted cell became part of that cell: the
-    scan costs the cut row only, and the row written after it is whole again."""
-    path = tmp_path / "runs.csv"
-    data = whole_rows(path)
-    path.write_bytes(data[: cuts(data)["quoted cell"]] + b"\n" + data.split(b"\n", 1)[1][: data.index(b"\nr1,")])
-    assert [r["run_id"] for r in read_rows(path)][:3] == ["r0", "r1", "r0"]
-
-
-def test_the_report_lists_a_damaged_row_as_such(tmp_path):
-    from bench.report.build import build_report
-
-    path = tmp_path / "runs.csv"
-    data = whole_rows(path)
-    path.write_bytes(data[: cuts(data)["quoted cell"]])
-    md = build_report([path], tmp_path / "out").path.read_text()
-    failures = md.split("## Trials that did not finish")[1]
-    assert "| damaged |" in failures and "runs.csv line " in failures and "row not whole" in failures
+# the results file: foreign, unreadable, unwritable
 
 
 def preflight_refuses(tmp_path: Path, *args: str, results: Path | None = None, as_user: bool = False) -> str:
@@ -143,8 +108,8 @@ def test_unwritable_results_are_refused_before_anything_runs(tmp_path):
         (["seed=9223372036854775808"], "seed=9223372036854775808: accepted an integer in [0, 2^63)"),
         (["data.seed=-3"], "data.seed=-3: accepted: an integer in [0, 2^63)"),
         (["optimizer.momentum=1"], "optimizer.momentum=1.0: accepted a number in [0, 1)"),
-        (["optimizer.eps=0"], "optimizer.eps=0.0: accepted a number > 0"),
-        (["model.layer_norm_eps=-1"], "model.layer_norm_eps=-1.0: accepted a number > 0"),
+        (["optimizer.eps=0"], "optimizer.eps=0.0: accepted a finite number > 0"),
+        (["model.layer_norm_eps=-1"], "model.layer_norm_eps=-1.0: accepted a finite number > 0"),
         (["jacfwd_max_params=0"], "jacfwd_max_params=0: must be a number >= 1"),
         (["last_k=0"], "last_k=0: must be a number >= 1"),  # checked although trainable=all does not read it
     ],

@@ -1,0 +1,264 @@
+"""What the tests share: the repository, the command line as a user runs it, a config composed as a trial gets it,
+and results rows written with the real CsvSink (the report's tests build their CSVs from `trial`).
+
+Test files import from here (`from tests.support import ...`, pytest's pythonpath is the repository), never from
+each other; fixtures live in conftest.py files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from bench.config import BenchConfig, resolve
+from bench.harness.preflight import compose_trials
+from bench.parallel import expected_comm_bytes
+from bench.report.build import Report, build, results_of
+from bench.report.plots import Plot
+from bench.scenarios import REPORT_SECTIONS
+from bench.scenarios.model.columns import COLUMNS as MODEL_COLUMNS
+from bench.scenarios.model.report.plots import plan_plots
+from bench.scenarios.model.select import group_contexts, select
+from bench.store.csv import CsvSink
+from bench.store.read import load_rows, read_rows
+
+REPO = Path(__file__).resolve().parent.parent
+# Small and fast: the tiny preset, short sequences, a few steps. Every trial still spawns its own process.
+FAST = [
+    "model=tiny",
+    "batch_size=4",
+    "seq_len=32",
+    "steps=3",
+    "warmup_steps=1",
+    "data.num_train=64",
+    "data.num_eval=16",
+]
+
+
+# ---------------------------------------------------------------------------------------------- the command line
+
+
+def bench(*args: str, results: Path | None = None, env: dict | None = None,
+          check: bool = True) -> subprocess.CompletedProcess:  # fmt: skip
+    """`python -m bench ARGS [results_dir=RESULTS]` from the repository, as a user runs it."""
+    cmd = [sys.executable, "-m", "bench", *args, *([f"results_dir={results}"] if results is not None else [])]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def rows(results: Path) -> list[dict]:
+    """The model trials' rows of a results folder (runs.csv)."""
+    return read_rows(results / "runs.csv")
+
+
+def composed(*overrides: str) -> BenchConfig:
+    """The one trial these overrides name, composed by Hydra and resolved into the schema, as a trial gets it."""
+    ((_, cfg),), _ = compose_trials(list(overrides), multirun=False)
+    return resolve(cfg)
+
+
+# ------------------------------------------------------------------------------------------------- results rows
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MIB = 2**20
+# A value no ok row has: carried by failed and superseded rows, it must never reach a table or a plot.
+POISON = 987654.0
+
+_clock = itertools.count()
+
+# What identifies a configuration in these tests (the runner hashes the whole composed config the same way).
+IDENTITY = ("framework", "mode", "model", "num_layers", "data", "trainable", "optimizer", "batch_size", "seq_len",
+            "steps", "epochs", "seed", "remat", "num_tangents", "jvp_impl", "last_k", "attn_implementation",
+            "mezo_eps", "dropout", "lr", "momentum", "weight_decay", "beta1", "beta2", "adam_eps", "parallel",
+            "devices", "nodes", "fsdp_reshard_after_forward", "fsdp_offload")  # fmt: skip
+
+MINILM = dict(model="minilm_l6", num_layers=6, hidden_size=384, batch_size=8, seq_len=128, n_params=22_714_756,
+              n_trainable=22_714_756)  # fmt: skip
+
+# Knobs the runner records in runs.csv; an older CSV has none of these columns.
+KNOB_COLUMNS = ("attn_implementation", "mezo_eps", "dropout", "lr", "momentum", "weight_decay", "beta1", "beta2",
+                "adam_eps")  # fmt: skip
+# Beyond one device; an older CSV has none of these either.
+PARALLEL_CSV_COLUMNS = ("parallel", "devices", "nodes", "world_size", "global_batch_size",
+                        "fsdp_reshard_after_forward", "fsdp_offload", "comm_bytes_per_step", "comm_bytes_expected",
+                        "mem_params_mb", "mem_optimizer_mb")  # fmt: skip
+COLUMNS = MODEL_COLUMNS + tuple(c for c in KNOB_COLUMNS if c not in MODEL_COLUMNS)
+OLD_COLUMNS = tuple(c for c in MODEL_COLUMNS if c not in KNOB_COLUMNS + PARALLEL_CSV_COLUMNS)
+
+
+def bert_params(layers: int) -> int:
+    # BERT-base: embeddings 23.8M, 7.09M per encoder layer, pooler + classifier 0.59M
+    return 23_837_184 + 7_087_872 * layers + 593_668
+
+
+def trial(framework: str, mode: str, status: str = "ok", **kw) -> dict:
+    """One results row as the runner writes it; numbers follow a simple cost model unless given."""
+    i = next(_clock)
+    r = {
+        "run_id": f"20261123-{i:06d}-{framework}-{mode}",
+        "started_at": f"2026-11-23T{10 + i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}+00:00",
+        "framework": framework, "mode": mode, "data": "synthetic", "trainable": "all", "optimizer": "sgd",
+        "steps": 5, "seed": 0, "remat": False, "num_tangents": 1, "device": "cpu", "device_name": "AMD EPYC x2",
+        "dtype": "fp32", "jvp_impl": "func", "status": status, "sweep_id": "20261123-000000-abcdef",
+        "experiment": "default_bench", "git_sha": "de9bbbd",
+        "torch_version": "2.13.0+cpu", "jax_version": "0.10.2", "warmup_steps": 1, "grad_accum": 1, "last_k": 1,
+        **MINILM,
+    }  # fmt: skip
+    r.update(kw)
+    r.setdefault("config_hash", hashlib.sha1(json.dumps([r.get(k) for k in IDENTITY]).encode()).hexdigest()[:12])
+    if status != "ok":
+        r.setdefault("error", f"{status}: something went wrong")
+        return r
+    n, per_sample = r["n_trainable"], r["num_layers"] * r["batch_size"] * r["seq_len"] / 64  # MiB, made up
+    param_mb = n * 4 / MIB
+    excess = {"inference": 10 + per_sample / r["num_layers"], "backprop": 10 + per_sample + param_mb,
+              "jvp": 10 + 2 * per_sample / r["num_layers"] + 2 * param_mb, "jacfwd": 12 + param_mb,
+              "mezo": 10 + per_sample / r["num_layers"]}[mode]  # fmt: skip
+    step = {"inference": 0.1, "backprop": 0.3, "jvp": 0.35, "jacfwd": 2e-4 * n, "mezo": 0.2}[mode]
+    step *= r["num_layers"] * r["batch_size"] * r["seq_len"] / 6144
+    r.setdefault("excess_mem_mb", excess)
+    r.setdefault("peak_mem_mb", r["excess_mem_mb"] + 300 + r["n_params"] * 4 / MIB)
+    r.setdefault("baseline_mem_mb", r["peak_mem_mb"] - r["excess_mem_mb"])
+    r.setdefault("mem_method", "rss_hwm")
+    r.setdefault("step_time_median_s", step)
+    r.setdefault("step_time_p10_s", r["step_time_median_s"] * 0.9)
+    r.setdefault("step_time_p90_s", r["step_time_median_s"] * 1.2)
+    r.setdefault("compile_time_s", 1.5 if framework == "torch" else 9.0)
+    r.setdefault("samples_per_s", r["batch_size"] / r["step_time_median_s"])
+    r.setdefault("loss_first", 1.39)
+    r.setdefault("loss_last", 1.38)
+    r.setdefault("steps_timed", r["steps"])
+    r.setdefault("total_train_time_s", r["step_time_median_s"] * r["steps"])
+    return r
+
+
+def main_context() -> list[dict]:
+    """`make bench`'s comparison with a superseded ok row, a failure re-run ok, and a jacfwd that ran out of memory."""
+    rows = [trial("torch", "backprop", excess_mem_mb=POISON, peak_mem_mb=POISON + 1)]  # superseded below
+    rows.append(trial("torch", "jvp", "oom", error="CUDA out of memory. Tried to allocate 2.00 GiB", device="auto"))
+    for fw in ("torch", "jax"):
+        rows += [
+            trial(fw, "inference", excess_mem_mb=58.0 if fw == "torch" else 73.0),
+            trial(fw, "backprop", excess_mem_mb=400.0 if fw == "torch" else 520.0,
+                  step_time_median_s=3.2 if fw == "torch" else 2.56),
+            trial(fw, "backprop", remat=True, excess_mem_mb=318.0 if fw == "torch" else 500.0),
+            trial(fw, "jvp", excess_mem_mb=200.0 if fw == "torch" else 300.0,
+                  step_time_median_s=3.2 if fw == "torch" else 2.0),
+            trial(fw, "mezo", excess_mem_mb=116.0 if fw == "torch" else 114.0),
+        ]  # fmt: skip
+    rows.append(trial("torch", "jacfwd", trainable="head", n_trainable=148_996, step_time_median_s=21.0))
+    # jax's jacfwd died before it knew its device: the row carries the configured one ("auto") and a poisoned number
+    rows.append(trial("jax", "jacfwd", "oom", trainable="head", device="auto", device_name="",
+                      peak_mem_mb=POISON, excess_mem_mb=POISON,
+                      error="RESOURCE_EXHAUSTED: Out of memory allocating 5368709120 bytes."))  # fmt: skip
+    return rows
+
+
+# Beyond one device: conf/experiment/scale_out.yaml and strategy_table.yaml's trials, MiniLM at 4 samples per device.
+SCALE = dict(model="minilm_l6", num_layers=6, hidden_size=384, optimizer="adamw", batch_size=4, seq_len=128, steps=3)
+N = MINILM["n_trainable"]
+PARAM_MB = N * 4 / MIB  # one fp32 copy of MiniLM's parameters: 86.6 MiB
+
+
+@functools.cache
+def _minilm() -> BenchConfig:
+    return composed("model=minilm_l6")  # FSDP2's expected gathers pad each tensor's rows: the real MiniLM shapes
+
+
+def parallel_trial(framework: str, mode: str, parallel: str = "none", devices: int = 1, reshard: bool = True,
+                   offload: bool = False, status: str = "ok", counted: float | None = None, **kw) -> dict:
+    """A row as the runner writes it for a trial on `devices` devices: memory is the largest device's, step time
+    the slowest's, samples/s the global batch's; the bytes expected are bench.parallel's formula, the bytes counted
+    the same unless given."""
+    cfg = dataclasses.replace(_minilm(), framework=framework, parallel=parallel, devices=devices, nodes=1, mode=mode,
+                              num_tangents=1, grad_accum=1, fsdp_reshard_after_forward=reshard, trainable="all",
+                              last_k=1)  # fmt: skip
+    shards = devices if parallel == "fsdp" else 1
+    r = dict(SCALE, experiment="scale_out", parallel=parallel, devices=devices, nodes=1, world_size=devices,
+             global_batch_size=4 * devices, fsdp_reshard_after_forward=reshard, fsdp_offload=offload,
+             jvp_impl="lazy" if framework == "torch" else "func")  # fmt: skip
+    if status == "ok":
+        params, optimizer = PARAM_MB / shards, 2 * PARAM_MB / shards  # AdamW: two moments per parameter
+        excess = {"backprop": 60.0 + params, "jvp": 30.0, "mezo": 20.0}[mode] + (5.0 if parallel == "ddp" else 0.0)
+        step = {"backprop": 0.3, "jvp": 0.35, "mezo": 0.2}[mode] * (1.0 + 0.3 * (devices - 1))
+        step = kw.pop("step_time_median_s", step)
+        r.update(excess_mem_mb=excess, peak_mem_mb=excess + 250 + params + optimizer, mem_params_mb=params,
+                 mem_optimizer_mb=optimizer, step_time_median_s=step, samples_per_s=4 * devices / step,
+                 mem_method="xla_memory_analysis" if framework == "jax" and devices > 1 else "rss_hwm")  # fmt: skip
+        if parallel != "none":
+            expected = expected_comm_bytes(cfg, N, N)
+            r.update(comm_bytes_expected=expected, comm_bytes_per_step=expected if counted is None else counted)
+    r.update(kw)
+    return trial(framework, mode, status, **r)
+
+
+def whole_rows(path: Path, n: int = 3) -> bytes:
+    """A runs.csv of n rows whose error cells hold what CSV must quote: commas, quotes, newlines."""
+    sink = CsvSink(path, MODEL_COLUMNS)
+    for i in range(n):
+        sink.write({"run_id": f"r{i}", "framework": "torch", "mode": "backprop", "status": "error",
+                    "error": f'ValueError: "x", y\nline two of {i}', "config_hash": f"h{i}"})  # fmt: skip
+    return path.read_bytes()
+
+
+def write_csv(path: Path, rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> Path:
+    sink = CsvSink(path, columns)
+    for r in rows:
+        sink.write(r)
+    return path
+
+
+# -------------------------------------------------------------------------------------------- reading a report
+
+
+def assert_real_png(path: Path) -> None:
+    from matplotlib.image import imread
+
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, path
+    assert len(data) > 10_000, f"{path}: {len(data)} bytes"
+    img = imread(path)
+    assert img.shape[0] >= 250 and img.shape[1] >= 400, img.shape
+    rgb = img[..., :3].reshape(-1, 3)
+    assert rgb.std() > 0.05, f"{path}: nearly uniform"
+    packed = (rgb * 255).astype(np.uint32) @ np.array([1 << 16, 1 << 8, 1], dtype=np.uint32)  # one int per colour
+    assert len(np.unique(packed)) > 30, f"{path}: too few colours to be a plot"
+
+
+def first_table(text: str) -> list[str]:
+    """The lines of the first markdown table in text."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| "))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start:end]
+
+
+def context_section(md: str, heading: str) -> str:
+    """The table under the context heading that is exactly `heading`."""
+    return "\n".join(first_table(md.split(f"\n### {heading}\n", 1)[1]))
+
+
+DEFAULT_HEADING = "minilm_l6 (6 layers, hidden 384) · synthetic · B8 T128 · sgd · fp32 · cpu (AMD EPYC x2)"
+SCALE_HEADING = "minilm_l6 (6 layers, hidden 384) · synthetic · B4 T128 · adamw · fp32 · cpu (AMD EPYC x2)"
+
+
+def build_report(csv_paths, out_dir) -> Report:
+    """The report of these runs CSVs into out_dir, every section of every scenario (`python -m bench report`)."""
+    return build(REPORT_SECTIONS, results_of(csv_paths), out_dir)
+
+
+def planned_plots(csv_paths) -> list[Plot]:
+    """The model's plots as the report plans them from these CSVs' rows (a plot with an empty grid is skipped)."""
+    sel = select(load_rows(csv_paths))
+    return plan_plots(sel, group_contexts(sel))
