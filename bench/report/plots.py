@@ -123,7 +123,7 @@ def save(plot: Plot, plot_dir: Path, drawer=None) -> bool:
 
 def draw(plot: Plot, path: Path) -> Path:
     """Draw a planned plot into a PNG with matplotlib's Agg canvas (no display, no pyplot state)."""
-    # imported here only: the sweep process and `python -m bench.targets` read rows but never draw
+    # imported here only: the sweep process and `python -m bench targets` read rows but never draw
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

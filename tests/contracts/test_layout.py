@@ -29,7 +29,8 @@ MAX_LINES = 600
 # must agree on names and parameters. Helpers particular to a framework (torch's lazy duals, JAX's key folding)
 # may differ.
 IMPL_API = {
-    "device": ("resolve_device", "device_kind", "device_name", "use_fp32", "limit_memory", "memory_trackers"),
+    "device": ("resolve_device", "device_kind", "device_name", "use_fp32", "deterministic", "num_threads",
+               "limit_memory", "memory_trackers"),
     "parallel": ("start",),
     "steps": ("make_trainer", "make_optimizer", "backprop_gradient", "directional_derivative", "forward_gradient",
               "forward_gradient_coeffs", "jacfwd_gradient", "spsa_gradient", "perturb", "sample_tangent",
