@@ -65,8 +65,8 @@ OUTCOMES = "BENCH_OUTCOMES"  # the folder where each job of a launch leaves its 
 def run_job(cfg, scenarios: Registry) -> dict:
     """One Hydra job: skip it if resume finds it recorded ok, else spawn the trial and record its rows; returns
     {"run_id", "status", "row"} (a sweeper reads the row) and leaves run_id and status for the launch's exit code
-    (BENCH_OUTCOMES). SIGINT or SIGTERM stops the
-    trial's processes, records nothing for it and raises Interrupted."""
+    (BENCH_OUTCOMES). SIGINT, SIGTERM or SIGHUP stops the trial's processes, records nothing for it and raises
+    Interrupted; a full disk raises Abort (one line)."""
     cfg = resolve(cfg)
     scenario = scenario_of(scenarios, cfg.scenario)
     launcher = int(os.environ.get(LAUNCHER_PID, os.getpid()))

@@ -37,17 +37,23 @@ def host_slug() -> str:
     return f"{os.cpu_count()}core-{(words[0] if words else 'cpu').lower()}"
 
 
+def nvidia_smi(*args: str) -> str:
+    """nvidia-smi's output for these arguments; "" without a driver (the parent never imports a framework to ask
+    about GPUs)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return ""
+    try:
+        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout if out.returncode == 0 else ""
+
+
 @functools.cache
 def cuda_gpu_names() -> list[str]:
     """Each GPU's name on this host, by `nvidia-smi -L` ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: ...)")."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("GPU ")] if out.returncode == 0 else []
+    lines = [ln for ln in nvidia_smi("-L").splitlines() if ln.startswith("GPU ")]
     return [ln.split(":", 1)[1].split("(UUID")[0].strip() for ln in lines]
 
 
@@ -69,22 +75,14 @@ def versions() -> dict[str, str]:
 
 
 def cuda_device_count() -> int:
-    """GPUs on this host, by `nvidia-smi -L` (the parent never imports a framework to ask); 0 without a driver."""
+    """GPUs on this host, by `nvidia-smi -L`; 0 without a driver."""
     return len(cuda_gpu_names())
 
 
 @functools.cache
 def cuda_memory_mb() -> list[int]:
-    """Each GPU's total memory on this host in MiB, by nvidia-smi (the parent never imports a framework to ask)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"], capture_output=True,
-                             text=True, timeout=20)  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [int(float(v)) for v in out.stdout.split()] if out.returncode == 0 else []
+    """Each GPU's total memory on this host in MiB, by nvidia-smi."""
+    return [int(float(v)) for v in nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits").split()]
 
 
 def jaxlib_at_least(*version: int) -> bool:
