@@ -117,7 +117,7 @@ def check_launch(cfg: BenchConfig, launcher: dict, gpus: int) -> None:
             )
         if cfg.device == "cuda" and gpus == 0:
             raise ConfigError("device=cuda: this host has no CUDA GPU (nvidia-smi lists none); accepted: cpu | auto")
-        if cfg.fsdp_offload and gpus == 0:
+        if cfg.fsdp_offload and gpus == 0 and cfg.device != "cpu":  # on device=cpu the model's checks say why
             raise ConfigError(
                 "fsdp_offload=true: this host has no GPU, so the parameters already live in host memory and there is "
                 "nothing to offload to; accepted on a CUDA device"

@@ -1,6 +1,7 @@
 """Every command README and docs/ show parses: `make` targets exist, `python -m bench ...` trials and sweeps pass
-preflight (composed and validated, nothing run), and each subcommand's arguments parse as its own parser reads
-them. A page that shows a command the suite no longer takes fails here."""
+preflight's checks (the first trial of a sweep composed and validated, nothing run: every trial of every
+experiment is test_config.py's), and each subcommand's arguments parse as its own parser reads them. A page that
+shows a command the suite no longer takes fails here."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from pathlib import Path
 import pytest
 
 from bench.cli import COMMANDS
+from bench.config import resolve
 from bench.errors import ConfigError
-from bench.harness.preflight import preflight
+from bench.harness.launch import check_launch
+from bench.harness.preflight import compose_trials, launcher_of
+from bench.harness.scenario import scenario_of, validate
 from bench.measure.system import cuda_device_count
 from bench.report import build, dashboard
 from bench.scenarios import SCENARIOS
@@ -64,9 +68,19 @@ def check(command: str, tmp_path: Path) -> None:
     overrides = [a for a in args if not a.startswith("-")]
     if "device=cuda" in overrides and not cuda_device_count():  # a GPU host's command: refused here, in one line
         with pytest.raises(ConfigError, match="device=cuda: this host has no CUDA GPU"):
-            preflight([*overrides, f"results_dir={tmp_path}"], multirun, SCENARIOS)
+            first_trial([*overrides, f"results_dir={tmp_path}"], multirun)
         return
-    preflight([*overrides, f"results_dir={tmp_path}"], multirun, SCENARIOS)
+    first_trial([*overrides, f"results_dir={tmp_path}"], multirun)
+
+
+def first_trial(overrides: list[str], multirun: bool) -> None:
+    """What preflight checks of a command line's first trial: it composes and validates, and the host and the
+    launcher can start it."""
+    ((combo, composed),), _ = compose_trials(overrides, multirun, limit=1)
+    cfg = resolve(composed)
+    validate(scenario_of(SCENARIOS, cfg.scenario), cfg)
+    hydra = [o for o in overrides if o.lstrip("+~").startswith("hydra")]
+    check_launch(cfg, launcher_of(combo + hydra) if multirun else {}, cuda_device_count())
 
 
 def test_pages_show_commands():

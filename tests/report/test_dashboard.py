@@ -25,6 +25,7 @@ MARKER = "bench-marker-" + "5e" * 20  # the API key in the environment: it must 
 # What a single-device model sweep without evaluate / measure_grad_cosine (and one ops trial) does not log: the
 # panels naming these are "not filled by these runs", and nothing else may be.
 NOT_FILLED = {"eval_loss", "eval_accuracy", "grad_cosine", "comm_bytes_per_step",
+              "steps_to_target", "wall_to_target_s", "mib_s_to_target",  # trials without a target
               *(f"{DEVICES}/{i}/peak_mem_mb" for i in range(1, 8)),
               *(["budget_mb"] if "budget_mb" in CSV_COLUMNS else [])}  # fmt: skip (budget_mb: no probe ran under one)
 OPS = ["scenario=ops", "framework=torch", "ops.names=[exp,matmul]", "ops.sizes=[8]", "ops.repeats=2",

@@ -60,7 +60,7 @@ class ModelScenario(Scenario):
         if cfg.budget_mb is not None and gpus and cfg.device != "cpu":
             # XLA's allocator limit, read when the backend starts: the budget as a fraction of the (first) GPU
             env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{min(1.0, cfg.budget_mb / gpus[0]):.4f}"
-        flags = os.environ.get("XLA_FLAGS", "")
+        given = flags = os.environ.get("XLA_FLAGS", "")
         if jaxlib_at_least(0, 5) and "xla_cpu_enable_concurrency_optimized_scheduler" not in flags:
             # XLA:CPU's default scheduler orders the program for concurrency and ignores memory: it runs every
             # layer's rematerialisation during the forward pass, so checkpointing saves nothing (MiniLM backprop
@@ -70,7 +70,7 @@ class ModelScenario(Scenario):
             flags = f"{flags} --xla_cpu_enable_concurrency_optimized_scheduler=false".strip()
         if cfg.deterministic:
             flags = f"{flags} --xla_gpu_deterministic_ops=true".strip()
-        if flags:
+        if flags != given:  # a setting of the user's own stands, inherited as it is
             env["XLA_FLAGS"] = flags
         return env
 
