@@ -137,7 +137,7 @@ class BenchConfig:
     logger: LoggerConfig = MISSING
     ops: OpsConfig = MISSING
     threads: str = _f("all", "scenario=ops: 1 | all (intra-op threads of torch and XLA on the CPU)")
-    trainable: str = _f("all", "all | head (pooler+classifier) | bias (BitFit) | last_k")
+    trainable: str = _f("all", "all | head (pooler+classifier) | bias (BitFit) | last_k | classifier (a linear probe)")
     last_k: int = _f(1, "trainable=last_k: final encoder layers trained, integer in [1, model.num_layers]")
     batch_size: int = _f(8, "examples per micro-batch (per device with parallel), integer >= 1")
     seq_len: int = _f(128, "tokens per example (padded/truncated), integer in [8, 512]")

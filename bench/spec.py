@@ -29,7 +29,7 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}  # as a reader knows them
 # harness is measured against). A process imports only the modules it needs: an ops trial never loads BERT.
 IMPL_MODULES = ("device", "parallel", "steps", "memory", "ops", "plain")
 MODES = ("inference", "backprop", "jvp", "jacfwd", "mezo")
-TRAINABLE_SCOPES = ("all", "head", "bias", "last_k")
+TRAINABLE_SCOPES = ("all", "head", "bias", "last_k", "classifier")
 OPTIMIZERS = ("sgd", "adamw")
 # fp32; bf16: mixed precision (fp32 parameters and optimizer state, bf16 matmuls: torch.autocast's recipe, which
 # jax_impl mirrors); bf16_pure: parameters, gradients, directions and optimizer state in bf16 too
@@ -123,6 +123,7 @@ def is_trainable(name: str, scope: str, num_layers: int, last_k: int = 1) -> boo
 
     all     every parameter
     head    pooler + classifier
+    classifier  the classifier alone: a linear probe on the pooled output
     bias    BitFit (Ben Zaken et al. 2022): every bias vector (LayerNorm betas included) plus the classifier
     last_k  the last `last_k` encoder layers, plus pooler and classifier
     """
@@ -131,6 +132,8 @@ def is_trainable(name: str, scope: str, num_layers: int, last_k: int = 1) -> boo
     head = name.startswith(_HEAD_PREFIXES)
     if scope == "head":
         return head
+    if scope == "classifier":
+        return name.startswith("classifier.")
     if scope == "bias":
         return name.endswith(".bias") or name.startswith("classifier.")
     if scope == "last_k":
