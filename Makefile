@@ -12,9 +12,11 @@ JAX_CUDA  ?= cuda12
 EXTRAS    ?= dev$(if $(HAS_GPU),$(comma)$(JAX_CUDA),)
 comma     := ,
 STAMP     := $(VENV)/.bench-installed
+# make gpu-wheels: the wheels a lent GPU machine lacks, into .whl/ (ignored by git; it travels with the tree)
+GPU_WHEELS ?= .whl
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast bench perf sweep ops ops-report report dashboard docs lint clean
+.PHONY: help setup test test-fast bench perf sweep ops ops-report report dashboard docs lint gpu-wheels clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -61,6 +63,9 @@ docs: $(STAMP)  ## regenerate docs/options.md from the config schema (a test che
 lint: $(STAMP)  ## ruff, and the import contracts in pyproject.toml (layers, no cycles, no framework in the parent)
 	$(PY) -m ruff check bench tests
 	$(VENV)/bin/lint-imports
+
+gpu-wheels: $(STAMP)  ## the wheels a lent GPU machine lacks (hydra, submitit, the vocabulary) -> .whl/
+	$(PY) bench/scenarios/gpu/wheels.py fetch --dest $(GPU_WHEELS)
 
 clean:  ## remove results, Hydra outputs and caches (keeps .venv)
 	rm -rf results outputs multirun .pytest_cache .ruff_cache
