@@ -12,9 +12,15 @@ JAX_CUDA  ?= cuda12
 EXTRAS    ?= dev$(if $(HAS_GPU),$(comma)$(JAX_CUDA),)
 comma     := ,
 STAMP     := $(VENV)/.bench-installed
+# make gpu-wheels: the wheels a lent GPU machine lacks, into .whl/ (ignored by git; it travels with the tree).
+# make gpu-check there (docs/gpu.md): the image's python3 (torch, jax with CUDA) with those wheels installed into
+# GPU_SITE; GPU_CHECK_DRY=1 runs it tiny on this CPU, in .venv.
+GPU_WHEELS ?= .whl
+GPU_PYTHON ?= $(if $(GPU_CHECK_DRY),$(PY),python3)
+GPU_SITE   ?= /tmp/bench-gpu-site
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast bench perf sweep ops ops-report report dashboard docs lint clean
+.PHONY: help setup test test-fast bench perf sweep ops ops-report report dashboard docs lint gpu-wheels gpu-check clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -61,6 +67,16 @@ docs: $(STAMP)  ## regenerate docs/options.md from the config schema (a test che
 lint: $(STAMP)  ## ruff, and the import contracts in pyproject.toml (layers, no cycles, no framework in the parent)
 	$(PY) -m ruff check bench tests
 	$(VENV)/bin/lint-imports
+
+gpu-wheels: $(STAMP)  ## the wheels a lent GPU machine lacks (hydra, submitit, the vocabulary) -> .whl/ (docs/gpu.md)
+	$(PY) bench/scenarios/gpu/wheels.py fetch --dest $(GPU_WHEELS)
+
+# The wheels are installed first, by path (importing bench needs hydra, which they bring), then the check runs with
+# them on PYTHONPATH; it installs them again (seconds) to record what it ran on. ARGS: its options, e.g. --steps.
+gpu-check: $(if $(GPU_CHECK_DRY),$(STAMP))  ## on a GPU host: CUDA tests + the GPU measurements -> results_gpu/ (GPU_CHECK_DRY=1: tiny, CPU)
+	$(GPU_PYTHON) bench/scenarios/gpu/wheels.py install --wheels $(GPU_WHEELS) --site $(GPU_SITE)
+	PYTHONPATH=$(GPU_SITE):$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(GPU_PYTHON) -m bench.scenarios.gpu.check \
+	  $(if $(GPU_CHECK_DRY),--dry-run) --wheels $(GPU_WHEELS) --site $(GPU_SITE) $(ARGS)
 
 clean:  ## remove results, Hydra outputs and caches (keeps .venv)
 	rm -rf results outputs multirun .pytest_cache .ruff_cache

@@ -1,0 +1,347 @@
+"""`make gpu-check`: everything a GPU can tell the suite, in one command, on a host that reaches no network.
+
+    python -m bench.scenarios.gpu.check [--out DIR] [--steps a,b] [--deadline-s S] [--archive FILE] [--ag-news DIR]
+    python -m bench.scenarios.gpu.check --dry-run            (or GPU_CHECK_DRY=1): every step, tiny, on the CPU
+    python -m bench.scenarios.gpu.check --summarize --out DIR   the report and summary again, from DIR's steps
+
+1. install: the wheels carried in .whl/ (`make gpu-wheels`) into a folder put on PYTHONPATH for every step;
+2. facts: nvidia-smi's GPU, driver and CUDA; torch's and jax's versions, what each sees -> facts/device-<time>.json;
+3. the steps (steps.py), most valuable first, each the suite's own commands in their own process group under the
+   step's time budget (past it the step is stopped; the rows it recorded stay), its output in <step>/step.log;
+4. report: `python -m bench report` over every step's folder -> report/report.md, report/plots/, and a dated copy
+   in benchmarks/;
+5. summary.md and summary.json: the device facts, and each step's status, duration, budget, exit code and rows.
+
+Everything lands in one folder, default results_gpu/<date>_<host>/. A step that fails or runs out of time never
+stops the next one. Each step writes <step>/step.json and the summary is made from those, so the archives of
+several calls (one lease split into commands of at most 10 minutes) unpack into one folder and `--summarize`
+puts them together. How to run it on a lent machine and read its numbers: docs/gpu.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench.errors import ConfigError
+from bench.harness.command import OneLineParser, run
+from bench.harness.launch import child_env
+from bench.measure.system import REPO, cpu_name, cuda_device_count, git_sha, host_slug, nvidia_smi
+from bench.scenarios.gpu.steps import NAMES, REPORT_BUDGET_S, STEPS, Context, Step, bench
+from bench.store.read import read_rows
+
+SETUP_BUDGET_S = 60  # install (a few small wheels); facts (two Python processes that import a framework, 30 s each)
+STOP_GRACE_S = 30  # SIGTERM to a step's process group, then SIGKILL: `python -m bench` stops its trial in seconds
+MIN_STEP_S = 20  # a step given less than this by --deadline-s is skipped: no trial finishes in it
+ARCHIVE_LIMIT_MB = 16  # the largest file the device tool brings back (docs/gpu.md)
+TORCH_PROBE = ("import json, torch; c = torch.cuda.is_available(); print(json.dumps({'torch': torch.__version__, "
+               "'torch_cuda': torch.version.cuda, 'cudnn': torch.backends.cudnn.version() if c else None, "
+               "'torch_sees': [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}))")
+JAX_PROBE = ("import json, jax; from importlib import metadata as m; print(json.dumps({'jax': jax.__version__, "
+             "'jaxlib': m.version('jaxlib'), 'jax_plugins': sorted(f\"{d.metadata['Name']} {d.version}\" for d in "
+             "m.distributions() if (d.metadata['Name'] or '').lower().startswith('jax-cuda')), "
+             "'jax_backend': jax.default_backend(), 'jax_sees': [d.device_kind for d in jax.devices()]}))")
+
+
+def parse(argv: list[str] | None):
+    p = OneLineParser("gpu-check", "python -m bench.scenarios.gpu.check [--dry-run] [--out DIR] [--steps a,b] "
+                      "[--deadline-s S] [--archive FILE] [--ag-news DIR] [--summarize]",
+                      description=(__doc__ or "").splitlines()[0])  # fmt: skip
+    p.prog = "python -m bench.scenarios.gpu.check"
+    p.add_argument("--dry-run", action="store_true", default=os.environ.get("GPU_CHECK_DRY", "") not in ("", "0"),
+                   help="every step at tiny shapes on the CPU, so the check cannot rot (also GPU_CHECK_DRY=1)")
+    p.add_argument("--out", help="the output folder (default results_gpu/<date>_<host>, _dry for a dry run)")
+    p.add_argument("--steps", default=",".join(NAMES), help=f"which steps, in this order: {','.join(NAMES)} (default "
+                   "all); install, facts and the report always run")  # fmt: skip
+    p.add_argument("--deadline-s", type=float, help="stop starting steps so that the whole check, its report "
+                   "included, ends within this many seconds (a lease's 10-minute command: 570)")  # fmt: skip
+    p.add_argument("--archive", help="also pack the output folder into this .tar.gz (the device tool's $OUT)")
+    p.add_argument("--ag-news", help="a folder with AG News' train.csv and test.csv for the study (else synthetic)")
+    p.add_argument("--wheels", default=".whl", help="the carried wheels (default .whl, from `make gpu-wheels`)")
+    p.add_argument("--site", default="/tmp/bench-gpu-site", help="where the wheels are installed (default %(default)s)")
+    p.add_argument("--summarize", action="store_true", help="only the report and summary again, from --out's steps")
+    return p.parse_args(argv)
+
+
+class Runner:
+    """Runs a step's commands, each in its own process group, within the time left to the step; remembers the one
+    running so that an interrupt of the check stops it."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env, self.proc = env, None
+
+    def __call__(self, argv: list[str], log: Path, timeout_s: float) -> int | None:
+        """The command's exit code, or None when it ran out of time (its process group is stopped)."""
+        with open(log, "a") as out:
+            out.write(f"\n$ python {' '.join(argv)}\n")
+            out.flush()
+            self.proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, env=self.env, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            try:
+                return self.proc.wait(timeout=max(timeout_s, 1))
+            except subprocess.TimeoutExpired:
+                self.stop()
+                out.write(f"\ngpu-check: stopped after {timeout_s:.0f} s, the step's budget\n")
+                return None
+            finally:
+                self.proc = None
+
+    def stop(self) -> None:
+        """SIGTERM to the running command's group (`python -m bench` stops its trial and exits), then SIGKILL."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=wait)
+                return
+            except ProcessLookupError:
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def rows_note(folder: Path) -> str:
+    """What a step recorded: its trials by status, capacity's searches by verdict, pytest's and rerun's last word."""
+    parts = []
+    trials = read_rows(folder / "runs.csv")
+    if trials:
+        counts = Counter(r.get("status") or "?" for r in trials)
+        parts.append(f"{len(trials)} trial(s): " + ", ".join(f"{n} {s}" for s, n in counts.most_common()))
+    searches = read_rows(folder / "capacity.csv")
+    if searches:
+        parts.append(f"{len(searches)} search(es): " + ", ".join(
+            f"{r['framework']} {r['mode']}{' remat' if r.get('remat') == 'True' else ''} {r['verdict']} "
+            f"{r.get('max_value') or '-'}" for r in searches))  # fmt: skip
+    log = folder / "step.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    parts += [ln.split(": ", 2)[-1] for ln in text.splitlines() if ln.startswith(("bench rerun: ", "bench report: "))]
+    pytest = [ln.strip("= ") for ln in text.splitlines() if re.search(r"\d+ (passed|failed|skipped|errors?)\b", ln)]
+    parts += pytest[-1:]
+    return "; ".join(parts)
+
+
+def record(folder: Path, **fields) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "step.json").write_text(json.dumps(fields, indent=1))
+    shown = f"{fields['status']}" + (f" in {fields['seconds']:.0f} s" if fields.get("seconds") is not None else "")
+    if fields.get("exit_code") is not None:
+        shown += f" (exit {fields['exit_code']})"
+    print(f"gpu-check: [{fields['name']}] {shown}: {fields.get('result') or fields.get('reason') or ''}", flush=True)
+    if fields["status"] in ("failed", "timeout") and (folder / "step.log").exists():
+        for line in (folder / "step.log").read_text(errors="replace").splitlines()[-15:]:
+            print(f"    {line}", flush=True)
+    return fields
+
+
+def run_step(step: Step, ctx: Context, runner: Runner, time_left: float) -> dict:
+    folder, budget = ctx.folder, min(step.budget(ctx.dry), time_left)
+    base = {"name": step.name, "what": step.what, "budget_s": step.budget(ctx.dry), "note": step.note(ctx)}
+    reason = step.skip(ctx)
+    if reason is None and budget < MIN_STEP_S:
+        reason = f"{time_left:.0f} s left before --deadline-s, less than a step needs ({MIN_STEP_S} s)"
+    if reason is not None:
+        shown = " ".join(["python", *step.command(ctx)])
+        return record(folder, **base, status="skipped", reason=reason, commands=[shown])
+    folder.mkdir(parents=True, exist_ok=True)
+    start, commands, code = time.monotonic(), [], 0
+    for argv in commands_of(step, ctx):
+        commands.append(" ".join(["python", *argv]))
+        ended = runner(argv, folder / "step.log", budget - (time.monotonic() - start))
+        code = ended if ended is None or code == 0 else code  # the first failure's code, or None past the budget
+        if ended is None:
+            break
+    status = "timeout" if code is None else "ok" if code == 0 else "failed"
+    return record(folder, **base, status=status, seconds=time.monotonic() - start, exit_code=code,
+                  commands=commands, result=rows_note(folder))  # fmt: skip
+
+
+def commands_of(step: Step, ctx: Context):
+    """The step's first command, then the ones it makes once that has run (a rerun of what it recorded)."""
+    yield step.command(ctx)
+    yield from step.then(ctx)
+
+
+# ---------------------------------------------------------------------------------------------- install and facts
+
+
+WHEELS = Path(__file__).with_name("wheels.py")  # run by its path: it installs what importing bench needs
+
+
+def install(args, out: Path, runner: Runner) -> dict:
+    """The carried wheels into --site (wheels.py install), on PYTHONPATH for every step from here on. `make
+    gpu-check` has run the same before this module could import (hydra is among them); run again, it reinstalls
+    the same in seconds and records what this check ran with. Without wheels (a host that has the suite's
+    dependencies, the dry run here) nothing is installed, but pip must be there to run the command it shows."""
+    folder, wheels = out / "install", sorted(Path(args.wheels).glob("*.whl"))
+    folder.mkdir(parents=True, exist_ok=True)
+    start, argv = time.monotonic(), [str(WHEELS), "install", "--wheels", args.wheels, "--site", args.site]
+    code = runner(argv, folder / "step.log", SETUP_BUDGET_S)
+    if code == 0 and wheels:
+        runner.env["PYTHONPATH"] = os.pathsep.join([args.site, runner.env["PYTHONPATH"]])
+    status = "timeout" if code is None else "failed" if code else "ok" if wheels else "skipped"
+    said = [ln for ln in (folder / "step.log").read_text().splitlines() if ln.startswith("gpu-wheels: ")]
+    said = (said or [""])[-1].removeprefix("gpu-wheels: ")
+    return record(folder, name="install", what=f"the wheels carried in {args.wheels} -> {args.site}",
+                  budget_s=SETUP_BUDGET_S, status=status, seconds=time.monotonic() - start, exit_code=code,
+                  commands=[" ".join(["python", *argv])], **{"reason" if status == "skipped" else "result": said})
+
+
+def probe(code: str, env: dict[str, str]) -> dict:
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                             timeout=SETUP_BUDGET_S / 2)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"error": f"no answer in {SETUP_BUDGET_S / 2:.0f} s"}
+    if out.returncode != 0:
+        return {"error": ((out.stderr.strip().splitlines() or ["?"])[-1])[:300]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def facts(out: Path, dry: bool, env: dict[str, str]) -> dict:
+    """The device and the software that measured on it -> facts/device-<time>.json; a step record of its own."""
+    start = time.monotonic()
+    query = nvidia_smi("--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits")
+    gpus = [dict(zip(("name", "driver", "memory_mib"), (v.strip() for v in line.split(","))))
+            for line in query.strip().splitlines()]  # fmt: skip
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", nvidia_smi())
+    found = {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "dry_run": dry,
+             "host": platform.node(), "cpu": cpu_name(), "python": platform.python_version(),
+             "git_sha": git_sha() or os.environ.get("BENCH_GIT_SHA", ""), "gpus": gpus,
+             "nvidia_smi": "found" if query else "not found: no NVIDIA driver here",
+             "driver_cuda": cuda.group(1) if cuda else None, **probe(TORCH_PROBE, env)}  # fmt: skip
+    jax = probe(JAX_PROBE, env)
+    found |= {("jax_error" if k == "error" else k): v for k, v in jax.items()}
+    folder = out / "facts"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"device-{found['time'].replace(':', '')}.json").write_text(json.dumps(found, indent=1))
+    failed = [k for k in ("error", "jax_error") if k in found]
+    return record(folder, name="facts", what="nvidia-smi, torch and jax: the device and what measured on it",
+                  budget_s=SETUP_BUDGET_S, status="failed" if failed else "ok", seconds=time.monotonic() - start,
+                  result=device_line(found))  # fmt: skip
+
+
+def device_line(f: dict) -> str:
+    gpus = ", ".join(f"{g['name']} ({g['memory_mib']} MiB)" for g in f.get("gpus", [])) or "no GPU"
+    torch = f"torch {f.get('torch', '?')} (CUDA {f.get('torch_cuda')}, sees {len(f.get('torch_sees', []))} GPU)"
+    jax = f"jax {f.get('jax', '?')} ({f.get('jax_backend', f.get('jax_error', '?'))})"
+    driver = (f.get("gpus") or [{}])[0].get("driver", "-")
+    return f"{gpus}; driver {driver}, CUDA {f.get('driver_cuda')}; {torch}; {jax}"
+
+
+# ------------------------------------------------------------------------------------------- report and summary
+
+
+def report(out: Path, runner: Runner, time_left: float) -> dict:
+    folders = [out / s.name for s in STEPS if (out / s.name / "runs.csv").exists()]
+    step = Step("report", "python -m bench report over every step's folder -> report/report.md, plots/",
+                REPORT_BUDGET_S, lambda ctx: bench("report", *map(str, folders), "--out", str(out / "report"),
+                                                   "--benchmarks", str(out / "benchmarks")),
+                skip=lambda ctx: None if folders else "no step recorded a trial")  # fmt: skip
+    return run_step(step, Context(dry=False, folder=out / "report", gpus=0, ag_news=None), runner,
+                    max(time_left, MIN_STEP_S))
+
+
+def summarize(out: Path) -> str:
+    """summary.json and summary.md from facts/*.json and every <step>/step.json in `out`; returns the markdown."""
+    order = ["install", "facts", *NAMES, "report"]
+    steps = sorted((json.loads(p.read_text()) for p in out.glob("*/step.json")),
+                   key=lambda s: order.index(s["name"]) if s["name"] in order else len(order))  # fmt: skip
+    devices = [json.loads(p.read_text()) for p in sorted((out / "facts").glob("device-*.json"))]
+    (out / "summary.json").write_text(json.dumps({"facts": devices, "steps": steps}, indent=1))
+    lines = [f"# gpu-check: {out.name}", ""]
+    if any(d.get("dry_run") for d in devices):
+        lines += ["**Dry run**: tiny shapes on the CPU. No number here is a GPU's.", ""]
+    for d in devices:
+        lines += [f"- {d['time']} on {d['host']} (git {d.get('git_sha') or '?'}, Python {d['python']}): "
+                  f"{device_line(d)}"]  # fmt: skip
+    lines += ["", "| step | status | seconds | budget s | exit code | result |", "|---|---|---|---|---|---|"]
+    for s in steps:
+        seconds = "" if s.get("seconds") is None else f"{s['seconds']:.0f}"
+        code = "" if s.get("exit_code") is None else s["exit_code"]
+        result = "; ".join(x for x in (s.get("result") or s.get("reason"), s.get("note")) if x).replace("|", "/")
+        lines.append(f"| {s['name']} | {s['status']} | {seconds} | {s['budget_s']} | {code} | {result} |")
+    lines += ["", "Each step's commands, log and results are in its folder (`<step>/step.log`, `step.json`); the "
+              "tables and plots are in `report/report.md`.", ""]  # fmt: skip
+    text = "\n".join(lines)
+    (out / "summary.md").write_text(text)
+    return text
+
+
+def archive(out: Path, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(out, arcname=out.name)
+    size = path.stat().st_size / 2**20
+    warn = f" (over {ARCHIVE_LIMIT_MB} MiB: the device tool will not bring it back)" if size > ARCHIVE_LIMIT_MB else ""
+    print(f"gpu-check: {out} packed into {path}, {size:.1f} MiB{warn}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------- main
+
+
+def run_steps(args, names: list[str], out: Path, runner: Runner, deadline: float, ag_news: Path | None) -> None:
+    """install, facts, then the chosen steps in the table's order, each within its budget and the deadline (less
+    the report's budget, kept for the end)."""
+    gpus = cuda_device_count()
+    chosen = [s for s in STEPS if s.name in names]
+    total = 2 * SETUP_BUDGET_S + sum(s.budget(args.dry_run) for s in chosen) + REPORT_BUDGET_S
+    print(f"gpu-check: {'dry run, tiny on the CPU' if args.dry_run else f'{gpus} GPU(s)'}; steps "
+          f"{', '.join(s.name for s in chosen)}; budgets {total / 60:.1f} min in all; -> {out}", flush=True)
+    install(args, out, runner)
+    facts(out, args.dry_run, runner.env)
+    for step in chosen:
+        left = deadline - time.monotonic() - REPORT_BUDGET_S
+        run_step(step, Context(args.dry_run, out / step.name, gpus, ag_news), runner, left)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    steps = [s.strip() for s in args.steps.split(",") if s.strip()]
+    deadline = time.monotonic() + (args.deadline_s if args.deadline_s is not None else math.inf)
+    env = {**os.environ, **child_env(), "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
+           "XLA_PYTHON_CLIENT_PREALLOCATE": "false",  # as every trial runs (harness/runner.py): tests, probes too
+           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}  # fmt: skip
+    runner = Runner(env)
+
+    def body() -> int:
+        unknown = [s for s in steps if s not in NAMES]
+        if unknown:
+            raise ConfigError(f"--steps={','.join(unknown)}: no such step; accepted: {','.join(NAMES)}")
+        ag_news = Path(args.ag_news) if args.ag_news else None
+        if ag_news and not all((ag_news / f).is_file() for f in ("train.csv", "test.csv")):
+            raise ConfigError(f"--ag-news={ag_news}: no train.csv and test.csv there; accepted: AG News' folder")
+        default = f"results_gpu/{datetime.now(timezone.utc):%Y-%m-%d}_{host_slug()}{'_dry' if args.dry_run else ''}"
+        out = Path(args.out or default).resolve()
+        if args.summarize:
+            if not out.is_dir():
+                raise ConfigError(f"--out={out}: no such folder; accepted: a gpu-check's output folder")
+        try:
+            if not args.summarize:
+                run_steps(args, steps, out, runner, deadline, ag_news)
+            report(out, runner, deadline - time.monotonic())
+            print(summarize(out), flush=True)
+        finally:  # whatever happened, what was recorded travels back
+            if args.archive and out.is_dir():
+                archive(out, Path(args.archive))
+        ended = [json.loads(p.read_text())["status"] for p in out.glob("*/step.json")]
+        return 1 if any(s in ("failed", "timeout") for s in ended) else 0
+
+    return run("gpu-check", body, first=runner.stop,
+               interrupted="the running step was stopped; the steps that ended are in their folders")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

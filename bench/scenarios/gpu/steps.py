@@ -1,0 +1,174 @@
+"""What `make gpu-check` runs on a GPU host, step by step, most valuable first: each step one or more of the
+suite's own commands (`python -m bench ...`, `python -m pytest ...`), its time budget, and the tiny CPU shapes of
+its dry run. The driver that runs them, with their budgets, logs and summary, is check.py.
+
+A step's overrides are written once, for the GPU; the dry run (`--dry-run`) keeps the same keys and replaces
+their values (DRY, and a step's own `dry`: None drops a key), so the dry run on a CPU runs the very commands the
+GPU would, at tiny shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.measure.system import REPO
+from bench.store.read import read_rows
+
+# Every GPU trial: the CUDA device; no W&B (not carried to the GPU host: docs/gpu.md); a step run again in the same
+# folder (a later call of the lease, the folder carried back) skips the trials it has recorded ok.
+GPU = {"device": "cuda", "logger": "none", "resume": "true"}
+# The study's shape: BERT-base, B8, T128 (issue 29; the UMass forward-AD study).
+BERT = {"model": "bert_base", "batch_size": "8", "seq_len": "128"}
+# The dry run: the tests' FAST shapes (tests/support.py) on the CPU; a trial that hangs ends at 120 s.
+DRY = {"device": "cpu", "model": "tiny", "batch_size": "4", "seq_len": "32", "steps": "2", "warmup_steps": "1",
+       "data.num_train": "64", "data.num_eval": "16", "timeout_s": "120"}  # fmt: skip
+DRY_BUDGET_S = 150  # a dry step's cap: its few tiny trials take 10-40 s on 2 shared cores
+# Every mode, the order pairs the frameworks mode by mode (case outer, framework inner): a step cut short by its
+# budget still has whole pairs; the study's two modes first, jacfwd (the slowest) last.
+CASES = "backprop,jvp,inference,mezo,backprop_remat,jacfwd_head"
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a step's commands depend on: the dry run or not, its folder, this host's GPUs, AG News if present."""
+
+    dry: bool
+    folder: Path  # the step's results folder: runs.csv, logs/, history/, step.log, step.json
+    gpus: int  # by `nvidia-smi -L`
+    ag_news: Path | None  # a folder with AG News' train.csv and test.csv, or None: synthetic data
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    what: str  # one line: what it measures (the summary's and docs/gpu.md's words)
+    budget_s: int  # its wall-clock cap on the GPU host, seconds; the table sums to under 25 minutes
+    command: Callable[[Context], list[str]]  # argv after `python`: the step's first command
+    then: Callable[[Context], Iterable[list[str]]] = lambda ctx: ()  # more commands, made once the first has run
+    skip: Callable[[Context], str | None] = lambda ctx: None  # a reason not to run it here, or None
+    note: Callable[[Context], str] = lambda ctx: ""  # one line for the summary beyond the rows counted
+
+    def budget(self, dry: bool) -> int:
+        return min(self.budget_s, DRY_BUDGET_S) if dry else self.budget_s
+
+
+def overrides(ctx: Context, gpu: dict[str, str], dry: dict[str, str | None] | None = None,
+              base: dict[str, str] | None = None) -> list[str]:  # fmt: skip
+    """key=value overrides: GPU, then the step's own; in the dry run DRY, then the step's dry values (None drops
+    the key). results_dir is the step's folder. Keys starting with '+' (an experiment) come first."""
+    merged: dict[str, str | None] = {**(GPU if base is None else base), **gpu}
+    if ctx.dry:
+        merged |= {**DRY, **(dry or {})}
+    merged["results_dir"] = str(ctx.folder)
+    pairs = [f"{k}={v}" for k, v in merged.items() if v is not None]
+    return sorted(pairs, key=lambda p: not p.startswith("+"))
+
+
+def bench(*args: str) -> list[str]:
+    return ["-m", "bench", *args]
+
+
+# ------------------------------------------------------------------------------------------------------ the steps
+
+
+def study(ctx: Context) -> list[str]:
+    data = {"data": "ag_news", "data.path": str(ctx.ag_news)} if ctx.ag_news else {}
+    return bench("-m", *overrides(ctx, {"+experiment": "seed_agnews", **data, "timeout_s": "240"},
+                                  dry={"epochs": "1", "data.num_train": "16", "data.num_eval": "8", "eval_every": "2",
+                                       "framework": "torch,jax", "mode": "backprop"}))  # fmt: skip
+
+
+def study_data(ctx: Context) -> str:
+    if ctx.ag_news:
+        return f"data: AG News from {ctx.ag_news}"
+    return ("data: synthetic (AG News absent: no --ag-news folder with train.csv and test.csv), same sizes as the "
+            "study's 1000 training and 100 held-out samples")  # fmt: skip
+
+
+def modes(dtype: str) -> Callable[[Context], list[str]]:
+    def command(ctx: Context) -> list[str]:
+        return bench("-m", *overrides(ctx, {"case": CASES, "framework": "torch,jax", **BERT, "dtype": dtype,
+                                            "steps": "20", "warmup_steps": "3", "max_timed_s": "20",
+                                            "timeout_s": "150"},
+                                      # one framework each: the study's dry run has both
+                                      dry={"case": "inference", "framework": "jax"} if dtype == "fp32" else
+                                      {"case": "backprop", "framework": "torch"}))  # fmt: skip
+
+    return command
+
+
+def cuda_test_files() -> list[str]:
+    """The test files that hold a test marked cuda (collecting only those keeps the step to seconds)."""
+    return sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")
+                  if "pytest.mark.cuda" in p.read_text())  # fmt: skip
+
+
+def cuda_tests(ctx: Context) -> list[str]:
+    return ["-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", f"--junitxml={ctx.folder / 'junit.xml'}",
+            *cuda_test_files()]  # fmt: skip
+
+
+def pathology(ctx: Context) -> list[str]:
+    return bench("-m", *overrides(ctx, {"+experiment": "jvp_pathology", "model.num_layers": "12", "timeout_s": "90"},
+                                  # the experiment sweeps its arms: the dry run replaces its list by one arm
+                                  dry={"model.num_layers": None,
+                                       "hydra.sweeper.params": "{+experiment/jvp_pathology:naive}"}))  # fmt: skip
+
+
+def what_fits(ctx: Context) -> list[str]:
+    # the study's 12 GiB GPU at T128 (the batch is what the search varies); a batch of at most 256 (data.num_train)
+    # and 6 probes keep each search short; torch's searches run first (Hydra's product order), and each search's
+    # answer is written as it ends. No resume: a probe skipped as recorded would end its search as failed.
+    return bench("capacity", "--max-probes", "3" if ctx.dry else "6",
+                 *overrides(ctx, {"+experiment": "what_fits", "framework": "torch,jax", "case": "backprop,jvp,mezo",
+                                  "model": "bert_base", "seq_len": "128", "budget_mb": "12288",
+                                  "data.num_train": "256", "timeout_s": "90"},
+                            dry={"framework": "torch", "case": "backprop", "budget_mb": "1024", "batch_size": None,
+                                 "data.num_train": "1"},
+                            base={"device": "cuda", "logger": "none"}))  # fmt: skip
+
+
+def repro(ctx: Context) -> list[str]:
+    return bench("-m", *overrides(ctx, {"framework": "torch,jax", "case": "backprop", **BERT, "deterministic": "true",
+                                        "steps": "10", "warmup_steps": "2", "timeout_s": "60"},
+                                  dry={"framework": "torch"}))  # fmt: skip
+
+
+def reruns(ctx: Context) -> list[list[str]]:
+    """`python -m bench rerun RUN_ID` for each framework's first deterministic trial recorded ok."""
+    first: dict[str, str] = {}
+    for row in read_rows(ctx.folder / "runs.csv"):
+        if row.get("status") == "ok" and row.get("deterministic") in ("True", "true"):
+            first.setdefault(row["framework"], row["run_id"])
+    return [bench("rerun", run_id, "--results", str(ctx.folder)) for run_id in first.values()]
+
+
+def scale_out(ctx: Context) -> list[str]:
+    return bench("-m", *overrides(ctx, {"+experiment": "scale_out", "model": "bert_base", "devices": f"1,{ctx.gpus}",
+                                        "timeout_s": "120"}))  # fmt: skip
+
+
+def one_gpu(ctx: Context) -> str | None:
+    if ctx.gpus > 1:
+        return None
+    return f"{ctx.gpus} GPU(s) by nvidia-smi -L: ddp and fsdp need more than one (docs/scale-out.md)"
+
+
+STEPS: tuple[Step, ...] = (
+    Step("study", "the UMass study's table (+experiment=seed_agnews): BERT-base B8, 1000 samples, 5 epochs, "
+         "backprop vs jvp, both frameworks", 300, study, note=study_data),
+    Step("modes_fp32", "every mode on bert_base B8 T128 in fp32, both frameworks", 300, modes("fp32")),
+    Step("modes_bf16", "every mode on bert_base B8 T128 in mixed bf16, both frameworks", 210, modes("bf16")),
+    Step("cuda_tests", "the CUDA-marked tests (pytest -m cuda): trackers, ops on cuda", 90, cuda_tests),
+    Step("pathology", "+experiment=jvp_pathology at 12 layers: torch jvp naive vs func vs dual vs lazy vs backprop",
+         120, pathology),
+    Step("what_fits", "the what-fits table: largest batch in 12 GiB at T128 (backprop, jvp, mezo)", 180, what_fits),
+    Step("repro", "deterministic=true trials, each run again by `python -m bench rerun`: bit-identical?", 120,
+         repro, then=reruns),
+    Step("scale_out", "ddp and fsdp on 1 and every GPU (+experiment=scale_out, bert_base)", 240, scale_out,
+         skip=one_gpu),
+)
+REPORT_BUDGET_S = 60  # python -m bench report over every step's folder, with its plots
+NAMES = tuple(s.name for s in STEPS)
