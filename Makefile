@@ -75,7 +75,7 @@ gpu-wheels: $(STAMP)  ## the wheels a lent GPU machine lacks (hydra, submitit, t
 # them on PYTHONPATH; it installs them again (seconds) to record what it ran on. ARGS: its options, e.g. --steps.
 gpu-check: $(if $(GPU_CHECK_DRY),$(STAMP))  ## on a GPU host: CUDA tests + the GPU measurements -> results_gpu/ (GPU_CHECK_DRY=1: tiny, CPU)
 	$(GPU_PYTHON) bench/scenarios/gpu/wheels.py install --wheels $(GPU_WHEELS) --site $(GPU_SITE)
-	PYTHONPATH=$(GPU_SITE):$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(GPU_PYTHON) -m bench.scenarios.gpu.check \
+	PYTHONPATH=$(GPU_SITE):$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(GPU_PYTHON) -m bench gpu-check \
 	  $(if $(GPU_CHECK_DRY),--dry-run) --wheels $(GPU_WHEELS) --site $(GPU_SITE) $(ARGS)
 
 clean:  ## remove results, Hydra outputs and caches (keeps .venv)

@@ -7,6 +7,7 @@
     python -m bench targets [...]            the training modes' memory and speed targets, met or missed
     python -m bench dashboard [...]          the W&B workspace and report of the runs
     python -m bench rerun RUN_ID             a recorded trial again, from its saved config: same losses?
+    python -m bench gpu-check [...]          on a lent GPU machine: the CUDA tests and the GPU measurements
 
 Trials: before Hydra starts anything, every trial the command line names is composed and validated
 (bench/harness/preflight.py), so bad input gets one clear line and exit 2 before any process starts or any row is
@@ -30,6 +31,7 @@ from bench.report import build as report
 from bench.report import dashboard
 from bench.scenarios import COLUMNS, REPORT_SECTIONS, SCENARIOS
 from bench.scenarios.capacity import run as capacity
+from bench.scenarios.gpu import check as gpu_check
 from bench.scenarios.model.report import targets
 from bench.scenarios.overhead import run as overhead
 
@@ -63,6 +65,7 @@ COMMANDS = {
     "targets": targets.main,
     "dashboard": lambda argv: dashboard.main(argv, COLUMNS),
     "rerun": lambda argv: rerun.main(argv, SCENARIOS),
+    "gpu-check": gpu_check.main,
 }
 
 

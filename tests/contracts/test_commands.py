@@ -15,6 +15,7 @@ import pytest
 from bench.cli import COMMANDS
 from bench.config import resolve
 from bench.errors import ConfigError
+from bench.harness import rerun
 from bench.harness.launch import check_launch
 from bench.harness.preflight import compose_trials, launcher_of
 from bench.harness.scenario import scenario_of, validate
@@ -22,6 +23,7 @@ from bench.measure.system import cuda_device_count
 from bench.report import build, dashboard
 from bench.scenarios import SCENARIOS
 from bench.scenarios.capacity import run as capacity
+from bench.scenarios.gpu import check as gpu_check
 from bench.scenarios.model.report import targets
 from bench.scenarios.overhead import run as overhead
 
@@ -64,7 +66,8 @@ def check(command: str, tmp_path: Path) -> None:
     if args and args[0] in COMMANDS:
         name, rest = args[0], args[1:]
         parsed = {"capacity": capacity.parse, "overhead": overhead.parse, "report": build.parse,
-                  "targets": targets.parse, "dashboard": dashboard.parse}.get(name, lambda a: a)(rest)  # fmt: skip
+                  "targets": targets.parse, "dashboard": dashboard.parse, "gpu-check": gpu_check.parse,
+                  "rerun": rerun.parse}.get(name, lambda a: a)(rest)  # fmt: skip
         if name == "capacity":
             capacity.prepare(parsed)
         return

@@ -29,7 +29,7 @@ def dry_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path, float]
     """One dry run of the whole check, shared by the tests that read it (about 100 s on 2 cores)."""
     tmp = tmp_path_factory.mktemp("gpu_check")
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "bench.scenarios.gpu.check", "--dry-run", "--out", str(tmp / "out"),
+    proc = subprocess.run([sys.executable, "-m", "bench", "gpu-check", "--dry-run", "--out", str(tmp / "out"),
                            "--wheels", str(tmp / "no_wheels"), "--archive", str(tmp / "gpu_check.tar.gz")],
                           cwd=REPO, capture_output=True, text=True, timeout=600)  # fmt: skip
     return proc, tmp, time.monotonic() - start

@@ -1,8 +1,8 @@
 """`make gpu-check`: everything a GPU can tell the suite, in one command, on a host that reaches no network.
 
-    python -m bench.scenarios.gpu.check [--out DIR] [--steps a,b] [--deadline-s S] [--archive FILE] [--ag-news DIR]
-    python -m bench.scenarios.gpu.check --dry-run            (or GPU_CHECK_DRY=1): every step, tiny, on the CPU
-    python -m bench.scenarios.gpu.check --summarize --out DIR   the report and summary again, from DIR's steps
+    python -m bench gpu-check [--out DIR] [--steps a,b] [--deadline-s S] [--archive FILE] [--ag-news DIR]
+    python -m bench gpu-check --dry-run            (or GPU_CHECK_DRY=1): every step, tiny, on the CPU
+    python -m bench gpu-check --summarize --out DIR   the report and summary again, from DIR's steps
 
 1. install: the wheels carried in .whl/ (`make gpu-wheels`) into a folder put on PYTHONPATH for every step;
 2. facts: nvidia-smi's GPU, driver and CUDA; torch's and jax's versions, what each sees -> facts/device-<time>.json;
@@ -55,10 +55,9 @@ JAX_PROBE = ("import json, jax; from importlib import metadata as m; print(json.
 
 
 def parse(argv: list[str] | None):
-    p = OneLineParser("gpu-check", "python -m bench.scenarios.gpu.check [--dry-run] [--out DIR] [--steps a,b] "
+    p = OneLineParser("gpu-check", "python -m bench gpu-check [--dry-run] [--out DIR] [--steps a,b] "
                       "[--deadline-s S] [--archive FILE] [--ag-news DIR] [--summarize]",
                       description=(__doc__ or "").splitlines()[0])  # fmt: skip
-    p.prog = "python -m bench.scenarios.gpu.check"
     p.add_argument("--dry-run", action="store_true", default=os.environ.get("GPU_CHECK_DRY", "") not in ("", "0"),
                    help="every step at tiny shapes on the CPU, so the check cannot rot (also GPU_CHECK_DRY=1)")
     p.add_argument("--out", help="the output folder (default results_gpu/<date>_<host>, _dry for a dry run)")
@@ -341,7 +340,3 @@ def main(argv: list[str] | None = None) -> int:
 
     return run("gpu-check", body, first=runner.stop,
                interrupted="the running step was stopped; the steps that ended are in their folders")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
