@@ -30,6 +30,7 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}  # as a reader knows them
 IMPL_MODULES = ("device", "parallel", "steps", "memory", "ops", "plain")
 MODES = ("inference", "backprop", "jvp", "jacfwd", "mezo")
 TRAINABLE_SCOPES = ("all", "head", "bias", "last_k", "classifier")
+HEAD_ONLY = ("head", "classifier")  # scopes that train nothing before the pooler: the trunk runs once, untangented
 OPTIMIZERS = ("sgd", "adamw")
 # fp32; bf16: mixed precision (fp32 parameters and optimizer state, bf16 matmuls: torch.autocast's recipe, which
 # jax_impl mirrors); bf16_pure: parameters, gradients, directions and optimizer state in bf16 too

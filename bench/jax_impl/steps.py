@@ -35,7 +35,7 @@ from jax.flatten_util import ravel_pytree
 from bench.jax_impl.device import resolve_device, use_fp32
 from bench.jax_impl.model import build_model
 from bench.jax_impl.params import export_weights, hf_name
-from bench.spec import ATTN_IMPLEMENTATIONS, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for, keeps_tangent
+from bench.spec import HEAD_ONLY, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for, keeps_tangent
 
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -378,7 +378,7 @@ class Trainer:
     def _loss_fns(self, frozen):
         """(loss_of, trunk) on `frozen`: the loss, and for trainable=head its two halves (jacfwd_gradient)."""
         loss_of = make_loss_fn(self.graphdef, frozen, self.train, self.gather)
-        if self.spec.trainable != "head":
+        if self.spec.trainable not in HEAD_ONLY:
             return loss_of, None
         return loss_of, make_trunk_head_fns(self.graphdef, frozen, self.train, self.gather)
 
@@ -592,7 +592,7 @@ def make_trainer(
     ("highest" matmul precision) or step_spec.dtype's bf16, on `world`'s devices (bench.jax_impl.parallel; None:
     this device alone).
     Attention is always the eager formula here (jax has no other); the keyword exists so both read the same."""
-    if attn_implementation != ATTN_IMPLEMENTATIONS[0]:
+    if attn_implementation != "eager":  # the one formula jax has
         raise ValueError(f"attn_implementation={attn_implementation}: torch only; framework=jax accepts eager")
     device = resolve_device(device)
     use_fp32()

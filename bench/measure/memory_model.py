@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from bench.spec import BertSpec, StepSpec, is_trainable, keeps_tangent, param_shapes
+from bench.spec import HEAD_ONLY, BertSpec, StepSpec, is_trainable, keeps_tangent, param_shapes
 
 FP32 = 4
 
@@ -85,7 +85,8 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
     layer = X * (8 * H + 2 * I + (1 + d) * A * T) + d * mask * (A * T + 2 * H)
     if s.trainable == "bias":
         layer -= X * (3 * H + I)
-    trained_layers = {"all": L, "bias": L, "last_k": min(s.last_k, L), "head": 0}[s.trainable]
+    # a linear probe (classifier) saves only the pooled output it multiplies, (B, H): nothing per token
+    trained_layers = {"all": L, "bias": L, "last_k": min(s.last_k, L), "head": 0, "classifier": 0}[s.trainable]
     trunk_trains = s.trainable in ("all", "bias")
     embeddings = (X * H + d * mask * H) if trunk_trains else 0  # LayerNorm input and dropout mask
     head = X * H if trained_layers or s.trainable == "head" else 0  # the last hidden state the pooler slices
@@ -133,7 +134,7 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
     elif s.mode == "jacfwd":
         grads = P * n
         directions = P * n * jacfwd_chunk
-        if s.trainable == "head":  # the trunk runs once, untangented; only the head's rows carry the chunk's tangents
+        if s.trainable in HEAD_ONLY:  # the trunk runs once, untangented; only the head's rows carry the chunk's tangents
             temp = forward_temp + 2 * jacfwd_chunk * batch_size * X * H
         else:  # every activation carries the chunk's tangents beside its primal
             temp = 2 * forward_temp * jacfwd_chunk

@@ -37,7 +37,7 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch.func import functional_call, jvp, vmap
 
-from bench.spec import JVP_IMPLS, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for, keeps_tangent
+from bench.spec import HEAD_ONLY, JVP_IMPLS, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for, keeps_tangent
 from bench.torch_impl.device import resolve_device, use_fp32
 from bench.torch_impl.model import build_model, export_weights
 from bench.torch_impl.parallel import World, accumulating, like_param, local, local_rows, sharded
@@ -491,7 +491,7 @@ class Trainer:
         if s.mode == "jacfwd":  # trainable=head runs the trunk and the head apart, outside model.forward
             with self.autocast():
                 return jacfwd_gradient(model, self.params, micro_batches, chunk=self.jacfwd_chunk, seed=s.seed,
-                                       step=step, trunk=s.trainable == "head", reduce=reduce)  # fmt: skip
+                                       step=step, trunk=s.trainable in HEAD_ONLY, reduce=reduce)  # fmt: skip
         if s.mode == "mezo":
             return spsa_gradient(model, self.params, micro_batches, eps=s.mezo_eps, seed=s.seed, step=step,
                                  reduce=reduce, kind=s.directions)  # fmt: skip
