@@ -134,7 +134,7 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
     elif s.mode == "jacfwd":
         grads = P * n
         directions = P * n * jacfwd_chunk
-        if s.trainable in HEAD_ONLY:  # the trunk runs once, untangented; only the head's rows carry the chunk's tangents
+        if s.trainable in HEAD_ONLY:  # the trunk runs once, untangented; the head's rows carry the chunk's tangents
             temp = forward_temp + 2 * jacfwd_chunk * batch_size * X * H
         else:  # every activation carries the chunk's tangents beside its primal
             temp = 2 * forward_temp * jacfwd_chunk
