@@ -232,9 +232,13 @@ def params_chart(key: Context, groups: dict[tuple[str, str], Group]) -> Chart | 
     """Steps to the target against the trained parameters, a line per mode over its scopes (head, bias, last_k,
     all): where forward-mode or zeroth-order training pays."""
     lines: dict = defaultdict(dict)
+    missed: dict = {}  # trained parameters -> the cap a mode did not reach the target within
     for g in groups.values():
         steps = g.cost("steps_to_target")[0]
         if g.winner is None or steps is None or math.isinf(steps):
+            row = (g.search or g.repeats)[0]
+            if num(row, "n_trainable") and num(row, "target_max_steps"):
+                missed[num(row, "n_trainable")] = num(row, "target_max_steps")
             continue
         mode = g.label.split("[")[0] if g.label.endswith("]") else g.label
         lines[(g.framework, mode)][num(g.winner, "n_trainable")] = steps
@@ -242,6 +246,8 @@ def params_chart(key: Context, groups: dict[tuple[str, str], Group]) -> Chart | 
               if len(pts) >= 2]  # fmt: skip
     if not series:
         return None
+    if missed:  # a mode that never reached the target: at least the cap, drawn at it
+        series.append(Series("", "", sorted(missed), [missed[x] for x in sorted(missed)], guide="not reached: the cap"))
     return Chart(context_label(key[:-1]), "trained parameters", "steps to the target", series, logx=10, logy=True)
 
 
@@ -259,7 +265,8 @@ def cost_plots(found: dict[Context, dict]) -> list[Plot]:
         Plot("steps_vs_params", "Steps to the target against the trained parameters",
              "Log-log, a line per mode over its trainable scopes: a forward gradient's and MeZO's variance grows "
              "with the number of trained parameters, so their steps to the target should climb with it while "
-             "backprop's stay flat; where the lines meet, the cheaper step pays.",
+             "backprop's stay flat; where the lines meet, the cheaper step pays. The dotted grey line marks the "
+             "step cap at the scopes where some mode did not reach the target within it.",
              "target trials of one mode at >= 2 trainable scopes that reached the target", scopes),
     ]  # fmt: skip
 
