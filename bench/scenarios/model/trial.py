@@ -104,7 +104,9 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
         t.baseline()  # weights, every batch and (JAX) the compiled step; optimizer state comes with step 1
 
     warm = []
-    watch = LossWatch(cfg.divergence_factor)
+    where = {"device": kind, "device_name": dev.device_name(device) if kind == "cuda" else cpu_name(),
+             "n_params": trainer.n_params, "n_trainable": trainer.n_trainable}  # a diverged row says them too
+    watch = LossWatch(cfg.divergence_factor, where)
     for i in range(cfg.warmup_steps):
         loss, dt = timed(trainer.step, updates[i], sync=trainer.sync)
         warm.append(dt)
@@ -158,11 +160,8 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     samples = global_batch_size(cfg) * ga
     result = {
         "status": "ok",
-        "device": kind,
-        "device_name": dev.device_name(device) if kind == "cuda" else cpu_name(),
+        **where,  # device, device_name, n_params, n_trainable
         "num_threads": dev.num_threads(),
-        "n_params": trainer.n_params,
-        "n_trainable": trainer.n_trainable,
         "n_sharded": trainer.n_sharded,
         "weights_digest": digest,
         "data_fingerprint": data_fingerprint,
@@ -242,22 +241,23 @@ class Diverged(Exception):
 
     status = "diverged"
 
-    def __init__(self, loss: float, where: str, losses: list[float]):
+    def __init__(self, loss: float, where: str, losses: list[float], facts: dict):
         super().__init__(f"loss {loss!r} at {where}")
-        self.fields = {"diverged_at": where, "history": {"loss": losses}}
+        self.fields = {**facts, "diverged_at": where, "history": {"loss": losses}}
 
 
 class LossWatch:
-    """Raises Diverged for a loss that is not finite, or above `factor` x the first loss seen."""
+    """Raises Diverged for a loss that is not finite, or above `factor` x the first loss seen; `facts` (where the
+    trial ran, its model's size) go into the row with it."""
 
-    def __init__(self, factor: float):
-        self.factor, self.first = factor, None
+    def __init__(self, factor: float, facts: dict):
+        self.factor, self.facts, self.first = factor, facts, None
 
     def __call__(self, loss: float, where: str, losses: list[float] = ()) -> None:
         if self.first is None:
             self.first = loss
         if not math.isfinite(loss) or (math.isfinite(self.first) and abs(loss) > self.factor * abs(self.first)):
-            raise Diverged(loss, where, list(losses))
+            raise Diverged(loss, where, list(losses), self.facts)
 
 
 BREAKDOWN = ("trainable", "grads", "directions", "saved", "temp", "tracked_peak")
