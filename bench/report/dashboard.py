@@ -100,8 +100,10 @@ SECTIONS = (
                 bar("wall seconds to the target", "wall_to_target_s"),
                 bar("steps to the target", "steps_to_target"),
                 bar("excess memory x seconds to the target (MiB*s)", "mib_s_to_target"),
-                scatter("steps to the target vs trained parameters", "steps_to_target", "n_trainable", log_y=True),
-                scatter("wall seconds to the target vs peak memory (MiB)", "wall_to_target_s", "peak_mem_mb"),
+                scatter("steps to the target vs trained parameters", "steps_to_target", "n_trainable", log_y=True,
+                        x_measured=True),
+                scatter("wall seconds to the target vs peak memory (MiB)", "wall_to_target_s", "peak_mem_mb",
+                        x_measured=True),
                 line("held-out accuracy per step", "eval_accuracy"),
             )),
     Group("Scaling", "Memory and time against the shape, one point per trial (the depth_scaling, seq_scaling "
@@ -179,6 +181,7 @@ def check_sections(columns: Sequence[str], sections=SECTIONS) -> None:
         for p in s.panels:
             ok = HISTORY_KEYS.__contains__ if p.where() == "history" else lambda k: declared_summary(k, columns)
             bad += [f"{s.name} / {p.title}: {p.where()} key {k}" for k in p.keys if not ok(k)]
+            bad += [f"{s.name} / {p.title}: summary key {k}" for k in p.measured_x() if not declared_summary(k, columns)]
             bad += [f"{s.name} / {p.title}: config key {k}" for k in p.config_keys()
                     if k not in (*columns, *DERIVED_CONFIG)]  # fmt: skip
     if bad:
@@ -207,8 +210,9 @@ def panel_status(runs: list[dict], sections=SECTIONS) -> list[dict]:
             if found is not None:
                 missing = [k for k in p.keys if k not in found[p.where()]]
                 missing_config = [k for k in p.config_keys() if k not in found["config"]]
-                entry["missing"] = missing + missing_config
-                entry["filled"] = len(missing) < len(p.keys) and not missing_config
+                missing_x = [k for k in p.measured_x() if k not in found["summary"]]
+                entry["missing"] = missing + missing_x + missing_config
+                entry["filled"] = len(missing) < len(p.keys) and not missing_x and not missing_config
             out.append(entry)
     return out
 
@@ -226,7 +230,8 @@ def wandb_panel(p: Panel):
     if p.kind == "line":
         return wr.LinePlot(title=p.title, x="Step", y=list(p.keys), max_runs_to_show=MAX_RUNS, **group)
     if p.kind == "scatter":
-        return wr.ScatterPlot(title=p.title, x=wr.Config(p.x), y=wr.SummaryMetric(p.keys[0]), log_y=p.log_y or None)
+        x_axis = wr.SummaryMetric(p.x) if p.x_measured else wr.Config(p.x)
+        return wr.ScatterPlot(title=p.title, x=x_axis, y=wr.SummaryMetric(p.keys[0]), log_y=p.log_y or None)
     if p.kind == "table":
         return wr.WeavePanelSummaryTable(table_name=p.keys[0], layout=wr.Layout(w=24, h=12))
     if p.kind == "media":

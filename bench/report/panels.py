@@ -15,12 +15,18 @@ class Panel:
     title: str  # the quantity and its unit, as an axis or a panel names it
     keys: tuple[str, ...]  # bar, scatter (y), table, media: CSV columns / summary keys; line: history keys
     x: str = ""  # scatter: the column along x
+    x_measured: bool = False  # scatter: x is a measured column (a run's summary), not a configured one
     grouped: bool = True  # bar, line: one per GROUP_BY value (W&B: the mean of its runs, min-max as the range)
     log_y: bool = False
     scale: float = 1.0  # the report's axis: the column times this (seconds -> ms)
 
     def config_keys(self) -> tuple[str, ...]:
-        return tuple(k for k in (self.x, GROUP_BY if self.grouped and self.kind in ("bar", "line") else "") if k)
+        x = "" if self.x_measured else self.x
+        return tuple(k for k in (x, GROUP_BY if self.grouped and self.kind in ("bar", "line") else "") if k)
+
+    def measured_x(self) -> tuple[str, ...]:
+        """The summary key along x, where x is measured."""
+        return (self.x,) if self.x_measured else ()
 
     def where(self) -> str:
         return "history" if self.kind == "line" else "summary"
@@ -34,8 +40,8 @@ def line(title: str, *keys: str) -> Panel:
     return Panel("line", title, keys)
 
 
-def scatter(title: str, y: str, x: str, log_y: bool = False) -> Panel:
-    return Panel("scatter", title, (y,), x=x, log_y=log_y)
+def scatter(title: str, y: str, x: str, log_y: bool = False, x_measured: bool = False) -> Panel:
+    return Panel("scatter", title, (y,), x=x, log_y=log_y, x_measured=x_measured)
 
 
 # The panels both views draw from runs.csv's columns: the report's bar charts and the dashboard's.

@@ -118,7 +118,8 @@ def spec_keys(spec: dict) -> dict[str, set[str]]:
         elif kind == "Run History Line Plot":
             found["history"] |= set(cfg["metrics"])
         elif kind == "Scatter Plot":
-            found["config"].add(re.fullmatch(r"config:(\w+)\.value", cfg["xAxis"])[1])
+            where, key = re.fullmatch(r"(config|summary):(\w+?)(?:\.value)?", cfg["xAxis"]).groups()
+            found[where].add(key)
             found["summary"].add(re.fullmatch(r"summary:(\w+)", cfg["yAxis"])[1])
         elif kind == "Media Browser":
             found["summary"] |= set(cfg["mediaKeys"])
