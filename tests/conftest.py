@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
+import tempfile
 
 import pytest
+
+
+# One XLA compilation cache for the session, shared by the test process and every trial it starts (they inherit
+# the environment): the suite compiles the same tiny programs in many trials, and a trial that finds its program
+# there skips XLA's compile (about a tenth of the JAX tests' time). Nothing asserts how long a compile takes.
+_XLA_CACHE = tempfile.mkdtemp(prefix="bench-tests-xla-")
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _XLA_CACHE)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_XLA_CACHE, ignore_errors=True)
 
 
 @functools.cache

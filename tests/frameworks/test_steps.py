@@ -210,17 +210,17 @@ def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(mo
 @pytest.mark.parametrize("directions", ["gaussian", "rademacher"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_forward_gradient_is_unbiased(framework, directions):
-    """Averaged over K seeded tangents, the estimate's cosine with the true gradient is > 0.9 (n = 340 head
-    parameters, K = 4096: expected ~sqrt(K / (K + n)) = 0.96), for N(0, I) and for +-1 (Rademacher) tangents
-    alike: both have E[v v^T] = I."""
-    K = 4096
+    """Averaged over K seeded tangents, the estimate's cosine with the true gradient is > 0.8 (n = 340 head
+    parameters, K = 1024: expected ~sqrt(K / (K + n)) = 0.87, a biased estimate would stay near its bias's
+    cosine), for N(0, I) and for +-1 (Rademacher) tangents alike: both have E[v v^T] = I."""
+    K = 1024
     _, exact = gradient(framework, make(framework, "backprop", NARROW, NARROW_WEIGHTS, trainable="head"))
     t = make(framework, "jvp", NARROW, NARROW_WEIGHTS, trainable="head", num_tangents=K, directions=directions)
     _, est = gradient(framework, t)
     a = np.concatenate([est[n].ravel() for n in exact]).astype(np.float64)
     b = np.concatenate([exact[n].ravel() for n in exact]).astype(np.float64)
     cos = a @ b / np.linalg.norm(a) / np.linalg.norm(b)
-    assert cos > 0.9, cos
+    assert cos > 0.8, cos
     # one tangent is an unbiased but noisy estimate: far from the gradient's direction
     _, one = gradient(framework, make(framework, "jvp", NARROW, NARROW_WEIGHTS, trainable="head",
                                       directions=directions))
