@@ -71,9 +71,10 @@ def build(sections: Sequence[Section], results: Results, out_dir: str | Path) ->
     return Report(report_path, [out_dir / p for p in shown], text)
 
 
-def keep_benchmark(report: Report, folder: Path, command: str) -> Path:
+def keep_benchmark(report: Report, folder: Path, command: str, recorded: Sequence[str] = ()) -> Path:
     """report.md as folder/<date>_<host>_<sha>.md, headed by where, when and how it was measured. Its plots are
-    named, not linked: benchmarks/ holds text, and the PNGs stay in the report's folder."""
+    named, not linked: benchmarks/ holds text, and the PNGs stay in the report's folder. `recorded`: the git
+    shas the rows were measured at (the report may be written later, at another commit)."""
     sha = git_sha() or "nogit"
     path = Path(folder) / f"{date.today():%Y-%m-%d}_{host_slug()}_{sha}.md"
     facts = host_facts()
@@ -81,6 +82,7 @@ def keep_benchmark(report: Report, folder: Path, command: str) -> Path:
     header = [f"# Measured {date.today():%Y-%m-%d} on {host_slug()} at git {sha}", "",
               f"- host: {hardware}; Python {facts['python_version']}; torch {facts['torch_version']}, jax "
               f"{facts['jax_version']}, flax {facts['flax_version']}, transformers {facts['transformers_version']}",
+              *([f"- the rows were measured at git {', '.join(recorded)}"] if recorded else []),
               f"- written by: `{command}` from the rows below (each table names the experiment or sweep that "
               "recorded it: `python -m bench -m +experiment=NAME`)", ""]  # fmt: skip
     body = report.text.replace("# bench report\n", "", 1)
@@ -112,7 +114,9 @@ def main(argv: list[str] | None, sections: Sequence[Section]) -> int:
         print(f"bench report: {report.path} ({len(report.plots)} plots)")
         if args.benchmarks:
             command = " ".join(["python -m bench report", *(argv or [])])
-            print(f"bench report: kept as {keep_benchmark(report, Path(args.benchmarks), command)}")
+            results = results_of(args.results)
+            recorded = sorted({r.get("git_sha") or "unknown" for r in results.rows(RUNS_CSV)})
+            print(f"bench report: kept as {keep_benchmark(report, Path(args.benchmarks), command, recorded)}")
         return 0
 
     return run("report", body, interrupted="report.md was not (re)written; the plots drawn so far are kept")

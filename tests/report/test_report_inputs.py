@@ -132,3 +132,17 @@ def test_reading_rows_needs_no_matplotlib():
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+def test_a_kept_benchmark_names_where_when_and_at_which_commits_its_rows_were_measured(tmp_path):
+    """`--benchmarks DIR` keeps report.md as DIR/<date>_<host>_<sha>.md; the rows may have been measured at other
+    commits than the one the report is written at, and the header names those."""
+    rows = [trial("torch", "backprop", git_sha="aaaa11112222"), trial("jax", "backprop", git_sha="bbbb33334444"),
+            trial("jax", "jvp", git_sha="aaaa11112222")]  # fmt: skip
+    csv_path = write_csv(tmp_path / "runs.csv", rows)
+    assert main([str(csv_path), "--out", str(tmp_path / "out"), "--benchmarks", str(tmp_path / "b")],
+                REPORT_SECTIONS) == 0  # fmt: skip
+    (kept,) = (tmp_path / "b").glob("*.md")
+    text = kept.read_text()
+    assert text.startswith("# Measured ") and "- the rows were measured at git aaaa11112222, bbbb33334444\n" in text
+    assert "`python -m bench report " in text and "## " in text  # the command that wrote it, then the report
