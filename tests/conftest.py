@@ -10,7 +10,6 @@ import tempfile
 
 import pytest
 
-
 # One XLA compilation cache for the session, shared by the test process and every trial it starts (they inherit
 # the environment): the suite compiles the same tiny programs in many trials, and a trial that finds its program
 # there skips XLA's compile (about a tenth of the JAX tests' time). Nothing asserts how long a compile takes.

@@ -181,7 +181,8 @@ def check_sections(columns: Sequence[str], sections=SECTIONS) -> None:
         for p in s.panels:
             ok = HISTORY_KEYS.__contains__ if p.where() == "history" else lambda k: declared_summary(k, columns)
             bad += [f"{s.name} / {p.title}: {p.where()} key {k}" for k in p.keys if not ok(k)]
-            bad += [f"{s.name} / {p.title}: summary key {k}" for k in p.measured_x() if not declared_summary(k, columns)]
+            bad += [f"{s.name} / {p.title}: summary key {k}" for k in p.measured_x()
+                    if not declared_summary(k, columns)]  # fmt: skip
             bad += [f"{s.name} / {p.title}: config key {k}" for k in p.config_keys()
                     if k not in (*columns, *DERIVED_CONFIG)]  # fmt: skip
     if bad:
