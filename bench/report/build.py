@@ -109,12 +109,12 @@ def main(argv: list[str] | None, sections: Sequence[Section]) -> int:
     args = parse(argv)
 
     def body() -> int:
-        report = build(sections, results_of(args.results), args.out)
+        results = results_of(args.results)
+        report = build(sections, results, args.out)
         log_report(report.path, report.plots)
         print(f"bench report: {report.path} ({len(report.plots)} plots)")
         if args.benchmarks:
             command = " ".join(["python -m bench report", *(argv or [])])
-            results = results_of(args.results)
             recorded = sorted({r.get("git_sha") or "unknown" for r in results.rows(RUNS_CSV)})
             print(f"bench report: kept as {keep_benchmark(report, Path(args.benchmarks), command, recorded)}")
         return 0
