@@ -35,15 +35,7 @@ from jax.flatten_util import ravel_pytree
 from bench.jax_impl.device import resolve_device, use_fp32
 from bench.jax_impl.model import build_model
 from bench.jax_impl.params import export_weights, hf_name
-from bench.spec import (
-    ATTN_IMPLEMENTATIONS,
-    HEAD_ONLY,
-    BertSpec,
-    StepSpec,
-    is_trainable,
-    jacfwd_chunk_for,
-    keeps_tangent,
-)
+from bench.spec import HEAD_ONLY, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for, keeps_tangent
 
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -600,7 +592,7 @@ def make_trainer(
     ("highest" matmul precision) or step_spec.dtype's bf16, on `world`'s devices (bench.jax_impl.parallel; None:
     this device alone).
     Attention is always the eager formula here (jax has no other); the keyword exists so both read the same."""
-    if attn_implementation != ATTN_IMPLEMENTATIONS[0]:  # eager: the one formula jax has
+    if attn_implementation != "eager":  # the one formula jax has
         raise ValueError(f"attn_implementation={attn_implementation}: torch only; framework=jax accepts eager")
     device = resolve_device(device)
     use_fp32()
