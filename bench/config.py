@@ -213,6 +213,11 @@ class BenchConfig:
         "after the timed steps: cosine of the mode's gradient estimate with the "
         "exact gradient on the first batch, dropout off -> grad_cosine",
     )
+    profile: bool = _f(
+        False, "after the timed steps: profile_steps more steps under the framework's profiler -> a trace in "
+        "results_dir/traces/<run_id>/ and the step's time by category (time_*_ms; docs/time.md)"
+    )
+    profile_steps: int = _f(3, "profile=true: steps traced, after the timed ones and never among them, integer >= 1")
 
 
 @dataclass
@@ -376,6 +381,8 @@ def step_spec(cfg: BenchConfig) -> StepSpec:
 # ---------------------------------------------------------------------------------------------------------------
 # identity: what resume compares
 
+
+TRACES = "traces"  # profile=true: results_dir/traces/<run_id>/ holds each trial's profiler traces
 
 # Keys that do not change what a trial measures: `resume=true` ignores them when matching recorded trials.
 NOT_IDENTITY = ("results_dir", "resume", "logger", "timeout_s", "max_host_mem_mb", "budget_mb", "sweep_id",

@@ -26,8 +26,11 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}  # as a reader knows them
 # both): device (devices, numerics, memory trackers), parallel (a trial's devices and processes: `start(cfg)` ->
 # World), steps (the modes, Trainer, make_trainer), memory (what holds a trial's memory: breakdown(trainer,
 # batches)), ops (the op micro-benchmarks' builders), plain (the plain training loop a user would write: what the
-# harness is measured against). A process imports only the modules it needs: an ops trial never loads BERT.
-IMPL_MODULES = ("device", "parallel", "steps", "memory", "ops", "plain")
+# harness is measured against), profile (a profiler's trace of a few steps: record(trainer, updates, folder), and
+# classify(trainer, events) naming each event's category), flops (a step's FLOPs as the framework counts them,
+# and a matmul probe of the device's achievable rate). A process imports only the modules it needs: an ops trial
+# never loads BERT.
+IMPL_MODULES = ("device", "parallel", "steps", "memory", "ops", "plain", "profile")
 MODES = ("inference", "backprop", "jvp", "jacfwd", "mezo")
 TRAINABLE_SCOPES = ("all", "head", "bias", "last_k", "classifier")
 HEAD_ONLY = ("head", "classifier")  # scopes that train nothing before the pooler: the trunk runs once, untangented

@@ -45,7 +45,7 @@ from bench.harness.launch import (
     temp_prefix,
     this_task,
 )
-from bench.harness.scenario import Registry, Scenario, config_hash, scenario_of, validate
+from bench.harness.scenario import RUN_ID_ENV, Registry, Scenario, config_hash, scenario_of, validate
 from bench.harness.signals import Abort, interrupts_raise
 from bench.harness.sweep import sweep_info, worst
 from bench.measure.system import REPO
@@ -189,7 +189,8 @@ def spawn_trial(cfg: BenchConfig, scenario: Scenario, run_id: str, results_dir: 
                     [sys.executable, "-m", TRIAL_MODULE, str(payload), str(result(r))],
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    env={**os.environ, **trial_env(cfg, scenario), **rank_env(cfg, task, r), **child_env()},
+                    env={**os.environ, **trial_env(cfg, scenario), **rank_env(cfg, task, r), **child_env(),
+                         RUN_ID_ENV: run_id},
                     cwd=REPO,
                     start_new_session=True,
                 )

@@ -17,6 +17,10 @@ from pathlib import Path
 from bench.config import NOT_IDENTITY, BenchConfig, hash_identity, to_dict, validate_process
 from bench.errors import ConfigError
 
+# The trial process's environment carries its run_id: what it writes beside its row (a profiler's trace, under
+# results_dir/traces/<run_id>/) is named by it.
+RUN_ID_ENV = "BENCH_RUN_ID"
+
 
 class Scenario(ABC):
     name: str  # the `scenario=` value

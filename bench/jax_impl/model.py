@@ -115,7 +115,8 @@ class BertSelfAttention(nnx.Module):
         # probabilities.
         scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * (hd**-0.5)  # (B, nh, T, T)
         scores = scores + mask_bias  # (B, 1, 1, T) broadcast over heads and queries
-        probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)  # fp32 softmax, back to the matmuls' dtype
+        with jax.named_scope("softmax"):  # named in the compiled program: the trace's attention (jax_impl/profile)
+            probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)  # fp32 softmax, back to the matmuls' dtype
         probs = self.dropout(probs, deterministic=deterministic, rngs=rngs)
         out = jnp.einsum("bhqk,bhkd->bhqd", probs, v)  # (B, nh, T, hd)
         return out.transpose(0, 2, 1, 3).reshape(B, T, H)  # (B, T, H)

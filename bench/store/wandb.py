@@ -143,7 +143,8 @@ class WandbSink:
         `summary`: further summary keys beside the row's columns (devices/<i>/<column>); `tables`: W&B Tables
         of rows (a list of dicts; the columns are their keys, first seen first), logged once after the history;
         `images`: lists of image files, each list one media key, one image a step (the file's stem its caption);
-        `artifacts`: files, each list one artifact of the run's job_type."""
+        `artifacts`: files, each list one artifact of the run's job_type (each file named by its path under
+        the list's common folder)."""
         if self.mode == "disabled":
             return None
         try:
@@ -187,8 +188,9 @@ class WandbSink:
                     step += 1
             for name, paths in (artifacts or {}).items():
                 artifact = wandb.Artifact(name, type=self.job_type or "files")
-                for p in paths:
-                    artifact.add_file(str(p))
+                root = Path(os.path.commonpath([Path(p).parent for p in paths])) if paths else Path()
+                for p in paths:  # named by their place under the files' common folder (a trace's rank<r>/...)
+                    artifact.add_file(str(p), name=str(Path(p).relative_to(root)))
                 run.log_artifact(artifact)
             extra = {k: v for k, v in (summary or {}).items() if v is not None}
             run.summary.update(scrub_secrets({**{k: v for k, v in row.items() if v is not None}, **extra}))

@@ -38,6 +38,7 @@ IMPL_API = {
     "memory": ("breakdown",),
     "ops": ("setup", "sync", "to_device", "to_numpy", "functions", "build"),
     "plain": ("plain_loop",),
+    "profile": ("record", "classify"),
 }
 
 
@@ -113,7 +114,7 @@ def test_both_trainers_implement_the_whole_protocol():
 def test_an_unknown_framework_or_scenario_is_an_error():
     with pytest.raises(ValueError, match=re.escape("framework=tensorflow: accepted torch | jax")):
         implementation("tensorflow", "steps")
-    with pytest.raises(ValueError, match=re.escape("accepted device | parallel | steps | memory | ops | plain")):
+    with pytest.raises(ValueError, match=re.escape("accepted device | parallel | steps | memory | ops | plain | profile")):
         implementation("torch", "model")
     with pytest.raises(ConfigError, match=re.escape("scenario=serving: accepted model | ops")):
         scenario_of(scenarios.SCENARIOS, "serving")

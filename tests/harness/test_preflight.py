@@ -81,6 +81,15 @@ def test_a_results_dir_that_is_a_file_is_refused(tmp_path):
     assert "is a file; accepted: a folder" in preflight_refuses(tmp_path, results=tmp_path / "file")
 
 
+def test_a_traces_folder_that_cannot_be_written_is_refused(tmp_path):
+    (tmp_path / "traces").write_text("x")
+    assert "profile=true: the traces folder" in preflight_refuses(tmp_path, "profile=true")
+    (tmp_path / "traces").unlink()
+    (tmp_path / "traces").mkdir(mode=0o555)
+    assert "cannot be written" in preflight_refuses(tmp_path, "profile=true", as_user=True)
+    assert not (tmp_path / "runs.csv").exists()
+
+
 @pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None, reason="root without setpriv")
 def test_unwritable_results_are_refused_before_anything_runs(tmp_path):
     path = tmp_path / "runs.csv"
@@ -112,6 +121,8 @@ def test_unwritable_results_are_refused_before_anything_runs(tmp_path):
         (["model.layer_norm_eps=-1"], "model.layer_norm_eps=-1.0: accepted a finite number > 0"),
         (["jacfwd_max_params=0"], "jacfwd_max_params=0: must be a number >= 1"),
         (["last_k=0"], "last_k=0: must be a number >= 1"),  # checked although trainable=all does not read it
+        (["profile_steps=0"], "profile_steps=0: accepted an integer >= 1"),
+        (["scenario=ops", "profile=true"], "profile=true: scenario=ops times single ops and has no training step"),
     ],
 )
 def test_numeric_options_are_checked_up_front(tmp_path, args, expected):

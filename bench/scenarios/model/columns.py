@@ -41,5 +41,13 @@ EXTRA_COLUMNS = (
     # cost to a target (docs/cost-to-target.md): the target, whether and when it was reached, what it cost
     "target_metric", "target_value", "target_max_steps", "target_status", "steps_to_target", "samples_to_target",
     "seconds_to_target", "wall_to_target_s", "mib_s_to_target", "tuning", "tune_group",
+    # where a step's time goes (docs/time.md): profile=true's trace, its steps' time by category
+    # (bench/measure/timeline.py), and the FLOPs of a step, counted by the framework and predicted
+    # (bench/measure/flop_model.py), achieved against this host's measured matmul peak and a GPU's published one
+    "profile", "profile_steps", "trace_status", "trace_path", "profile_steps_traced", "profile_step_ms",
+    "time_matmul_ms", "time_attention_ms", "time_elementwise_ms", "time_random_ms", "time_optimizer_ms",
+    "time_collectives_ms", "time_overhead_ms",
+    "flops_per_step", "flops_method", "flops_predicted", "flops_per_s", "matmul_peak_flops_per_s", "utilisation",
+    "peak_flops_per_s", "mfu",
 )  # fmt: skip
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS

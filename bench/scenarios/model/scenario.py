@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from bench import parallel
-from bench.config import NOT_IDENTITY, BenchConfig, TargetConfig
+from bench.config import NOT_IDENTITY, TRACES, BenchConfig, TargetConfig
 from bench.harness.scenario import Scenario, identity_of
 from bench.measure.system import cuda_memory_mb, host_facts, jaxlib_at_least
 from bench.scenarios.model import trial
@@ -29,7 +29,7 @@ OTHER_SCENARIOS_KEYS = ("scenario", "threads", "ops")
 # the identity, so a single-device trial hashes as it did before multi-device trials existed.
 ADDED_KEYS = {"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True, "fsdp_offload": False,
               "directions": "gaussian", "jvp_tangent": "auto", "deterministic": False,
-              "divergence_factor": 10.0, "target": TargetConfig()}  # fmt: skip
+              "divergence_factor": 10.0, "target": TargetConfig(), "profile": False, "profile_steps": 3}  # fmt: skip
 
 
 class ModelScenario(Scenario):
@@ -100,7 +100,8 @@ class ModelScenario(Scenario):
             entity=lg.entity,
             tags=run_tags(cfg.framework, cfg.mode, row.get("experiment"), strategy, *lg.tags),
             job_type=cfg.mode,
-        ).write(row, per_step(history), summary=device_summary(history.get("devices") or []))
+        ).write(row, per_step(history), summary=device_summary(history.get("devices") or []),
+                artifacts={"trace": traces} if (traces := trace_files(results_dir, row)) else None)
 
     def config_keys(self, cfg: BenchConfig) -> tuple[str, ...]:
         return tuple(k for k in vars(cfg) if k not in OTHER_SCENARIOS_KEYS[1:])  # every key but the ops scenario's
@@ -183,6 +184,8 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "last_k": cfg.last_k,
         "jacfwd_chunk": cfg.jacfwd_chunk,
         "deterministic": cfg.deterministic,
+        "profile": cfg.profile,
+        "profile_steps": cfg.profile_steps,
         "target_metric": cfg.target.metric,
         "target_value": cfg.target.value,
         "target_max_steps": cfg.target.max_steps,
@@ -221,6 +224,12 @@ def wandb_columns(cfg: BenchConfig, row: dict) -> dict:
                    config_hash=row.get("config_hash"), variant=variant(row))  # fmt: skip
     columns["framework_mode"] = f"{row['framework']} {columns['variant']}"
     return columns
+
+
+def trace_files(results_dir: Path, row: dict) -> list[Path]:
+    """profile=true: every file of the trial's traces (each rank's), which its W&B run keeps as an artifact."""
+    folder = Path(results_dir) / TRACES / row["run_id"]
+    return sorted(p for p in folder.rglob("*") if p.is_file()) if row.get("trace_status") == "ok" else []
 
 
 def per_step(history: dict) -> dict:

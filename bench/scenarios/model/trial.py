@@ -11,17 +11,22 @@ largest over devices (every device's in the history), time as the slowest proces
 from __future__ import annotations
 
 import gc
+import json
 import math
+import os
 import time
 from contextlib import ExitStack
+from pathlib import Path
 
 import numpy as np
 
 from bench import data
-from bench.config import BenchConfig, bert_spec, step_spec
+from bench.config import TRACES, BenchConfig, bert_spec, step_spec
+from bench.harness.scenario import RUN_ID_ENV
 from bench.harness.signals import maybe_inject_fault
 from bench.measure.memory_model import predict
 from bench.measure.system import cpu_name
+from bench.measure.timeline import explain, load_events
 from bench.measure.timing import StepTimer, timed
 from bench.measure.trackers import HostRssTracker, MiB
 from bench.parallel import expected_comm_bytes, global_batch_size, timed_steps
@@ -153,6 +158,8 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     state = trainer.state_bytes()
     # what holds the memory: one instrumented step (torch) or the compiled programs (JAX), never timed
     held = implementation(fw, "memory").breakdown(trainer, updates[0])
+    # where the time goes: a profiler's trace of a few more steps (profile=true), then the FLOPs of one
+    explained = explain_time(cfg, world, trainer, updates) if cfg.profile else {}
     for d in devices:
         d.update(rank=world.rank, mem_params_mb=state["params"] / MiB, mem_optimizer_mb=state["optimizer"] / MiB,
                  step_time_median_s=stats.median_s)  # fmt: skip
@@ -181,6 +188,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
         "comm_bytes_per_step": comm,
         "host_peak_rss_mb": host.result().peak_mb,
         "devices": devices,
+        **explained,
         "history": curve(),
         **target.columns(warm, timer.times_s, global_batch_size(cfg) * ga),
     }
@@ -193,6 +201,27 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     if cfg.evaluate:
         result["eval_loss"], result["eval_accuracy"] = evals[n_done - 1]
     return result
+
+
+def explain_time(cfg: BenchConfig, world: World, trainer, updates: list) -> dict:
+    """profile=true: profile_steps more steps under the framework's profiler, after the timed window and never
+    in it, their trace under results_dir/traces/<run_id>/rank<r>/ (each process its own) with a summary.json of
+    the time by category and the top operations, and the same in the row. A profiler that fails costs the trial
+    only its trace: the row says trace_status missing, and why."""
+    prof = implementation(cfg.framework, "profile")
+    folder = Path(cfg.results_dir) / TRACES / os.environ.get(RUN_ID_ENV, "unnamed") / f"rank{world.rank}"
+    batches = [updates[i % len(updates)] for i in range(cfg.profile_steps)]  # resident already: no new memory
+    try:
+        maybe_inject_fault("in_profile")  # tests: a profiler that fails
+        path = prof.record(trainer, batches, folder)
+        events = load_events(path)
+        explained = explain(events, prof.classify(trainer, events))
+        del events
+        columns = {**explained.columns(), "trace_status": "ok", "trace_path": str(path)}
+        (folder / "summary.json").write_text(json.dumps({**columns, "top_ops": explained.top_ops}, indent=1))
+    except Exception as e:  # noqa: BLE001 (the measurements are made: a failed profiler must not lose them)
+        return {"trace_status": f"missing: {type(e).__name__}: {e}"[:300]}
+    return columns
 
 
 def eval_series(evals: dict[int, tuple[float, float]], n: int) -> dict:

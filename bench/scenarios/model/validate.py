@@ -6,10 +6,11 @@ the launcher can start by bench.harness.launch.check_launch."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 from bench import data
-from bench.config import BenchConfig, above, at_least, bert_spec, choice, in_unit, is_number
+from bench.config import TRACES, BenchConfig, above, at_least, bert_spec, choice, in_unit, is_number
 from bench.errors import ConfigError
 from bench.parallel import REFUSED_WHY, STRATEGIES, SUPPORTED, global_batch_size, timed_steps, world_size
 from bench.spec import (
@@ -201,6 +202,21 @@ def validate_outputs(cfg: BenchConfig) -> None:
         raise ConfigError(
             "measure_grad_cosine=true: mode=inference has no gradient; accepted with backprop | jvp | jacfwd | mezo"
         )
+    steps = cfg.profile_steps
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"profile_steps={steps}: accepted an integer >= 1 (steps traced after the timed ones)")
+    if cfg.profile:
+        check_traces_folder(Path(cfg.results_dir) / TRACES)
+
+
+def check_traces_folder(folder: Path) -> None:
+    """profile=true: the traces' folder must be a folder this process can write (it is created if missing)."""
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"profile=true: the traces folder {folder} is a file; accepted: a folder (or none there)")
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"profile=true: the traces folder {folder} cannot be written ({existing}: permission "
+                          "denied); accepted: a results_dir you can write")  # fmt: skip
 
 
 def validate_data(cfg: BenchConfig) -> None:

@@ -152,6 +152,9 @@ def _positive_int(v) -> bool:
 def validate(cfg: BenchConfig) -> None:
     """The keys scenario=ops reads; the model keys are not looked at."""
     o = cfg.ops
+    if cfg.profile:
+        raise ConfigError("profile=true: scenario=ops times single ops and has no training step to trace; accepted "
+                          "with scenario=model")  # fmt: skip
     if cfg.parallel != "none" or cfg.devices != 1 or cfg.nodes != 1:
         raise ConfigError(
             f"parallel={cfg.parallel} devices={cfg.devices} nodes={cfg.nodes}: scenario=ops times single ops on "

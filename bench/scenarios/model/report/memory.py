@@ -136,8 +136,9 @@ SUPTITLE_HEIGHT = 0.35
 LABEL_CHAR_WIDTH = 0.065  # inches per character of an 8-point tick label (DejaVu Sans, on average)
 
 
-def draw_breakdown(plot: Plot, path: Path) -> Path:
-    """Draw the planned stacked bars into a PNG with matplotlib's Agg canvas (no display, no pyplot state)."""
+def draw_breakdown(plot: Plot, path: Path, colors: dict[str, str] = COLORS) -> Path:
+    """Draw the planned stacked bars (one Series per category, its `mode` the key of `colors`) into a PNG with
+    matplotlib's Agg canvas (no display, no pyplot state). The "Time, explained" chart is drawn by it too."""
     # imported here only, as bench.plots does: reading rows never needs matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -154,20 +155,20 @@ def draw_breakdown(plot: Plot, path: Path) -> Path:
         top -= PAD_TOP + h
         ax = fig.add_axes((pad_left / fig_w, top / fig_h, PANEL_WIDTH / fig_w, h / fig_h))
         top -= PAD_BOTTOM
-        _draw_stack(ax, panel)
+        _draw_stack(ax, panel, colors)
     fig.suptitle(plot.title, fontsize=11, y=1 - 0.1 / fig_h, va="top")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     return path
 
 
-def _draw_stack(ax, p: Chart) -> None:
+def _draw_stack(ax, p: Chart, colors: dict[str, str]) -> None:
     n = len(p.categories)
     left = [0.0] * n
     for s in (s for s in p.series if not s.guide):
         if not any(s.ys):
             continue  # a category no bar holds stays out of the legend
-        ax.barh(s.xs, s.ys, 0.7, left=left, color=COLORS.get(s.mode, "0.5"), label=s.mode)
+        ax.barh(s.xs, s.ys, 0.7, left=left, color=colors.get(s.mode, "0.5"), label=s.mode)
         left = [a + b for a, b in zip(left, s.ys)]
     for g in (s for s in p.series if s.guide):
         if g.guide == MEASURED:

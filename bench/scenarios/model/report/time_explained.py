@@ -1,0 +1,191 @@
+"""The report's "Time, explained" section: where each way of differentiating's step time goes, from the trials'
+profiler traces (profile=true), and how far each is from the host's matmul peak, from the step's FLOPs.
+
+Rows carry, per step of the traced steps (bench/measure/timeline.py; docs/time.md):
+
+    time_matmul_ms       matrix multiplies of the linear layers (and their tangents and gradients)
+    time_attention_ms    attention's batched matmuls (scores, context) and its softmax
+    time_elementwise_ms  everything else the framework computes: layer norms, activations, dropout, copies
+    time_random_ms       random draws: tangents, MeZO's perturbations (and their regeneration), dropout masks
+    time_optimizer_ms    the optimizer's update
+    time_collectives_ms  all-reduces, all-gathers, reduce-scatters
+    time_overhead_ms     no operation ran: Python, dispatch, the runtime
+
+summing to profile_step_ms, and flops_per_step (counted by the framework), flops_predicted (the analytical model),
+flops_per_s (at the timed median step) and utilisation (of matmul_peak_flops_per_s, this host's measured matmul
+rate; on a GPU also mfu, of the device's published peak). Rows without a trace are left out; the section appears
+only when some ok row has one.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import partial
+from pathlib import Path
+
+from bench.measure.timeline import CATEGORIES
+from bench.report.plots import Chart, Plot, Series, save
+from bench.report.section import PLOT_DIR, Results, Section
+from bench.report.tables import md_table, num
+from bench.scenarios.model.report.memory import bar_label, draw_breakdown
+from bench.scenarios.model.report.plots import MAX_PANELS
+from bench.scenarios.model.select import (
+    Cells,
+    Context,
+    Selection,
+    cell_order,
+    context_heading,
+    context_key,
+    context_label,
+    richest_first,
+    variant,
+    view,
+)
+
+COLORS = {"matmul": "#1f77b4", "attention": "#17becf", "elementwise": "#2ca02c", "random": "#ff7f0e",
+          "optimizer": "#9467bd", "collectives": "#d62728", "overhead": "#7f7f7f"}  # fmt: skip
+# A ratio of step times worth explaining across frameworks (the same mode): below it the two are close enough
+# that the categories' differences are within the run-to-run spread of a few profiled steps.
+EXPLAIN_RATIO = 1.5
+NAMED = 3  # categories named in a sentence that explains a difference, the largest first
+
+
+def has_trace(row: dict) -> bool:
+    return num(row, "time_overhead_ms") is not None
+
+
+def time_contexts(sel: Selection) -> dict[Context, Cells]:
+    """{context: {(framework, variant): row}} over the ok rows with a trace: the latest of each cell."""
+    out: dict[Context, Cells] = defaultdict(dict)
+    for r in sel.ok:
+        if has_trace(r):
+            out[context_key(r)][r.get("framework", ""), variant(r)] = r
+    return dict(out)
+
+
+def ms(row: dict, category: str) -> float:
+    return num(row, f"time_{category}_ms") or 0.0
+
+
+def _g(v: float | None, scale: float = 1e9) -> str:
+    return "-" if v is None else f"{v / scale:.3g}"
+
+
+def _share(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+HEAD = ["framework", "mode", "step ms", *[f"{c} ms" for c in CATEGORIES], "GFLOP / step (counted / model)",
+        "GFLOP/s", "of matmul peak", "MFU"]  # fmt: skip
+
+
+def time_table(cells: Cells) -> str:
+    body = []
+    for (fw, label), r in sorted(cells.items(), key=cell_order):
+        step = num(r, "profile_step_ms") or 0.0
+        parts = [f"{ms(r, c):.1f} ({ms(r, c) / step:.0%})" if step else "-" for c in CATEGORIES]
+        flops = f"{_g(num(r, 'flops_per_step'))} / {_g(num(r, 'flops_predicted'))}"
+        body.append([fw, label, f"{step:.1f}", *parts, flops, _g(num(r, "flops_per_s")),
+                     _share(num(r, "utilisation")), _share(num(r, "mfu"))])  # fmt: skip
+    return md_table(HEAD, body)
+
+
+def biggest(more: dict, less: dict) -> str:
+    """The categories that make up most of what `more` spends beyond `less`, the largest first."""
+    diffs = sorted(((ms(more, c) - ms(less, c), c) for c in CATEGORIES), reverse=True)
+    named = [f"{c} (+{d:.1f} ms)" for d, c in diffs[:NAMED] if d > 0]
+    return ", ".join(named) or "no one category"
+
+
+def jvp_against_backprop(cells: Cells) -> list[str]:
+    """Per framework, where a jvp step's time beyond backprop's goes."""
+    out = []
+    for fw in dict.fromkeys(f for f, _ in sorted(cells, key=lambda c: c[0])):
+        bp, fg = cells.get((fw, "backprop")), cells.get((fw, "jvp"))
+        if bp is None or fg is None or not num(bp, "profile_step_ms"):
+            continue
+        a, b = num(fg, "profile_step_ms"), num(bp, "profile_step_ms")
+        out.append(f"{fw}: a jvp step took {a:.1f} ms against backprop's {b:.1f} ({a / b:.2f}×); "
+                   f"{'its extra time is mostly ' + biggest(fg, bp) if a > b else 'no extra time'}.")  # fmt: skip
+    return out
+
+
+def across_frameworks(cells: Cells) -> list[str]:
+    """For each mode both frameworks ran where one took EXPLAIN_RATIO x the other's time or more: where."""
+    out = []
+    by_mode: dict[str, dict] = defaultdict(dict)
+    for (fw, label), r in sorted(cells.items(), key=cell_order):  # in the table's order
+        by_mode[label][fw] = r
+    for label, rows in by_mode.items():
+        if len(rows) < 2:
+            continue
+        (f1, r1), (f2, r2) = sorted(rows.items(), key=lambda kv: -(num(kv[1], "profile_step_ms") or 0.0))[:2]
+        slow, fast = num(r1, "profile_step_ms"), num(r2, "profile_step_ms")
+        if fast and slow / fast >= EXPLAIN_RATIO:
+            out.append(f"{label}: {f1}'s step took {slow / fast:.1f}× {f2}'s ({slow:.1f} against {fast:.1f} ms), "
+                       f"mostly in {biggest(r1, r2)}.")  # fmt: skip
+    return out
+
+
+def peak_sentence(cells: Cells) -> list[str]:
+    rows = [(variant(r), r.get("framework", ""), num(r, "utilisation"), num(r, "matmul_peak_flops_per_s"))
+            for r in cells.values() if num(r, "utilisation") is not None]  # fmt: skip
+    if not rows:
+        return []
+    lo, hi = min(rows, key=lambda x: x[2]), max(rows, key=lambda x: x[2])
+    peak = max(p for *_, p in rows if p is not None) if any(p for *_, p in rows) else None
+    at = f" ({peak / 1e9:.3g} GFLOP/s, measured by a matmul probe in the trial's process)" if peak else ""
+    return [f"Of this host's matmul peak{at}, the steps reach from {lo[2]:.1%} ({lo[1]} {lo[0]}) to {hi[2]:.1%} "
+            f"({hi[1]} {hi[0]})."]  # fmt: skip
+
+
+def time_plot(contexts: dict[Context, Cells]) -> Plot:
+    panels = []
+    for key in richest_first(contexts)[:MAX_PANELS]:
+        cells = sorted(contexts[key].items(), key=cell_order)
+        xs = [float(i) for i in range(len(cells))]
+        series = [Series("", c, xs, [ms(r, c) for _, r in cells]) for c in CATEGORIES]
+        panels.append(Chart(context_label(key), "ms per step (the traced steps' mean)", "", series,
+                            [bar_label(cell) for cell, _ in cells], legend=True))  # fmt: skip
+    return Plot(
+        "time_breakdown", "Time, explained: where each way of differentiating's step time goes",
+        "One bar per framework × mode, stacked by what the step's time went to, from its profiler trace: "
+        "**matmul** (linear layers), **attention** (batched matmuls and softmax), **elementwise** (norms, "
+        "activations, dropout, copies), **random** draws, the **optimizer**'s update, **collectives**, and "
+        "**overhead**, where no operation of the framework ran (Python, dispatch, the runtime). The bar's length "
+        "is the traced step's time.",
+        "an ok row with a profiler trace (profile=true)",
+        [[p] for p in panels],
+    )  # fmt: skip
+
+
+def section(contexts: dict[Context, Cells], plot: Plot) -> list[str]:
+    if not contexts:
+        return []
+    out = ["## Time, explained", "",
+           "Where each way of differentiating's step time goes, from a profiler trace of a few steps after the "
+           "timed ones (profile=true: torch.profiler, jax.profiler; docs/time.md says how to open them). Each "
+           "category is its operations' share of the time some operation ran, and **overhead** the rest of the "
+           "step, so the categories add up to the traced step (*step ms*, with the profiler on: a little above "
+           "the timed median). FLOPs per step are counted by the framework (torch's FlopCounterMode: matmuls; "
+           "XLA's cost analysis: every operation) beside the analytical model's (bench/measure/flop_model.py); "
+           "*of matmul peak* is the achieved FLOP/s at the timed median step over this host's measured matmul "
+           "rate, *MFU* the same over a GPU's published peak.", ""]  # fmt: skip
+    for key in richest_first(contexts):
+        cells = contexts[key]
+        out += [*context_heading(key, cells.values()), time_table(cells), ""]
+        said = jvp_against_backprop(cells) + across_frameworks(cells) + peak_sentence(cells)
+        out += [*(f"- {s}" for s in said), ""] if said else []
+    if plot.drawn:
+        out += [f"![{plot.title}]({PLOT_DIR}/{plot.name}.png)", "", f"*How to read it:* {plot.how_to_read}", ""]
+    return out
+
+
+class TimeSection(Section):
+    """Time, explained: where some ok row has a profiler trace."""
+
+    def render(self, results: Results, plot_dir: Path) -> list[str]:
+        contexts = time_contexts(view(results).sel)
+        plot = time_plot(contexts)
+        save(plot, plot_dir, drawer=partial(draw_breakdown, colors=COLORS))
+        return section(contexts, plot)

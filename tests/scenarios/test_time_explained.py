@@ -1,0 +1,59 @@
+"""profile=true as a user runs it: `python -m bench framework=F mode=jvp profile=true` leaves a trace that opens
+under results/traces/<run_id>/, a row whose time categories add up to the traced step, and `bench report` a "Time,
+explained" section with both frameworks; a profiler that fails costs the trial only its trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.measure.timeline import CATEGORIES, STEP_EVENT, complete, load_events
+from tests.support import FAST, bench, rows
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory) -> Path:
+    results = tmp_path_factory.mktemp("profiled")
+    bench("-m", "framework=torch,jax", "mode=backprop,jvp", "profile=true", "profile_steps=2", *FAST,
+          "logger=none", results=results)  # fmt: skip
+    return results
+
+
+def test_each_trial_leaves_a_trace_that_opens(profiled):
+    found = rows(profiled)
+    assert sorted((r["framework"], r["mode"]) for r in found) == sorted(
+        (f, m) for f in ("torch", "jax") for m in ("backprop", "jvp"))  # fmt: skip
+    for r in found:
+        assert r["status"] == "ok" and r["trace_status"] == "ok", r.get("trace_status")
+        trace = Path(r["trace_path"])
+        assert trace.is_relative_to(profiled / "traces" / r["run_id"] / "rank0")
+        steps = [e for e in complete(load_events(trace)) if e["name"] == STEP_EVENT]
+        assert len(steps) == 2 == int(r["profile_steps_traced"])
+        summary = json.loads((trace.parent if r["framework"] == "torch" else trace.parents[3]).joinpath(
+            "summary.json").read_text())  # fmt: skip
+        assert summary["top_ops"] and summary["trace_status"] == "ok"
+        total = sum(float(r[f"time_{c}_ms"]) for c in CATEGORIES)
+        assert total == pytest.approx(float(r["profile_step_ms"]), rel=1e-6)
+        assert float(r["time_matmul_ms"]) > 0 and float(r["time_overhead_ms"]) >= 0
+
+
+def test_the_report_explains_time_for_both_frameworks(profiled):
+    bench("report", str(profiled), "--out", str(profiled))
+    text = (profiled / "report.md").read_text()
+    part = text.split("## Time, explained", 1)[1].split("\n## ", 1)[0]
+    for label in ("| torch | backprop |", "| jax | backprop |", "| torch | jvp |", "| jax | jvp |"):
+        assert label in part
+    assert "a jvp step took" in part  # where jvp's time beyond backprop's goes, per framework
+    assert (profiled / "plots" / "time_breakdown.png").exists()
+
+
+def test_a_failed_profiler_keeps_the_row(tmp_path):
+    bench("framework=torch", "mode=backprop", "profile=true", *FAST, "logger=none", results=tmp_path,
+          env={"BENCH_INJECT_FAULT": "in_profile:oom"})  # fmt: skip
+    (r,) = rows(tmp_path)
+    assert r["status"] == "ok" and float(r["step_time_median_s"]) > 0
+    assert r["trace_status"].startswith("missing: MemoryError") and not r["time_matmul_ms"]
