@@ -39,6 +39,7 @@ IMPL_API = {
     "ops": ("setup", "sync", "to_device", "to_numpy", "functions", "build"),
     "plain": ("plain_loop",),
     "profile": ("record", "classify"),
+    "flops": ("count", "matmul_peak"),
 }
 
 
@@ -114,7 +115,7 @@ def test_both_trainers_implement_the_whole_protocol():
 def test_an_unknown_framework_or_scenario_is_an_error():
     with pytest.raises(ValueError, match=re.escape("framework=tensorflow: accepted torch | jax")):
         implementation("tensorflow", "steps")
-    with pytest.raises(ValueError, match=re.escape("accepted device | parallel | steps | memory | ops | plain | profile")):
+    with pytest.raises(ValueError, match=re.escape("accepted " + " | ".join(IMPL_MODULES))):
         implementation("torch", "model")
     with pytest.raises(ConfigError, match=re.escape("scenario=serving: accepted model | ops")):
         scenario_of(scenarios.SCENARIOS, "serving")

@@ -24,6 +24,8 @@ from bench import data
 from bench.config import TRACES, BenchConfig, bert_spec, step_spec
 from bench.harness.scenario import RUN_ID_ENV
 from bench.harness.signals import maybe_inject_fault
+from bench.measure.flop_model import predict as predict_flops
+from bench.measure.flop_model import published_peak
 from bench.measure.memory_model import predict
 from bench.measure.system import cpu_name
 from bench.measure.timeline import explain, load_events
@@ -160,6 +162,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     held = implementation(fw, "memory").breakdown(trainer, updates[0])
     # where the time goes: a profiler's trace of a few more steps (profile=true), then the FLOPs of one
     explained = explain_time(cfg, world, trainer, updates) if cfg.profile else {}
+    explained.update(flop_columns(cfg, trainer, updates[0], stats.median_s, device, kind))
     for d in devices:
         d.update(rank=world.rank, mem_params_mb=state["params"] / MiB, mem_optimizer_mb=state["optimizer"] / MiB,
                  step_time_median_s=stats.median_s)  # fmt: skip
@@ -222,6 +225,28 @@ def explain_time(cfg: BenchConfig, world: World, trainer, updates: list) -> dict
     except Exception as e:  # noqa: BLE001 (the measurements are made: a failed profiler must not lose them)
         return {"trace_status": f"missing: {type(e).__name__}: {e}"[:300]}
     return columns
+
+
+def flop_columns(cfg: BenchConfig, trainer, batches, step_s: float, device, kind: str) -> dict:
+    """A step's matmul FLOPs as the framework counts them (torch: one more step under FlopCounterMode; JAX: the
+    compiled programs' dots, nothing run) and as the model predicts them (bench/measure/flop_model.py), the rate
+    the timed median step reached, and that rate against this host's matmul peak (a short probe in this process,
+    the trial's dtype) and, on a GPU, against its published peak: MFU, as torchtitan reports it. Per device."""
+    fl = implementation(cfg.framework, "flops")
+    try:
+        counted = fl.count(trainer, batches)
+        peak = fl.matmul_peak(device, cfg.dtype)
+    except Exception as e:  # noqa: BLE001 (the measurements are made: a failed count must not lose them)
+        return {"flops_method": f"missing: {type(e).__name__}: {e}"[:300]}
+    predicted = predict_flops(bert_spec(cfg.model), step_spec(cfg), cfg.batch_size, cfg.seq_len,
+                              jacfwd_chunk=trainer.jacfwd_chunk, framework=cfg.framework)  # fmt: skip
+    rate = counted["flops_per_step"] / step_s
+    published = published_peak(implementation(cfg.framework, "device").device_name(device), cfg.dtype) \
+        if kind == "cuda" else None  # fmt: skip
+    return {"flops_per_step": counted["flops_per_step"], "flops_method": counted["flops_method"],
+            "flops_predicted": predicted.total, "flops_per_s": rate, "matmul_peak_flops_per_s": peak,
+            "utilisation": rate / peak if peak else None, "peak_flops_per_s": published,
+            "mfu": rate / published if published else None}  # fmt: skip
 
 
 def eval_series(evals: dict[int, tuple[float, float]], n: int) -> dict:

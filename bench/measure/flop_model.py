@@ -1,0 +1,250 @@
+"""What each way of differentiating should cost in arithmetic, on paper: the matmul FLOPs of one optimizer step.
+
+One framework-neutral model from the shapes, the counterpart of memory_model.py for time. The frameworks' own counts
+(bench/<framework>_impl/flops.py: torch's FlopCounterMode, the dots of XLA's compiled programs) are held against it
+in tests/frameworks/test_flops.py; MFU divides it by the step time and a peak (`published_peak`, or the host's
+measured `matmul_peak`), as torchtitan does.
+
+Only matmuls are counted, 2 M N K each (a multiply and an add per term); everything else (LayerNorm, softmax, GELU,
+dropout, the optimizer's update, MeZO's perturbation) is elementwise, O(tokens x H) against the matmuls'
+O(tokens x H^2), and embeddings are lookups: 0. Shapes: B x T tokens per micro-batch, H hidden, I intermediate, L
+layers, C labels.
+
+    per encoder layer   query, key, value, output projections   4 x 2 BT H H
+                        feed-forward, up and down                2 x 2 BT H I
+                        attention scores Q K^T and probs @ V     2 x 2 B T T H   (A heads of H/A: the same total)
+    pooler              2 B H H     (the [CLS] row only)
+    classifier          2 B H C
+    forward  F = L (8 BT H^2 + 4 BT H I + 4 B T^2 H) + 2 B H^2 + 2 B H C
+
+Derivatives. A matmul Y = X W (or Q K^T, P V) has two operands; an operand *carries* a derivative when it is a
+trainable weight, or an activation computed from one (anything downstream of the lowest trainable parameter). Then
+
+    backward  the cotangent of each carrying operand, dY W^T or X^T dY: one matmul of Y's size each
+    tangent   dY = dX W + X dW, one term per carrying operand: the same count
+
+so a matmul whose two operands carry costs 2x its forward in either direction, one with one carrying operand 1x
+(a frozen weight above a trainable layer: dX W^T alone; the lowest trainable layer, whose input carries nothing:
+X^T dY alone), and nothing below the lowest trainable parameter. D = sum over matmuls of forward x carrying
+operands. Per scope: all: D = 2F (everything carries, the embeddings included); bias (BitFit): every activation
+carries (the embeddings' LayerNorm bias is trainable) but only the classifier's weight does, so D is about F; last_k:
+2x the last k layers and the head, 1x the lowest trained layer's query, key and value, 0 below; head: the pooler 1x
+(its input carries nothing), the classifier 2x; classifier: the classifier 1x. A linear layer's jvp thus adds two
+matmuls to the primal one, as backprop's backward adds two: a forward gradient costs about a backprop step.
+Attention's two matmuls carry on both operands wherever anything below them trains: their jvp is 3x their primal in
+FLOPs (the softmax between them adds elementwise work only).
+
+The modes, per micro-batch (m micro-batches per optimizer step multiply everything; `Flops.total` is per step):
+
+    inference   F
+    backprop    F + D;  remat: + F_r, each checkpointed encoder layer that has a backward run forward again
+                (layers below the lowest trainable parameter have none, and neither framework recomputes them)
+    jvp         K (F + D): K tangents, each its own jvp of the whole loss, primal included (both frameworks loop
+                over the tangents and re-run the primal: forward_gradient_coeffs; the head scopes too, jvp does
+                not split the trunk off)
+    jacfwd      n basis directions in ceil(n / c) chunks of c, each chunk one vmapped jvp whose primal is not
+                batched: ceil(n / c) F + n D. The head scopes (HEAD_ONLY) run the trunk once, untangented, and
+                push only the head forward: F_trunk + ceil(n / c) F_head + n D
+    mezo        2 F: two forward passes (the perturbations are elementwise)
+
+What the frameworks run (predict's `framework`), measured with their own counters on a tiny BERT on the CPU
+(tests/frameworks/test_flops.py holds each within the tolerance it states):
+
+    torch   forward mode multiplies zero tangents. Where one operand of a matmul carries a tangent and the other
+            does not (a frozen weight under a carrying input, the lowest trained layer's input), autograd's
+            forward formula (dX W + X dW) stands in a zero tensor for the missing tangent, and mm has no zero-tensor
+            kernel: the zeros are materialised and multiplied, as fast as any matmul (a 2048^2 linear with only
+            its input's tangent runs 3 matmuls in 3x one's time). So jvp pays 2x forward for every matmul that
+            carries anything: +1x per frozen weight under BitFit. Under jacfwd's vmap the zero tangent is not
+            batched: its matmul runs once per chunk. And jacfwd's trunk for the head scopes (features: model.bert)
+            runs the pooler too, which the head then runs again.
+    jax     XLA's loop-invariant code motion hoists the primal, which depends on no tangent, out of jvp's
+            fori_loop over the tangents and jacfwd's lax.map over the chunks: F + K D and F + n D per
+            micro-batch. Symbolic zeros: no zero tangent is ever multiplied.
+            remat on XLA:CPU: the recomputed layer's query, key and value projections (same input, same weights)
+            are merged with the forward's, so 3 x 2 BT H^2 per recomputed layer less than F_r is run (not
+            modelled: a compiler's choice, held as the test's tolerance).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bench.measure.timing import timed
+from bench.spec import FRAMEWORKS, HEAD_ONLY, BertSpec, StepSpec, count_params, is_trainable, param_shapes
+
+TFLOPS = 1e12
+# Dense (no structured sparsity) peak FLOP/s by device name and dtype, in TFLOP/s, from NVIDIA's datasheets:
+# H100 Tensor Core GPU datasheet (SXM and PCIe columns; the datasheet's tensor figures are with sparsity, the dense
+# ones are half), H200 Tensor Core GPU datasheet (the H100 SXM figures), A100 Tensor Core GPU datasheet. fp32 is the
+# CUDA cores' rate (the suite's fp32 turns TF32 off); tf32 and bf16 the tensor cores'. A device name matches the
+# first entry whose key it contains (case-insensitive): "H100 PCIe" comes before the SXM part's names.
+PUBLISHED_PEAK_TFLOPS: dict[tuple[str, str], float] = {
+    ("H100 PCIe", "bf16"): 756.0,
+    ("H100 PCIe", "fp32"): 51.2,
+    ("H100 SXM", "bf16"): 989.4,
+    ("H100 SXM", "tf32"): 494.7,
+    ("H100 SXM", "fp32"): 66.9,
+    ("H100 80GB HBM3", "bf16"): 989.4,  # the SXM part as CUDA names it ("NVIDIA H100 80GB HBM3")
+    ("H100 80GB HBM3", "tf32"): 494.7,
+    ("H100 80GB HBM3", "fp32"): 66.9,
+    ("H200", "bf16"): 989.4,
+    ("H200", "tf32"): 494.7,
+    ("H200", "fp32"): 66.9,
+    ("A100", "bf16"): 312.0,
+    ("A100", "tf32"): 156.0,
+    ("A100", "fp32"): 19.5,
+}
+PEAK_DTYPES = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "bf16_pure": "bf16"}  # the suite's dtypes -> a column
+
+
+def published_peak(device_name: str, dtype: str) -> float | None:
+    """The device's dense peak in FLOP/s for `dtype` (fp32 | bf16 | bf16_pure, or tf32) from PUBLISHED_PEAK_TFLOPS;
+    None for a device the table does not know (every CPU among them)."""
+    column = PEAK_DTYPES.get(dtype)
+    name = device_name.lower()
+    keys = dict.fromkeys(key for key, _ in PUBLISHED_PEAK_TFLOPS)  # in the table's order
+    for key in keys:
+        if key.lower() in name:
+            peak = PUBLISHED_PEAK_TFLOPS.get((key, column))
+            return None if peak is None else peak * TFLOPS
+    return None
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """One matmul of the forward pass: its FLOPs, and how many of its operands carry a derivative (0, 1, 2)."""
+
+    name: str
+    flops: int  # 2 M N K
+    carrying: int  # operands that are a trainable weight or an activation downstream of one
+    layer: int | None  # its encoder layer; None for the pooler and the classifier
+
+
+def matmuls(spec: BertSpec, trainable: str, batch_size: int, seq_len: int, last_k: int = 1) -> list[Matmul]:
+    """Every matmul of one forward pass of BERT for sequence classification, in the order the pass runs them."""
+    H, I, C, L = spec.hidden_size, spec.intermediate_size, spec.num_labels, spec.num_layers  # noqa: E741
+    B, T = batch_size, seq_len
+    tokens = B * T
+    train = lambda name: is_trainable(name, trainable, L, last_k)
+    norm = lambda prefix: train(prefix + ".weight") or train(prefix + ".bias")  # a LayerNorm's scale or shift
+    flows = any(train(n) for n in param_shapes(spec) if n.startswith("bert.embeddings."))  # the layers' input
+    out: list[Matmul] = []
+
+    def linear(name: str, rows: int, n_in: int, n_out: int, x_carries: bool, layer: int | None) -> bool:
+        """Y = X W^T + b; returns whether Y carries a derivative."""
+        w = train(name + ".weight")
+        out.append(Matmul(name, 2 * rows * n_in * n_out, x_carries + w, layer))
+        return x_carries or w or train(name + ".bias")
+
+    for i in range(L):
+        p = f"bert.encoder.layer.{i}."
+        q, k, v = (linear(p + f"attention.self.{n}", tokens, H, H, flows, i) for n in ("query", "key", "value"))
+        out.append(Matmul(p + "attention.scores", 2 * B * T * T * H, q + k, i))  # Q K^T, (B, A, T, T)
+        probs = q or k
+        out.append(Matmul(p + "attention.context", 2 * B * T * T * H, probs + v, i))  # probs @ V, (B, A, T, H/A)
+        context = probs or v
+        o = linear(p + "attention.output.dense", tokens, H, H, context, i)
+        a = o or flows or norm(p + "attention.output.LayerNorm")  # the residual carries the layer's input
+        g = linear(p + "intermediate.dense", tokens, H, I, a, i)
+        y = linear(p + "output.dense", tokens, I, H, g, i)
+        flows = y or a or norm(p + "output.LayerNorm")
+    pooled = linear("bert.pooler.dense", B, H, H, flows, None)
+    linear("classifier", B, H, C, pooled, None)
+    return out
+
+
+@dataclass(frozen=True)
+class Flops:
+    """Matmul FLOPs of one optimizer step (every micro-batch), by kind of work, and their total."""
+
+    forward: float  # primal forward passes (jvp: one per tangent, jacfwd: one per chunk, XLA: one; mezo: two)
+    backward: float  # reverse mode's cotangent matmuls
+    recompute: float  # remat: the checkpointed layers' forward, again in the backward
+    tangent: float  # forward mode's tangent matmuls (jvp: every tangent; jacfwd: every basis direction)
+    total: float
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def predict(spec: BertSpec, step: StepSpec, batch_size: int, seq_len: int, *, jacfwd_chunk: int | None = None,
+            framework: str | None = None) -> Flops:  # fmt: skip
+    """The model's matmul FLOPs of one optimizer step of `step` on `step.grad_accum` micro-batches of
+    `batch_size` x `seq_len` (the module docstring has the formulas). `jacfwd_chunk`: the basis directions per
+    pass (the trainer's, `Trainer.jacfwd_chunk`), needed where step.jacfwd_chunk is "auto".
+
+    `framework` None: the maths as bench/*/steps.py write it, the same for both. "torch" or "jax": what that
+    framework's program does beyond it in the forward modes (the module docstring's "What the frameworks run");
+    inference, backprop and MeZO come out the same in all three (XLA:CPU's remat runs a little less: not
+    modelled)."""
+    if framework is not None and framework not in FRAMEWORKS:
+        raise ValueError(f"framework={framework!r}: accepted None, {', '.join(FRAMEWORKS)}")
+    mm = matmuls(spec, step.trainable, batch_size, seq_len, step.last_k)
+    every = sum(m.flops for m in mm)
+    derivative = sum(m.flops * m.carrying for m in mm)
+    # torch's forward mode: where one operand carries a tangent, the other's zero tangent is multiplied as well
+    zero_terms = sum(m.flops for m in mm if m.carrying == 1) if framework == "torch" else 0
+    trunk = sum(m.flops for m in mm if m.layer is not None)
+    pooler = next(m.flops for m in mm if m.name == "bert.pooler.dense")
+    forward = backward = recompute = tangent = 0.0
+    if step.mode == "inference":
+        forward = every
+    elif step.mode == "backprop":
+        forward, backward = every, derivative
+        if step.remat:
+            with_backward = {m.layer for m in mm if m.carrying and m.layer is not None}
+            recompute = sum(m.flops for m in mm if m.layer in with_backward)
+    elif step.mode == "jvp":
+        K = step.num_tangents
+        forward = every if framework == "jax" else K * every  # XLA hoists the primal out of the tangents' loop
+        tangent = K * (derivative + zero_terms)
+    elif step.mode == "jacfwd":
+        chunk = jacfwd_chunk if jacfwd_chunk is not None else step.jacfwd_chunk
+        if not isinstance(chunk, int):
+            raise ValueError(f"jacfwd_chunk={chunk!r}: pass predict(..., jacfwd_chunk=trainer.jacfwd_chunk)")
+        n = count_params(spec, step.trainable, step.last_k)
+        chunks = math.ceil(n / min(chunk, n))
+        if framework == "jax":  # XLA hoists the primal out of the chunks' loop
+            forward = every
+        elif step.trainable in HEAD_ONLY:  # the trunk once, untangented; the head's primal once per chunk
+            forward = trunk + chunks * (every - trunk) + (pooler if framework == "torch" else 0)
+        else:
+            forward = chunks * every
+        tangent = n * derivative + chunks * zero_terms  # a zero tangent is not batched: once per chunk
+    elif step.mode == "mezo":
+        forward = 2 * every
+    else:
+        raise ValueError(f"mode={step.mode!r}: no FLOP model")
+    m = step.grad_accum
+    parts = [m * x for x in (forward, backward, recompute, tangent)]
+    return Flops(*parts, total=sum(parts))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the host's measured matmul peak (each framework's flops.matmul_peak runs this with its own matmul)
+
+# Square matmul sizes, smallest first: a GPU reaches its peak at 8192 (~1 ms on an H100 in bf16); a CPU is probed
+# at the largest size whose matmul takes at most PROBE_MATMUL_S (fp32 on a 2-core CPU: 1024, ~15 ms; torch's bf16
+# CPU matmul runs at ~1.4 GFLOP/s there, so 256), so the whole probe stays well under a second.
+PROBE_SIZES = {"cpu": (256, 512, 1024), "cuda": (8192,)}
+PROBE_MATMUL_S = 0.05
+PROBE_REPEATS = 5  # timed matmuls at the chosen size; the fastest is the peak (the others met a busy host)
+
+
+def best_matmul_rate(make: Callable[[int], Callable[[], Any]], sync: Callable[[Any], Any] | None,
+                     sizes: tuple[int, ...]) -> float:  # fmt: skip
+    """FLOP/s of the fastest of PROBE_REPEATS n x n matmuls, `make(n)` returning the matmul to call and `sync`
+    waiting for its result; n is the largest of `sizes` that the smallest one's rate says takes at most
+    PROBE_MATMUL_S. Each size is called once untimed first (allocation, compilation, library warm-up)."""
+    run = make(sizes[0])
+    timed(run, sync=sync)
+    _, elapsed = timed(run, sync=sync)
+    n = max([s for s in sizes if elapsed * (s / sizes[0]) ** 3 <= PROBE_MATMUL_S], default=sizes[0])
+    if n != sizes[0]:
+        run = make(n)
+        timed(run, sync=sync)
+    return 2 * n**3 / min(timed(run, sync=sync)[1] for _ in range(PROBE_REPEATS))
