@@ -1,15 +1,19 @@
 """profile=true as a user runs it: `python -m bench framework=F mode=jvp profile=true` leaves a trace that opens
 under results/traces/<run_id>/, a row whose time categories add up to the traced step, and `bench report` a "Time,
-explained" section with both frameworks; a profiler that fails costs the trial only its trace."""
+explained" section with both frameworks; a profiler that fails, or whose events outgrow the host, costs the trial
+only its trace."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from bench.measure.timeline import CATEGORIES, STEP_EVENT, complete, load_events
+from bench.scenarios.model import trial
 from tests.support import FAST, bench, rows
 
 pytestmark = pytest.mark.slow
@@ -47,7 +51,7 @@ def test_the_report_explains_time_for_both_frameworks(profiled):
     part = text.split("## Time, explained", 1)[1].split("\n## ", 1)[0]
     for label in ("| torch | backprop |", "| jax | backprop |", "| torch | jvp |", "| jax | jvp |"):
         assert label in part
-    assert "a jvp step took" in part  # where jvp's time beyond backprop's goes, per framework
+    assert "a traced jvp step took" in part  # where jvp's time beyond backprop's goes, per framework
     assert (profiled / "plots" / "time_breakdown.png").exists()
 
 
@@ -57,3 +61,20 @@ def test_a_failed_profiler_keeps_the_row(tmp_path):
     (r,) = rows(tmp_path)
     assert r["status"] == "ok" and float(r["step_time_median_s"]) > 0
     assert r["trace_status"].startswith("missing: MemoryError") and not r["time_matmul_ms"]
+
+
+class Hoarder:
+    """A profiler whose events grow without end, as torch's did tracing jacfwd on MiniLM's head (24 GiB)."""
+
+    @staticmethod
+    def record(trainer, batches, folder):
+        held = []
+        while True:
+            held.append(bytearray(32 * 2**20))  # touched: resident, as a profiler's event records are
+            time.sleep(0.005)
+
+
+def test_a_profiler_that_outgrows_the_host_is_stopped(monkeypatch, tmp_path):
+    monkeypatch.setattr(trial, "PROFILER_HOST_SHARE", 256 * 2**20 / psutil.virtual_memory().available)  # 256 MiB
+    with pytest.raises(trial.ProfilerOutgrewMemory, match="the profiler's events took this process past"):
+        trial.record_within_memory(Hoarder, None, [], tmp_path)

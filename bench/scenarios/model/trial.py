@@ -10,6 +10,7 @@ largest over devices (every device's in the history), time as the slowest proces
 
 from __future__ import annotations
 
+import _thread
 import gc
 import json
 import math
@@ -19,6 +20,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 from bench import data
 from bench.config import TRACES, BenchConfig, bert_spec, step_spec
@@ -30,7 +32,7 @@ from bench.measure.memory_model import predict
 from bench.measure.system import cpu_name
 from bench.measure.timeline import explain, load_events
 from bench.measure.timing import StepTimer, timed
-from bench.measure.trackers import HostRssTracker, MiB
+from bench.measure.trackers import HostMemWatchdog, HostRssTracker, MiB
 from bench.parallel import expected_comm_bytes, global_batch_size, timed_steps
 from bench.spec import World, implementation
 from bench.weights import build_weights, weights_digest
@@ -216,7 +218,7 @@ def explain_time(cfg: BenchConfig, world: World, trainer, updates: list) -> dict
     batches = [updates[i % len(updates)] for i in range(cfg.profile_steps)]  # resident already: no new memory
     try:
         maybe_inject_fault("in_profile")  # tests: a profiler that fails
-        path = prof.record(trainer, batches, folder)
+        path = record_within_memory(prof, trainer, batches, folder)
         events = load_events(path)
         explained = explain(events, prof.classify(trainer, events))
         del events
@@ -225,6 +227,29 @@ def explain_time(cfg: BenchConfig, world: World, trainer, updates: list) -> dict
     except Exception as e:  # noqa: BLE001 (the measurements are made: a failed profiler must not lose them)
         return {"trace_status": f"missing: {type(e).__name__}: {e}"[:300]}
     return columns
+
+
+class ProfilerOutgrewMemory(Exception):
+    """The profiler's events grew past what this host could spare: stopped, its trace not kept."""
+
+
+def record_within_memory(prof, trainer, batches: list, folder: Path) -> Path:
+    """prof.record, stopped (ProfilerOutgrewMemory) once this process holds PROFILER_HOST_SHARE of the host
+    memory that was free when it began: a profiler keeps every event of the steps it traces, and torch's jacfwd
+    on the head of MiniLM (hundreds of vmapped chunks a step) took its process past 24 GiB, to the kernel's OOM
+    killer, which would have taken the trial's row with it. The watchdog interrupts the main thread; torch's
+    jacfwd loops over its chunks in Python, so the interrupt lands within a chunk."""
+    start = psutil.Process().memory_info().rss / MiB
+    limit = start + PROFILER_HOST_SHARE * psutil.virtual_memory().available / MiB
+    with HostMemWatchdog(os.getpid(), limit, on_exceed=lambda _: _thread.interrupt_main()) as dog:
+        try:
+            return prof.record(trainer, batches, folder)
+        except KeyboardInterrupt:
+            if not dog.exceeded.is_set():
+                raise
+    gc.collect()
+    raise ProfilerOutgrewMemory(f"the profiler's events took this process past {limit:.0f} MiB ({start:.0f} "
+                                f"before it, + {PROFILER_HOST_SHARE:.0%} of the host's free memory); stopped")
 
 
 def flop_columns(cfg: BenchConfig, trainer, batches, step_s: float, device, kind: str) -> dict:
@@ -314,6 +339,9 @@ class LossWatch:
             raise Diverged(loss, where, list(losses), self.facts)
 
 
+# The share of the host's free memory a profiler may take before it is stopped (record_within_memory): half,
+# so that the trial, its parent and whatever else runs keep the rest.
+PROFILER_HOST_SHARE = 0.5
 BREAKDOWN = ("trainable", "grads", "directions", "saved", "temp", "tracked_peak")
 
 

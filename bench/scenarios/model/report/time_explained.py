@@ -75,8 +75,8 @@ def _share(v: float | None) -> str:
     return "-" if v is None else f"{v:.1%}"
 
 
-HEAD = ["framework", "mode", "step ms", *[f"{c} ms" for c in CATEGORIES], "GFLOP / step (counted / model)",
-        "GFLOP/s", "of matmul peak", "MFU"]  # fmt: skip
+HEAD = ["framework", "mode", "timed ms", "traced ms", *[f"{c} ms" for c in CATEGORIES],
+        "GFLOP / step (counted / model)", "GFLOP/s", "of matmul peak", "MFU"]  # fmt: skip
 
 
 def time_table(cells: Cells) -> str:
@@ -85,7 +85,8 @@ def time_table(cells: Cells) -> str:
         step = num(r, "profile_step_ms") or 0.0
         parts = [f"{ms(r, c):.1f} ({ms(r, c) / step:.0%})" if step else "-" for c in CATEGORIES]
         flops = f"{_g(num(r, 'flops_per_step'))} / {_g(num(r, 'flops_predicted'))}"
-        body.append([fw, label, f"{step:.1f}", *parts, flops, _g(num(r, "flops_per_s")),
+        timed = "-" if num(r, "step_time_median_s") is None else f"{num(r, 'step_time_median_s') * 1e3:.1f}"
+        body.append([fw, label, timed, f"{step:.1f}", *parts, flops, _g(num(r, "flops_per_s")),
                      _share(num(r, "utilisation")), _share(num(r, "mfu"))])  # fmt: skip
     return md_table(HEAD, body)
 
@@ -105,7 +106,9 @@ def jvp_against_backprop(cells: Cells) -> list[str]:
         if bp is None or fg is None or not num(bp, "profile_step_ms"):
             continue
         a, b = num(fg, "profile_step_ms"), num(bp, "profile_step_ms")
-        out.append(f"{fw}: a jvp step took {a:.1f} ms against backprop's {b:.1f} ({a / b:.2f}×); "
+        ta, tb = num(fg, "step_time_median_s"), num(bp, "step_time_median_s")
+        timed = f"; timed, {ta / tb:.2f}×" if ta and tb else ""
+        out.append(f"{fw}: a traced jvp step took {a:.1f} ms against backprop's {b:.1f} ({a / b:.2f}×{timed}); "
                    f"{'its extra time is mostly ' + biggest(fg, bp) if a > b else 'no extra time'}.")  # fmt: skip
     return out
 
@@ -166,9 +169,10 @@ def section(contexts: dict[Context, Cells], plot: Plot) -> list[str]:
            "Where each way of differentiating's step time goes, from a profiler trace of a few steps after the "
            "timed ones (profile=true: torch.profiler, jax.profiler; docs/time.md says how to open them). Each "
            "category is its operations' share of the time some operation ran, and **overhead** the rest of the "
-           "step, so the categories add up to the traced step (*step ms*, with the profiler on: a little above "
-           "the timed median). FLOPs per step are counted by the framework (torch's FlopCounterMode: matmuls; "
-           "XLA's cost analysis: every operation) beside the analytical model's (bench/measure/flop_model.py); "
+           "step, so the categories add up to the traced step (*traced ms*: with the profiler on, above the "
+           "*timed* median by the profiler's cost per operation, most where a step runs many small ones). "
+           "FLOPs per step are the matmuls', counted by the framework (torch's FlopCounterMode; the compiled JAX "
+           "programs' dots) beside the analytical model's (bench/measure/flop_model.py); "
            "*of matmul peak* is the achieved FLOP/s at the timed median step over this host's measured matmul "
            "rate, *MFU* the same over a GPU's published peak.", ""]  # fmt: skip
     for key in richest_first(contexts):
