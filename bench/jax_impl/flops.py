@@ -79,7 +79,7 @@ def _dims(shape: str) -> list[int]:
     return [int(d) for d in m.group(1).split(",") if d] if m else []
 
 
-def _split_shape(rest: str) -> tuple[str, str]:
+def split_shape(rest: str) -> tuple[str, str]:
     """'f32[4,4]{1,0} dot(...)' or '(s32[], f32[2]) while(...)' -> (shape, 'opcode(...), attributes')."""
     depth = 0
     for i, ch in enumerate(rest):
@@ -102,7 +102,7 @@ def _operands(tail: str) -> list[tuple[str, str]]:
 def _matmul_flops(shape: str, tail: str, shapes: dict[str, str]) -> float:
     """2 x the result's elements x the lhs operand's contracted size, for a dot or a cuBLAS GEMM custom call (whose
     result is a tuple (result, workspace))."""
-    result = _split_shape(shape[1:])[0].rstrip(",") if shape.startswith("(") else shape
+    result = split_shape(shape[1:])[0].rstrip(",") if shape.startswith("(") else shape
     (lhs, printed), *_ = _operands(tail)
     lhs_dims = _dims(shapes.get(lhs) or printed)
     m = _DOT_DIMS.search(tail)
@@ -125,7 +125,7 @@ def hlo_matmul_flops(text: str) -> tuple[float, int]:
         elif line.startswith("}"):
             current = None
         elif current is not None and (m := _INSTRUCTION.match(line)):
-            current.append((m.group(1), *_split_shape(m.group(2))))
+            current.append((m.group(1), *split_shape(m.group(2))))
     unknown = 0
 
     def flops_of(name: str) -> float:

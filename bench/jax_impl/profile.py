@@ -15,6 +15,7 @@ from pathlib import Path
 
 import jax
 
+from bench.jax_impl.flops import split_shape
 from bench.measure.timeline import STEP_EVENT
 
 TRACE_GLOB = "plugins/profile/*/perfetto_trace.json.gz"
@@ -128,16 +129,7 @@ def category_of(parts: list[dict]) -> str:
 
 def opcode(rest: str) -> str:
     """The opcode of an instruction's right-hand side: its shape (a tuple's in parentheses), then `opcode(`."""
-    start = 0
-    if rest.startswith("("):  # a tuple shape: skip to its closing parenthesis
-        depth = 0
-        for start, ch in enumerate(rest, 1):  # noqa: B007 (the index after the loop is the point)
-            depth += (ch == "(") - (ch == ")")
-            if depth == 0:
-                break
-    else:
-        start = rest.find(" ")
-    m = re.match(r"\s*([a-z][\w\-]*)\(", rest[start:])
+    m = re.match(r"([a-z][\w\-]*)\(", split_shape(rest)[1])
     return m.group(1) if m else ""
 
 

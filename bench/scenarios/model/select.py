@@ -390,12 +390,19 @@ def cell_order(item) -> tuple:
     return row_order(item[1])
 
 
+def ok_cells(rows) -> dict[Context, Cells]:
+    """{context: {(framework, variant): row}} of ok rows, oldest first: a later configuration of the same cell
+    replaces an earlier one. The sections that show only rows with some measurement pass those."""
+    out: dict[Context, Cells] = defaultdict(dict)
+    for r in rows:
+        out[context_key(r)][(r.get("framework", ""), variant(r))] = r
+    return out
+
+
 def group_contexts(sel: Selection) -> dict[Context, Cells]:
     """{context: {(framework, variant): row}}: the ok row of each cell (the latest, where several
     configurations share a cell, e.g. different random seeds), else its latest failed row."""
-    out: dict[Context, Cells] = defaultdict(dict)
-    for r in sel.ok:  # oldest first: a later configuration of the same cell replaces an earlier one
-        out[context_key(r)][(r.get("framework", ""), variant(r))] = r
+    out = ok_cells(sel.ok)
     for r in sel.failed:
         if r.get("status") == DAMAGED:  # no configuration to place it by: the failures table lists it
             continue

@@ -32,8 +32,8 @@ from bench.scenarios.model.select import (
     Selection,
     cell_order,
     context_heading,
-    context_key,
     context_label,
+    ok_cells,
     richest_first,
     variant,
     view,
@@ -73,11 +73,7 @@ def has_breakdown(row: dict) -> bool:
 
 def breakdown_contexts(sel: Selection) -> dict[Context, Cells]:
     """{context: {(framework, variant): row}} over the ok rows with the breakdown: the latest of each cell."""
-    out: dict[Context, Cells] = defaultdict(dict)
-    for r in sel.ok:  # oldest first: a later configuration of the same cell replaces an earlier one
-        if has_breakdown(r):
-            out[context_key(r)][r.get("framework", ""), variant(r)] = r
-    return dict(out)
+    return dict(ok_cells(r for r in sel.ok if has_breakdown(r)))
 
 
 def bar_label(cell: tuple[str, str]) -> str:

@@ -35,8 +35,8 @@ from bench.scenarios.model.select import (
     Selection,
     cell_order,
     context_heading,
-    context_key,
     context_label,
+    ok_cells,
     richest_first,
     variant,
     view,
@@ -56,11 +56,7 @@ def has_trace(row: dict) -> bool:
 
 def time_contexts(sel: Selection) -> dict[Context, Cells]:
     """{context: {(framework, variant): row}} over the ok rows with a trace: the latest of each cell."""
-    out: dict[Context, Cells] = defaultdict(dict)
-    for r in sel.ok:
-        if has_trace(r):
-            out[context_key(r)][r.get("framework", ""), variant(r)] = r
-    return dict(out)
+    return dict(ok_cells(r for r in sel.ok if has_trace(r)))
 
 
 def ms(row: dict, category: str) -> float:
