@@ -15,6 +15,7 @@ import gc
 import json
 import math
 import os
+import signal
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -241,12 +242,17 @@ def record_within_memory(prof, trainer, batches: list, folder: Path) -> Path:
     jacfwd loops over its chunks in Python, so the interrupt lands within a chunk."""
     start = psutil.Process().memory_info().rss / MiB
     limit = start + PROFILER_HOST_SHARE * psutil.virtual_memory().available / MiB
-    with HostMemWatchdog(os.getpid(), limit, on_exceed=lambda _: _thread.interrupt_main()) as dog:
-        try:
-            return prof.record(trainer, batches, folder)
-        except KeyboardInterrupt:
-            if not dog.exceeded.is_set():
-                raise
+    # interrupt_main does nothing where SIGINT is ignored: Python's own handler for the while
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with HostMemWatchdog(os.getpid(), limit, on_exceed=lambda _: _thread.interrupt_main()) as dog:
+            try:
+                return prof.record(trainer, batches, folder)
+            except KeyboardInterrupt:
+                if not dog.exceeded.is_set():
+                    raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
     gc.collect()
     raise ProfilerOutgrewMemory(f"the profiler's events took this process past {limit:.0f} MiB ({start:.0f} "
                                 f"before it, + {PROFILER_HOST_SHARE:.0%} of the host's free memory); stopped")
