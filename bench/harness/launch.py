@@ -157,19 +157,31 @@ def adopt(sig: int = signal.SIGTERM) -> None:
     """At the start of a process the suite started (child_env): die with that parent. SIGTERM by default, so a
     launcher or a job stops its own children and cleans up as on Ctrl-C; a trial takes SIGKILL (it has nothing to
     clean up and must not linger). A no-op for a process started some other way."""
-    expected = os.environ.get(PARENT_PID)
-    if expected and expected.isdigit():
+    expected = os.environ.pop(PARENT_PID, "")  # for this process only: its own children get their own
+    if expected.isdigit():
         die_with_parent(int(expected), sig)
 
 
 def die_with_parent(parent: int, sig: int) -> None:
     """Ask the kernel to send `sig` to this process when its parent (`parent`, the pid that started it) exits
-    (PR_SET_PDEATHSIG; Linux). If the parent is gone already (it died before this call), `sig` now."""
+    (PR_SET_PDEATHSIG; Linux). If the parent is gone already (it died before this call), `sig` now. A `parent`
+    that is alive but an older ancestor reached this process through one that does not adopt (pytest run by
+    `bench gpu-check` runs `python -m bench`): nothing to do, as for a process started some other way."""
     if not sys.platform.startswith("linux"):
+        return
+    if os.getppid() != parent and psutil.pid_exists(parent) and is_ancestor(parent):
         return
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     if os.getppid() != parent:
         os.kill(os.getpid(), sig)
+
+
+def is_ancestor(pid: int) -> bool:
+    """Whether `pid` is this process's parent's parent or older."""
+    try:
+        return any(p.pid == pid for p in psutil.Process().parents())
+    except psutil.Error:
+        return False
 
 
 def remove_orphans() -> None:

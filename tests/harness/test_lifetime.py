@@ -137,3 +137,23 @@ def test_a_results_file_that_cannot_grow_gets_no_partial_row(tmp_path):
         f"bench: error: cannot write {csv}: File too large ({tmp_path}: "
         + out.stderr.split(f"({tmp_path}: ")[1].split(" MiB")[0] + " MiB free); nothing partial was kept"]
     assert csv.read_bytes() == before and len(read_rows(csv)) == 41
+
+
+ADOPT = ("import os, time; from bench.harness.launch import PARENT_PID, adopt; adopt(); "
+         "print(os.environ.get(PARENT_PID)); time.sleep(0.5); print('alive', flush=True)")  # fmt: skip
+
+
+def test_a_process_adopted_through_one_in_between_lives_and_passes_nothing_on():
+    """`bench gpu-check` marks its steps to die with it; its pytest step runs `python -m bench` with that mark in
+    its environment. That grandchild must neither take the alive grandparent for a dead parent (on an H100 it
+    killed itself with SIGTERM) nor pass the mark on; a direct child whose parent is gone still dies."""
+    env = {**os.environ, "BENCH_PARENT_PID": str(os.getpid()), "PYTHONPATH": str(REPO)}
+    call = f"import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', {ADOPT!r}]))"
+    between = [sys.executable, "-c", call]
+    out = subprocess.run(between, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["None", "alive"]
+    dead = str(2**22 + 7)  # above Linux's largest pid: a parent that is gone
+    direct = subprocess.run([sys.executable, "-c", ADOPT], cwd=REPO, env={**env, "BENCH_PARENT_PID": dead},
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert direct.returncode == -signal.SIGTERM and "alive" not in direct.stdout

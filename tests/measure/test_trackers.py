@@ -171,13 +171,16 @@ def test_torch_cuda_tracker_sees_allocation():
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
     t = trackers.TorchCudaTracker()
-    keep = torch.ones(64 * MiB // 4, device="cuda")  # resident before the baseline: 64 MiB
+    # What earlier tests left allocated counts too: on an H100 a matmul's cuBLAS workspaces (64 MiB) stay in the
+    # caching allocator's allocated bytes for the life of the process.
+    before = torch.cuda.memory_allocated() / MiB
+    keep = torch.ones(64 * MiB // 4, device="cuda")  # resident before the baseline: 64 MiB more
     t.baseline()
     with t.track():
         tmp = torch.ones(256 * MiB // 4, device="cuda")
         del tmp
     r = t.result()
-    assert r.baseline_mb == pytest.approx(64, abs=1)
+    assert r.baseline_mb == pytest.approx(before + 64, abs=1)
     assert r.excess_mb == pytest.approx(256, abs=1)  # the caching allocator rounds to 2 MiB blocks at most
     assert r.reserved_peak_mb >= r.peak_mb
     del keep
