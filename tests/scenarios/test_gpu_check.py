@@ -104,10 +104,12 @@ def test_every_gpu_command_passes_preflight(name, tmp_path):
         assert preflight(overrides, "-m" in args, SCENARIOS) >= 1
 
 
-def test_the_budgets_fit_a_lease():
-    """Issue 29: a 30-minute lease, of which a machine's start takes a few minutes."""
-    total = 2 * check.SETUP_BUDGET_S + sum(s.budget_s for s in steps.STEPS if s.name != "scale_out")
-    assert total + steps.REPORT_BUDGET_S <= 25 * 60
+def test_every_step_fits_one_device_call():
+    """A device command is cut at 10 minutes: install, facts, any one step and the report fit in one, so a call
+    that names one step gives it its whole budget. The whole check does not fit a lease (measured on an H100: JAX
+    compiles for minutes), so a call resumes what the last one left (docs/gpu.md)."""
+    for step in steps.STEPS:
+        assert 2 * check.SETUP_BUDGET_S + step.budget_s + steps.REPORT_BUDGET_S <= 600, step.name
 
 
 def test_a_step_past_its_budget_is_stopped(tmp_path):

@@ -28,6 +28,8 @@ DRY_BUDGET_S = 150  # a dry step's cap: its few tiny trials take 10-40 s on 2 sh
 # Every mode, the order pairs the frameworks mode by mode (case outer, framework inner): a step cut short by its
 # budget still has whole pairs; the study's two modes first, jacfwd (the slowest) last.
 CASES = "backprop,jvp,inference,mezo,backprop_remat,jacfwd_head"
+TRIAL_TIMEOUT_S = "360"  # a JAX jvp or mezo trial on bert_base: up to 4 min on an H100, most of it compiling
+CALL_STEP_S = 420  # what one 10-minute device call leaves a step after setup (2 x 60 s) and the report (60 s)
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class Context:
 class Step:
     name: str
     what: str  # one line: what it measures (the summary's and docs/gpu.md's words)
-    budget_s: int  # its wall-clock cap on the GPU host, seconds; the table sums to under 25 minutes
+    budget_s: int  # its wall-clock cap on the GPU host, seconds; one device call's at most (CALL_STEP_S)
     command: Callable[[Context], list[str]]  # argv after `python`: the step's first command
     then: Callable[[Context], Iterable[list[str]]] = lambda ctx: ()  # more commands, made once the first has run
     skip: Callable[[Context], str | None] = lambda ctx: None  # a reason not to run it here, or None
@@ -75,7 +77,7 @@ def bench(*args: str) -> list[str]:
 
 def study(ctx: Context) -> list[str]:
     data = {"data": "ag_news", "data.path": str(ctx.ag_news)} if ctx.ag_news else {}
-    return bench("-m", *overrides(ctx, {"+experiment": "seed_agnews", **data, "timeout_s": "240"},
+    return bench("-m", *overrides(ctx, {"+experiment": "seed_agnews", **data, "timeout_s": "420"},
                                   dry={"epochs": "1", "data.num_train": "16", "data.num_eval": "8", "eval_every": "2",
                                        "framework": "torch,jax", "mode": "backprop"}))  # fmt: skip
 
@@ -91,7 +93,7 @@ def modes(dtype: str) -> Callable[[Context], list[str]]:
     def command(ctx: Context) -> list[str]:
         return bench("-m", *overrides(ctx, {"case": CASES, "framework": "torch,jax", **BERT, "dtype": dtype,
                                             "steps": "20", "warmup_steps": "3", "max_timed_s": "20",
-                                            "timeout_s": "150"},
+                                            "timeout_s": TRIAL_TIMEOUT_S},
                                       # one framework each: the study's dry run has both
                                       dry={"case": "inference", "framework": "jax"} if dtype == "fp32" else
                                       {"case": "backprop", "framework": "torch"}))  # fmt: skip
@@ -111,7 +113,7 @@ def cuda_tests(ctx: Context) -> list[str]:
 
 
 def pathology(ctx: Context) -> list[str]:
-    return bench("-m", *overrides(ctx, {"+experiment": "jvp_pathology", "model.num_layers": "12", "timeout_s": "90"},
+    return bench("-m", *overrides(ctx, {"+experiment": "jvp_pathology", "model.num_layers": "12", "timeout_s": "120"},
                                   # the experiment sweeps its arms: the dry run replaces its list by one arm
                                   dry={"model.num_layers": None,
                                        "hydra.sweeper.params": "{+experiment/jvp_pathology:naive}"}))  # fmt: skip
@@ -124,7 +126,7 @@ def what_fits(ctx: Context) -> list[str]:
     return bench("capacity", "--max-probes", "3" if ctx.dry else "6",
                  *overrides(ctx, {"+experiment": "what_fits", "framework": "torch,jax", "case": "backprop,jvp,mezo",
                                   "model": "bert_base", "seq_len": "128", "budget_mb": "12288",
-                                  "data.num_train": "256", "timeout_s": "90"},
+                                  "data.num_train": "256", "timeout_s": "240"},
                             dry={"framework": "torch", "case": "backprop", "budget_mb": "1024", "batch_size": None,
                                  "data.num_train": "1"},
                             base={"device": "cuda", "logger": "none"}))  # fmt: skip
@@ -132,7 +134,7 @@ def what_fits(ctx: Context) -> list[str]:
 
 def repro(ctx: Context) -> list[str]:
     return bench("-m", *overrides(ctx, {"framework": "torch,jax", "case": "backprop", **BERT, "deterministic": "true",
-                                        "steps": "10", "warmup_steps": "2", "timeout_s": "60"},
+                                        "steps": "10", "warmup_steps": "2", "timeout_s": "240"},
                                   dry={"framework": "torch"}))  # fmt: skip
 
 
@@ -147,7 +149,7 @@ def reruns(ctx: Context) -> list[list[str]]:
 
 def scale_out(ctx: Context) -> list[str]:
     return bench("-m", *overrides(ctx, {"+experiment": "scale_out", "model": "bert_base", "devices": f"1,{ctx.gpus}",
-                                        "timeout_s": "120"}))  # fmt: skip
+                                        "timeout_s": "300"}))  # fmt: skip
 
 
 def one_gpu(ctx: Context) -> str | None:
@@ -156,16 +158,20 @@ def one_gpu(ctx: Context) -> str | None:
     return f"{ctx.gpus} GPU(s) by nvidia-smi -L: ddp and fsdp need more than one (docs/scale-out.md)"
 
 
+# Budgets from the first H100 run (2026-11-25, benchmarks/2026-11-25_1gpu-h100_e8d831ad0470.md): a torch trial
+# takes 20-60 s (jacfwd[head] 2 min), a JAX trial 50 s (inference) to 4 min (jvp, mezo: compiling is 30-230 s on
+# XLA:GPU), so no step but cuda_tests ends within one 10-minute call: each takes what a call can give it, and the
+# next call (or lease) carries results_gpu/ and resumes it. The pytest step first: 21 s there, every CUDA path.
 STEPS: tuple[Step, ...] = (
-    Step("study", "the UMass study's table (+experiment=seed_agnews): BERT-base B8, 1000 samples, 5 epochs, "
-         "backprop vs jvp, both frameworks", 300, study, note=study_data),
-    Step("modes_fp32", "every mode on bert_base B8 T128 in fp32, both frameworks", 300, modes("fp32")),
-    Step("modes_bf16", "every mode on bert_base B8 T128 in mixed bf16, both frameworks", 210, modes("bf16")),
     Step("cuda_tests", "the CUDA-marked tests (pytest -m cuda): trackers, ops on cuda", 90, cuda_tests),
+    Step("modes_fp32", "every mode on bert_base B8 T128 in fp32, both frameworks", CALL_STEP_S, modes("fp32")),
+    Step("study", "the UMass study's table (+experiment=seed_agnews): BERT-base B8, 1000 samples, 5 epochs, "
+         "backprop vs jvp, both frameworks", CALL_STEP_S, study, note=study_data),
+    Step("modes_bf16", "every mode on bert_base B8 T128 in mixed bf16, both frameworks", CALL_STEP_S, modes("bf16")),
     Step("pathology", "+experiment=jvp_pathology at 12 layers: torch jvp naive vs func vs dual vs lazy vs backprop",
-         120, pathology),
-    Step("what_fits", "the what-fits table: largest batch in 12 GiB at T128 (backprop, jvp, mezo)", 180, what_fits),
-    Step("repro", "deterministic=true trials, each run again by `python -m bench rerun`: bit-identical?", 120,
+         300, pathology),
+    Step("what_fits", "the what-fits table: largest batch in 12 GiB at T128 (backprop, jvp, mezo)", 300, what_fits),
+    Step("repro", "deterministic=true trials, each run again by `python -m bench rerun`: bit-identical?", 300,
          repro, then=reruns),
     Step("scale_out", "ddp and fsdp on 1 and every GPU (+experiment=scale_out, bert_base)", 240, scale_out,
          skip=one_gpu),
