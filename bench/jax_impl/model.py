@@ -182,10 +182,23 @@ def _layer_forward(layer, x, mask_bias, rngs, deterministic):
     return layer(x, mask_bias, deterministic=deterministic, rngs=rngs)
 
 
-# Activation checkpointing per encoder layer: only each layer's input is kept for the backward pass, the rest
-# is recomputed. `deterministic` (argument 4) is a Python bool that picks the graph, hence static. Dropout
-# keys come from `rngs` inside the checkpointed function, so the recomputation draws the very same masks.
-_remat_layer_forward = nnx.remat(_layer_forward, static_argnums=(4,))
+def _remat_layer_forward(layer, x, mask_bias, rngs, deterministic):
+    """Activation checkpointing per encoder layer: only each layer's input is kept for the backward pass, the rest
+    is recomputed. A pure function under jax.checkpoint, the layer and the dropout streams passed in as state and
+    the streams' advanced counters passed out: nnx.remat wrote the layer's Params back after the call, which fails
+    when some are frozen (closed over from another trace level: trainable=bias|head|last_k). Dropout keys come
+    from the streams inside the checkpointed function, so the recomputation draws the very same masks."""
+    graphdef, state = nnx.split((layer, rngs))
+
+    def pure(state, x, mask_bias):
+        layer, rngs = nnx.merge(graphdef, state)
+        y = _layer_forward(layer, x, mask_bias, rngs, deterministic)
+        return y, None if rngs is None else nnx.state(rngs)
+
+    y, streams = jax.checkpoint(pure)(state, x, mask_bias)
+    if rngs is not None:
+        nnx.update(rngs, streams)
+    return y
 
 
 class BertEncoder(nnx.Module):
