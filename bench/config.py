@@ -160,6 +160,10 @@ class BenchConfig:
         "--xla_gpu_deterministic_ops; CPU runs are bit-identical at a fixed thread count without it"
     )
     remat: bool = _f(False, "backprop with activation checkpointing per encoder layer")
+    compile: bool = _f(
+        False, "torch only: torch.compile the model (inductor; the first step, compilation included, is the "
+        "row's compile_time_s, as JAX's jit); not with jvp or jacfwd, whose torch.func transforms it skips"
+    )
     num_tangents: int = _f(1, "jvp: tangents K per step (looped), integer >= 1")
     jvp_impl: str = _f(
         "func", "jvp, torch only: func (torch.func.jvp) | lazy (tangent per module) | dual (forward_ad) | naive"
@@ -366,6 +370,7 @@ def step_spec(cfg: BenchConfig) -> StepSpec:
         last_k=cfg.last_k,
         optimizer=OptimizerSpec(**{f.name: getattr(o, f.name) for f in fields(OptimizerSpec)}),
         remat=cfg.remat,
+        compile=cfg.compile,
         num_tangents=cfg.num_tangents,
         jvp_impl=cfg.jvp_impl,
         jacfwd_chunk=cfg.jacfwd_chunk,

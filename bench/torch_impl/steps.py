@@ -442,6 +442,8 @@ class Trainer:
                 model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if s.compile:  # torch.compile, in place: each call of the module runs inductor's graph (docs/speed.md)
+            model.compile()
         # Beyond one device: `module` is what the forward pass runs (DDP around the model for backprop under
         # parallel=ddp; FSDP2 shards the model in place, its parameters becoming DTensors), and `reduce` what the
         # modes exchange (bench/torch_impl/parallel.py). On one device: the model, and nothing to exchange.

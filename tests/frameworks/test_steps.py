@@ -339,6 +339,21 @@ def test_remat_gives_the_same_gradient_as_plain_backprop(framework, trainable):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["backprop", "mezo"])
+def test_torch_compile_takes_eager_steps(mode):
+    """compile=true: inductor's graph, in place of the module's eager call, takes the same steps (fp32 sums may
+    be reassociated); ~30 s of compiling on 2 cores."""
+    eager, compiled = make("torch", mode), make("torch", mode, compile=True)
+    for b in batches(2):
+        loss_e, loss_c = float(eager.step(eager.to_device([b]))), float(compiled.step(compiled.to_device([b])))
+        assert loss_c == pytest.approx(loss_e, rel=1e-5)
+    after_e, after_c = eager.weights(), compiled.weights()
+    for name in after_e:
+        np.testing.assert_allclose(after_c[name], after_e[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    assert compiled.model._compiled_call_impl is not None and eager.model._compiled_call_impl is None
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_fifty_backprop_steps_lower_the_loss(framework):
     # BERT from a random init sits on the ln(4) plateau for ~35 steps before the topic words take hold.

@@ -29,6 +29,8 @@ from tests.support import FAST, REPO, bench, whole_rows
         (["model.num_labels=1"], "model.num_labels=1: must be an integer >= 2"),
         (["model.checkpoint=/no/such/dir"], "model.checkpoint='/no/such/dir': no such file or directory"),
         (["-m", "framework=torch,jax", "jvp_impl=naive"], "jvp_impl=naive: torch only"),
+        (["-m", "framework=torch,jax", "compile=true"], "compile=true with framework=jax mode=backprop: torch.compile"),
+        (["framework=torch", "case=jvp", "compile=true"], "compile=true with framework=torch mode=jvp"),
         (["mode=jacfwd", "model=bert_base"], "109,485,316 trainable parameters, one forward-mode pass each"),
         (["data=ag_news", "data.path=/no/such.csv"], "data.path=/no/such.csv: no such file"),
     ],

@@ -37,6 +37,7 @@ EXTRA_COLUMNS = (
     "jvp_tangent",  # jvp, one tangent: auto | keep (drawn once) | redraw (drawn again for the update)
     # reproducibility (docs/reproducibility.md): the kernels' mode and the intra-op threads a step ran on
     "deterministic", "num_threads",
+    "compile",  # torch.compile (torch only; docs/speed.md)
     "diverged_at",  # status diverged: the step whose loss turned non-finite or past divergence_factor x the first
     # cost to a target (docs/cost-to-target.md): the target, whether and when it was reached, what it cost
     "target_metric", "target_value", "target_max_steps", "target_status", "steps_to_target", "samples_to_target",

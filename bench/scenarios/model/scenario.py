@@ -28,7 +28,7 @@ OTHER_SCENARIOS_KEYS = ("scenario", "threads", "ops")
 # Keys added after rows were recorded, with the value every earlier trial had: at that value a key is left out of
 # the identity, so a single-device trial hashes as it did before multi-device trials existed.
 ADDED_KEYS = {"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True, "fsdp_offload": False,
-              "directions": "gaussian", "jvp_tangent": "auto", "deterministic": False,
+              "directions": "gaussian", "jvp_tangent": "auto", "deterministic": False, "compile": False,
               "divergence_factor": 10.0, "target": TargetConfig(), "profile": False, "profile_steps": 3}  # fmt: skip
 
 
@@ -184,6 +184,7 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "last_k": cfg.last_k,
         "jacfwd_chunk": cfg.jacfwd_chunk,
         "deterministic": cfg.deterministic,
+        "compile": cfg.compile,
         "profile": cfg.profile,
         "profile_steps": cfg.profile_steps,
         "target_metric": cfg.target.metric,

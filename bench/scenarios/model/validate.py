@@ -86,6 +86,12 @@ def validate(cfg: BenchConfig) -> None:
             f"(got mode={cfg.mode}, num_tangents={cfg.num_tangents}, jvp_impl={cfg.jvp_impl}); accepted: "
             "auto | redraw, or keep with mode=jvp num_tangents=1"
         )
+    if cfg.compile and (cfg.framework == "jax" or cfg.mode in ("jvp", "jacfwd")):
+        raise ConfigError(
+            f"compile=true with framework={cfg.framework} mode={cfg.mode}: torch.compile is torch's (JAX's step is "
+            "always compiled by XLA), and under torch.func's jvp and jacfwd it skips every frame (docs/speed.md); "
+            "accepted: framework=torch with mode=inference|backprop|mezo"
+        )
     if cfg.framework == "jax" and cfg.jvp_impl != "func":
         raise ConfigError(f"jvp_impl={cfg.jvp_impl}: torch only; framework=jax accepts jvp_impl=func (jax.jvp)")
     if cfg.framework == "jax" and cfg.attn_implementation != "eager":
