@@ -101,7 +101,7 @@ def test_a_csv_without_the_knob_columns_builds_and_meets_a_newer_one(tmp_path):
 def test_summary_table_and_variant_still_work(tmp_path):
     rows = [trial("torch", "backprop", excess_mem_mb=400.0, step_time_median_s=0.0125),
             trial("jax", "jvp", num_tangents=4), trial("torch", "jvp", jvp_impl="naive"),
-            trial("torch", "backprop", remat=True, trainable="head"),
+            trial("torch", "backprop", remat=True, trainable="head"), trial("torch", "mezo", compile=True),
             trial("jax", "mezo", "oom", error="RESOURCE_EXHAUSTED")]  # fmt: skip
     read = read_rows(write_csv(tmp_path / "runs.csv", rows))
     text = summary_table(read)
@@ -109,7 +109,8 @@ def test_summary_table_and_variant_still_work(tmp_path):
     assert lines[0].split() == ["framework", "mode", "model", "status", "excess", "MiB", "peak", "MiB", "step", "ms",
                                 "compile", "s", "samples/s", "loss", "first->last"]  # fmt: skip
     assert lines[2].split()[:7] == ["torch", "backprop", "minilm_l6", "ok", "400", lines[2].split()[5], "12.5"]
-    assert [variant(r) for r in read] == ["backprop", "jvp(K=4)", "jvp[naive]", "backprop+remat[head]", "mezo"]
+    assert [variant(r) for r in read] == ["backprop", "jvp(K=4)", "jvp[naive]", "backprop+remat[head]", "mezo+compile",
+                                        "mezo"]  # fmt: skip
     assert lines[-1].strip().endswith(": oom: RESOURCE_EXHAUSTED")
     assert summary_table([]) == "(no trials recorded)"
     assert num({"x": "nan"}, "x") is None and num({"x": "2.5"}, "x") == 2.5
