@@ -49,7 +49,7 @@ def test_the_dry_run_runs_every_step_or_says_why_not(dry_run):
     assert "no wheels in" in by_name["install"]["reason"] and "pip install --no-index --no-deps" in \
         by_name["install"]["reason"]  # fmt: skip
     assert by_name["scale_out"]["status"] == "skipped" and "more than one" in by_name["scale_out"]["reason"]
-    for name in ("study", "modes_fp32", "modes_bf16", "pathology", "what_fits", "repro"):
+    for name in ("study", "modes_fp32", "modes_bf16", "torch_compile", "pathology", "what_fits", "repro"):
         assert re.match(r"\d+ trial\(s\): \d+ ok$", by_name[name]["result"].split(";")[0]), by_name[name]
         assert all("device=cpu" in c and "model=tiny" in c for c in by_name[name]["commands"] if "rerun" not in c)
     assert "synthetic (AG News absent" in by_name["study"]["note"]

@@ -101,6 +101,14 @@ def modes(dtype: str) -> Callable[[Context], list[str]]:
     return command
 
 
+def torch_compile(ctx: Context) -> list[str]:
+    """compile=true against modes_fp32's eager rows: what inductor buys where eager kernel launches dominate."""
+    return bench("-m", *overrides(ctx, {"framework": "torch", "case": "inference,backprop,mezo", "compile": "true",
+                                        **BERT, "steps": "20", "warmup_steps": "3", "max_timed_s": "20",
+                                        "timeout_s": TRIAL_TIMEOUT_S},
+                                  dry={"case": "inference"}))  # fmt: skip
+
+
 def cuda_test_files() -> list[str]:
     """The test files that hold a test marked cuda (collecting only those keeps the step to seconds)."""
     return sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")
@@ -168,6 +176,8 @@ STEPS: tuple[Step, ...] = (
     Step("study", "the UMass study's table (+experiment=seed_agnews): BERT-base B8, 1000 samples, 5 epochs, "
          "backprop vs jvp, both frameworks", CALL_STEP_S, study, note=study_data),
     Step("modes_bf16", "every mode on bert_base B8 T128 in mixed bf16, both frameworks", CALL_STEP_S, modes("bf16")),
+    Step("torch_compile", "torch.compile (compile=true) of inference, backprop and MeZO on bert_base B8 T128, fp32",
+         300, torch_compile),
     Step("pathology", "+experiment=jvp_pathology at 12 layers: torch jvp naive vs func vs dual vs lazy vs backprop",
          300, pathology),
     Step("what_fits", "the what-fits table: largest batch in 12 GiB at T128 (backprop, jvp, mezo)", 300, what_fits),

@@ -97,8 +97,9 @@ def _non_default(row: dict, column: str) -> str:
 
 
 def variant(row: dict) -> str:
-    """The mode as a reader names it: backprop+remat, backprop+compile, jvp(K=4), jvp[naive], jacfwd[head], mezo(eps=0.0001),
-    backprop(attn=sdpa)... The knobs a mode's numbers depend on are in it, each only when not at its default."""
+    """The mode as a reader names it: backprop+remat, backprop+compile, jvp(K=4), jvp[naive], jacfwd[head],
+    mezo(eps=0.0001), backprop(attn=sdpa)... The knobs a mode's numbers depend on are in it, each only when not
+    at its default."""
     mode = row.get("mode", "")
     name = mode
     if str(row.get("remat")).lower() == "true":
