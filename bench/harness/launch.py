@@ -169,7 +169,7 @@ def die_with_parent(parent: int, sig: int) -> None:
     `bench gpu-check` runs `python -m bench`): nothing to do, as for a process started some other way."""
     if not sys.platform.startswith("linux"):
         return
-    if os.getppid() != parent and psutil.pid_exists(parent) and is_ancestor(parent):
+    if os.getppid() != parent and is_ancestor(parent):
         return
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     if os.getppid() != parent:
@@ -177,7 +177,7 @@ def die_with_parent(parent: int, sig: int) -> None:
 
 
 def is_ancestor(pid: int) -> bool:
-    """Whether `pid` is this process's parent's parent or older."""
+    """Whether `pid` is one of this process's ancestors (alive, so not a pid the kernel has reused)."""
     try:
         return any(p.pid == pid for p in psutil.Process().parents())
     except psutil.Error:

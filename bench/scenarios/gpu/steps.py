@@ -29,6 +29,8 @@ DRY_BUDGET_S = 150  # a dry step's cap: its few tiny trials take 10-40 s on 2 sh
 # budget still has whole pairs; the study's two modes first, jacfwd (the slowest) last.
 CASES = "backprop,jvp,inference,mezo,backprop_remat,jacfwd_head"
 TRIAL_TIMEOUT_S = "360"  # a JAX jvp or mezo trial on bert_base: up to 4 min on an H100, most of it compiling
+# A timed trial on bert_base: 20 steps (at most 20 s of them) after 3 warm-up ones
+TIMED = {**BERT, "steps": "20", "warmup_steps": "3", "max_timed_s": "20", "timeout_s": TRIAL_TIMEOUT_S}
 CALL_STEP_S = 420  # what one 10-minute device call leaves a step after setup (2 x 60 s) and the report (60 s)
 
 
@@ -91,9 +93,7 @@ def study_data(ctx: Context) -> str:
 
 def modes(dtype: str) -> Callable[[Context], list[str]]:
     def command(ctx: Context) -> list[str]:
-        return bench("-m", *overrides(ctx, {"case": CASES, "framework": "torch,jax", **BERT, "dtype": dtype,
-                                            "steps": "20", "warmup_steps": "3", "max_timed_s": "20",
-                                            "timeout_s": TRIAL_TIMEOUT_S},
+        return bench("-m", *overrides(ctx, {"case": CASES, "framework": "torch,jax", **TIMED, "dtype": dtype},
                                       # one framework each: the study's dry run has both
                                       dry={"case": "inference", "framework": "jax"} if dtype == "fp32" else
                                       {"case": "backprop", "framework": "torch"}))  # fmt: skip
@@ -104,9 +104,7 @@ def modes(dtype: str) -> Callable[[Context], list[str]]:
 def torch_compile(ctx: Context) -> list[str]:
     """compile=true against modes_fp32's eager rows: what inductor buys where eager kernel launches dominate."""
     return bench("-m", *overrides(ctx, {"framework": "torch", "case": "inference,backprop,mezo", "compile": "true",
-                                        **BERT, "steps": "20", "warmup_steps": "3", "max_timed_s": "20",
-                                        "timeout_s": TRIAL_TIMEOUT_S},
-                                  dry={"case": "inference"}))  # fmt: skip
+                                        **TIMED}, dry={"case": "inference"}))  # fmt: skip
 
 
 def cuda_test_files() -> list[str]:
