@@ -32,7 +32,7 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}  # as a reader knows them
 # never loads BERT.
 IMPL_MODULES = ("device", "parallel", "steps", "memory", "ops", "plain", "profile", "flops")
 MODES = ("inference", "backprop", "jvp", "jacfwd", "mezo")
-TRAINABLE_SCOPES = ("all", "head", "bias", "last_k", "classifier")
+TRAINABLE_SCOPES = ("all", "head", "bias", "last_k", "classifier", "lora")
 HEAD_ONLY = ("head", "classifier")  # scopes that train nothing before the pooler: the trunk runs once, untangented
 OPTIMIZERS = ("sgd", "adamw")
 # fp32; bf16: mixed precision (fp32 parameters and optimizer state, bf16 matmuls: torch.autocast's recipe, which
@@ -48,6 +48,11 @@ JVP_IMPLS = ("func", "lazy", "dual", "naive")
 # jvp with one tangent: keep it for the update (drawn once) or redraw it from its seed (never held after the
 # pass); auto keeps it where that costs no peak memory (see keeps_tangent)
 JVP_TANGENTS = ("auto", "keep", "redraw")
+
+# trainable=lora: the linear layers of each encoder layer an adapter may wrap, named by their path inside the layer
+# (HF's module names); lora_targets=all_linear wraps all six
+LORA_TARGETS = ("query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense")
+LORA_DEFAULT_TARGETS = ("query", "value")  # the LoRA paper's choice (Hu et al. 2021, section 7.1)
 
 # A batch is a dict of numpy arrays, identical bytes for both frameworks (bench/data.py makes them).
 #   input_ids, token_type_ids, attention_mask: (B, T) int32;  labels: (B,) int32
@@ -86,8 +91,49 @@ class BertSpec:
         return asdict(self)
 
 
-def param_shapes(spec: BertSpec) -> dict[str, tuple[int, ...]]:
-    """Every parameter of HF BertForSequenceClassification, in HF's order, with its torch-layout shape."""
+@dataclass(frozen=True)
+class LoraSpec:
+    """LoRA adapters (Hu et al. 2021) on the encoder layers' linear layers: y = W x + b + (alpha / rank) B A
+    dropout(x), A (rank, in) drawn as PEFT draws it, B (out, rank) zero, so a model starts as its base. Built by
+    HF PEFT in torch and Flax NNX's nnx.LoRA in JAX; trained with the classifier (PEFT's sequence-classification
+    recipe), the base weights frozen."""
+
+    rank: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    targets: tuple[str, ...] = LORA_DEFAULT_TARGETS  # a subset of LORA_TARGETS
+
+    @property
+    def scaling(self) -> float:
+        return self.alpha / self.rank
+
+
+def lora_shapes(spec: BertSpec, lora: LoraSpec) -> dict[str, tuple[int, ...]]:
+    """The adapters' parameters with their torch-layout shapes, named as the wrapped layer plus PEFT's
+    lora_A/lora_B (its ".default" adapter name dropped): bert.encoder.layer.0.attention.self.query.lora_A.weight
+    (rank, in), ...lora_B.weight (out, rank)."""
+    H, I = spec.hidden_size, spec.intermediate_size  # noqa: E741
+    dims = {"query": (H, H), "key": (H, H), "value": (H, H), "attention.output.dense": (H, H),
+            "intermediate.dense": (H, I), "output.dense": (I, H)}  # (in, out)  # fmt: skip
+    shapes = {}
+    for i in range(spec.num_layers):
+        for target in LORA_TARGETS:  # HF's order, whatever order the targets were given in
+            if target in lora.targets:
+                n_in, n_out = dims[target]
+                name = f"bert.encoder.layer.{i}.{lora_module(target)}"
+                shapes[name + ".lora_A.weight"] = (lora.rank, n_in)
+                shapes[name + ".lora_B.weight"] = (n_out, lora.rank)
+    return shapes
+
+
+def lora_module(target: str) -> str:
+    """A LORA_TARGETS name as the module's path inside an encoder layer (HF naming)."""
+    return f"attention.self.{target}" if target in ("query", "key", "value") else target
+
+
+def param_shapes(spec: BertSpec, lora: LoraSpec | None = None) -> dict[str, tuple[int, ...]]:
+    """Every parameter of HF BertForSequenceClassification, in HF's order, with its torch-layout shape; with
+    `lora`, the adapters' parameters after them (lora_shapes)."""
     H, I = spec.hidden_size, spec.intermediate_size  # noqa: E741
     shapes: dict[str, tuple[int, ...]] = {
         "bert.embeddings.word_embeddings.weight": (spec.vocab_size, H),
@@ -115,7 +161,7 @@ def param_shapes(spec: BertSpec) -> dict[str, tuple[int, ...]]:
     shapes["bert.pooler.dense.bias"] = (H,)
     shapes["classifier.weight"] = (spec.num_labels, H)
     shapes["classifier.bias"] = (spec.num_labels,)
-    return shapes
+    return shapes if lora is None else {**shapes, **lora_shapes(spec, lora)}
 
 
 _LAYER = re.compile(r"bert\.encoder\.layer\.(\d+)\.")
@@ -130,7 +176,11 @@ def is_trainable(name: str, scope: str, num_layers: int, last_k: int = 1) -> boo
     classifier  the classifier alone: a linear probe on the pooled output
     bias    BitFit (Ben Zaken et al. 2022): every bias vector (LayerNorm betas included) plus the classifier
     last_k  the last `last_k` encoder layers, plus pooler and classifier
+    lora    the LoRA adapters plus the classifier (PEFT's sequence-classification recipe); with any other scope an
+            adapter is frozen (a model has adapters only under lora)
     """
+    if scope == "lora":
+        return ".lora_" in name or name.startswith("classifier.")
     if scope == "all":
         return True
     head = name.startswith(_HEAD_PREFIXES)
@@ -146,10 +196,10 @@ def is_trainable(name: str, scope: str, num_layers: int, last_k: int = 1) -> boo
     raise ValueError(f"trainable={scope!r}: accepted {', '.join(TRAINABLE_SCOPES)}")
 
 
-def count_params(spec: BertSpec, scope: str = "all", last_k: int = 1) -> int:
-    return sum(
-        int(np.prod(s)) for n, s in param_shapes(spec).items() if is_trainable(n, scope, spec.num_layers, last_k)
-    )
+def count_params(spec: BertSpec, scope: str = "all", last_k: int = 1, lora: LoraSpec | None = None) -> int:
+    """The parameters `scope` trains (trainable=lora: over the adapters `lora` describes, LoraSpec() if None)."""
+    shapes = param_shapes(spec, (lora or LoraSpec()) if scope == "lora" else None)
+    return sum(int(np.prod(s)) for n, s in shapes.items() if is_trainable(n, scope, spec.num_layers, last_k))
 
 
 @dataclass(frozen=True)
@@ -184,6 +234,12 @@ class StepSpec:
     dtype: str = "fp32"  # fp32 | bf16 (mixed precision) | bf16_pure (see DTYPES)
     directions: str = "gaussian"  # gaussian | rademacher (see DIRECTIONS)
     jvp_tangent: str = "auto"  # auto | keep | redraw (see JVP_TANGENTS, keeps_tangent)
+    lora: LoraSpec = LoraSpec()  # trainable=lora: the adapters the model gets (none under any other scope)
+
+    @property
+    def adapters(self) -> LoraSpec | None:
+        """The adapters the model is built with: `lora` under trainable=lora, else None."""
+        return self.lora if self.trainable == "lora" else None
 
 
 def keeps_tangent(s: StepSpec, framework: str) -> bool:

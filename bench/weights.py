@@ -18,7 +18,7 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
-from bench.spec import BertSpec, param_shapes
+from bench.spec import BertSpec, LoraSpec, lora_shapes, param_shapes
 
 # Buffers HF keeps in checkpoints that are not parameters.
 _BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
@@ -54,6 +54,31 @@ def init_weights(spec: BertSpec, seed: int, names: list[str] | None = None) -> d
                 w[spec.pad_token_id] = 0.0
             out[name] = w
     return out
+
+
+def adapter_weights(spec: BertSpec, lora: LoraSpec, seed: int) -> dict[str, np.ndarray]:
+    """LoRA adapters as PEFT initialises them (LoraConfig's init_lora_weights=True): A ~ kaiming_uniform(a=sqrt(5)),
+    i.e. U(-1/sqrt(in), 1/sqrt(in)), B = 0, so the adapted model computes exactly its base at the start. Drawn
+    per tensor from (seed, crc32(name)) as init_weights draws, the same numbers for both frameworks."""
+    out = {}
+    for name, shape in lora_shapes(spec, lora).items():
+        if ".lora_B." in name:
+            out[name] = np.zeros(shape, np.float32)
+            continue
+        bound = 1.0 / np.sqrt(shape[1])  # fan_in of A (rank, in)
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+        out[name] = rng.uniform(-bound, bound, shape).astype(np.float32)
+    return out
+
+
+def with_adapters(weights: dict[str, np.ndarray], spec: BertSpec, lora: LoraSpec | None, seed: int):
+    """`weights` with the adapters of `lora` added where it lacks them (drawn by adapter_weights; a test may give
+    its own), or unchanged without adapters."""
+    if lora is None:
+        return weights
+    if all(k in weights for k in lora_shapes(spec, lora)):
+        return weights
+    return {**weights, **{k: v for k, v in adapter_weights(spec, lora, seed).items() if k not in weights}}
 
 
 def resolve_checkpoint(checkpoint: str) -> Path:
@@ -145,9 +170,10 @@ class _Shaped(tuple):
         return tuple(self)
 
 
-def check_weights(weights: dict[str, np.ndarray], spec: BertSpec, allow_missing=()) -> None:
-    """Raise one WeightsError naming every unexpected, missing and mis-shaped key together."""
-    shapes = param_shapes(spec)
+def check_weights(weights: dict[str, np.ndarray], spec: BertSpec, allow_missing=(), lora: LoraSpec | None = None):
+    """Raise one WeightsError naming every unexpected, missing and mis-shaped key together (with `lora`, the
+    adapters' keys are expected too)."""
+    shapes = param_shapes(spec, lora)
     unexpected = sorted(set(weights) - set(shapes))
     missing = [k for k in shapes if k not in weights and k not in allow_missing]
     mismatched = [

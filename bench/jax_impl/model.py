@@ -9,6 +9,9 @@ two apart. tests/frameworks/test_parity.py holds every hidden state, the logits,
 
 Dropout draws from the `rngs` passed to __call__ (nnx.Rngs(dropout=key)); the model itself holds only Params,
 so its state splits cleanly into trainable and frozen parameters.
+
+trainable=lora: the targeted linear layers are LoRALinear, an nnx.Linear with Flax's own nnx.LoRA beside it,
+computing what HF PEFT's lora.Linear computes in torch (same parameters, same order of operations).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import numpy as np
 from flax import nnx
 
 from bench.jax_impl.params import load_weights
-from bench.spec import BertSpec
+from bench.weights import with_adapters
+from bench.spec import BertSpec, LoraSpec
 
 # HF eager attention adds finfo(dtype).min at padded keys (masking_utils.eager_mask); the same constant here
 # keeps padded batches equal to HF at every position, padded rows included.
@@ -56,11 +60,37 @@ class BertOutput(NamedTuple):
     hidden_states: tuple[jax.Array, ...]  # (embeddings output, layer 1, ..., layer L), each (B, T, H)
 
 
-def _linear(n_in: int, n_out: int, spec: BertSpec, rngs: nnx.Rngs, p: Precision) -> nnx.Linear:
+class LoRALinear(nnx.Linear):
+    """A linear layer with a LoRA adapter (Flax's nnx.LoRA: lora_a (in, rank), lora_b (rank, out)), computing
+    PEFT's lora.Linear: y = W x + b + (lora_b^T lora_a^T dropout(x)) * alpha / rank."""
+
+    def __init__(self, n_in: int, n_out: int, lora: LoraSpec, *, rngs: nnx.Rngs, p: Precision, **kw):
+        super().__init__(n_in, n_out, dtype=p.linear, param_dtype=p.params, rngs=rngs, **kw)
+        self.lora = nnx.LoRA(n_in, lora.rank, n_out, dtype=p.linear, param_dtype=p.params, rngs=rngs)
+        self.lora_dropout = nnx.Dropout(lora.dropout)
+        self.scaling = lora.scaling
+
+    def __call__(self, x, *, deterministic=True, rngs=None):
+        y = super().__call__(x)
+        return y + self.lora(self.lora_dropout(x, deterministic=deterministic, rngs=rngs)) * self.scaling
+
+
+def _linear(n_in: int, n_out: int, spec: BertSpec, rngs: nnx.Rngs, p: Precision, lora: LoraSpec | None = None,
+            target: str = "") -> nnx.Linear:  # fmt: skip
+    """An nnx.Linear, or a LoRALinear where `lora` targets it (`target`: its name in LORA_TARGETS)."""
     # HF's _init_weights: N(0, initializer_range) weights, zero biases. build_model overwrites them with the
     # shared weights anyway; this only makes a model built directly start from the same distribution.
     init = nnx.initializers.normal(spec.initializer_range)
+    if lora is not None and target in lora.targets:
+        return LoRALinear(n_in, n_out, lora, kernel_init=init, rngs=rngs, p=p)
     return nnx.Linear(n_in, n_out, kernel_init=init, dtype=p.linear, param_dtype=p.params, rngs=rngs)
+
+
+def _project(linear: nnx.Linear, x, deterministic, rngs):
+    """A linear layer's output; a LoRALinear is also told the mode, for its adapter's dropout."""
+    if isinstance(linear, LoRALinear):
+        return linear(x, deterministic=deterministic, rngs=rngs)
+    return linear(x)
 
 
 def _layer_norm(spec: BertSpec, rngs: nnx.Rngs, p: Precision) -> nnx.LayerNorm:
@@ -94,13 +124,13 @@ class BertEmbeddings(nnx.Module):
 
 
 class BertSelfAttention(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32):
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32, lora: LoraSpec | None = None):
         H = spec.hidden_size
         self.num_heads = spec.num_heads
         self.head_dim = spec.head_dim
-        self.query = _linear(H, H, spec, rngs, p)
-        self.key = _linear(H, H, spec, rngs, p)
-        self.value = _linear(H, H, spec, rngs, p)
+        self.query = _linear(H, H, spec, rngs, p, lora, "query")
+        self.key = _linear(H, H, spec, rngs, p, lora, "key")
+        self.value = _linear(H, H, spec, rngs, p, lora, "value")
         self.dropout = nnx.Dropout(spec.dropout)
 
     def __call__(self, x, mask_bias, *, deterministic, rngs):
@@ -110,7 +140,8 @@ class BertSelfAttention(nnx.Module):
         def heads(t):  # (B, T, H) -> (B, nh, T, hd)
             return t.reshape(B, T, nh, hd).transpose(0, 2, 1, 3)
 
-        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+        project = lambda linear: heads(_project(linear, x, deterministic, rngs))
+        q, k, v = project(self.query), project(self.key), project(self.value)
         # HF eager attention: scale after the matmul, add the mask, softmax in float32, dropout on the
         # probabilities.
         scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * (hd**-0.5)  # (B, nh, T, T)
@@ -125,20 +156,21 @@ class BertSelfAttention(nnx.Module):
 class BertSelfOutput(nnx.Module):
     """Attention output projection + dropout + residual + LayerNorm (post-LN)."""
 
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32):
-        self.dense = _linear(spec.hidden_size, spec.hidden_size, spec, rngs, p)
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32, lora: LoraSpec | None = None):
+        self.dense = _linear(spec.hidden_size, spec.hidden_size, spec, rngs, p, lora, "attention.output.dense")
         self.LayerNorm = _layer_norm(spec, rngs, p)
         self.dropout = nnx.Dropout(spec.dropout)
 
     def __call__(self, x, residual, *, deterministic, rngs):
-        x = self.dropout(self.dense(x), deterministic=deterministic, rngs=rngs)
+        x = self.dropout(_project(self.dense, x, deterministic, rngs), deterministic=deterministic, rngs=rngs)
         return self.LayerNorm(x + residual)  # (B, T, H)
 
 
 class BertAttention(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32):
-        self.self = BertSelfAttention(spec, rngs=rngs, p=p)  # HF's name, so the path reads attention.self.query
-        self.output = BertSelfOutput(spec, rngs=rngs, p=p)
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32, lora: LoraSpec | None = None):
+        # HF's name, so the path reads attention.self.query
+        self.self = BertSelfAttention(spec, rngs=rngs, p=p, lora=lora)
+        self.output = BertSelfOutput(spec, rngs=rngs, p=p, lora=lora)
 
     def __call__(self, x, mask_bias, *, deterministic, rngs):
         a = self.self(x, mask_bias, deterministic=deterministic, rngs=rngs)
@@ -146,36 +178,37 @@ class BertAttention(nnx.Module):
 
 
 class BertIntermediate(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32):
-        self.dense = _linear(spec.hidden_size, spec.intermediate_size, spec, rngs, p)
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32, lora: LoraSpec | None = None):
+        self.dense = _linear(spec.hidden_size, spec.intermediate_size, spec, rngs, p, lora, "intermediate.dense")
 
-    def __call__(self, x):
-        return jax.nn.gelu(self.dense(x), approximate=False)  # (B, T, I); BERT's exact erf GELU (HF "gelu")
+    def __call__(self, x, *, deterministic, rngs):
+        return jax.nn.gelu(_project(self.dense, x, deterministic, rngs), approximate=False)  # (B, T, I); BERT's exact erf GELU (HF "gelu")
 
 
 class BertFeedForwardOutput(nnx.Module):
     """HF's BertOutput module (renamed here: BertOutput is this file's return type). FFN down-projection +
     dropout + residual + LayerNorm."""
 
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32):
-        self.dense = _linear(spec.intermediate_size, spec.hidden_size, spec, rngs, p)
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32, lora: LoraSpec | None = None):
+        self.dense = _linear(spec.intermediate_size, spec.hidden_size, spec, rngs, p, lora, "output.dense")
         self.LayerNorm = _layer_norm(spec, rngs, p)
         self.dropout = nnx.Dropout(spec.dropout)
 
     def __call__(self, x, residual, *, deterministic, rngs):
-        x = self.dropout(self.dense(x), deterministic=deterministic, rngs=rngs)
+        x = self.dropout(_project(self.dense, x, deterministic, rngs), deterministic=deterministic, rngs=rngs)
         return self.LayerNorm(x + residual)  # (B, T, H)
 
 
 class BertLayer(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32):
-        self.attention = BertAttention(spec, rngs=rngs, p=p)
-        self.intermediate = BertIntermediate(spec, rngs=rngs, p=p)
-        self.output = BertFeedForwardOutput(spec, rngs=rngs, p=p)
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32, lora: LoraSpec | None = None):
+        self.attention = BertAttention(spec, rngs=rngs, p=p, lora=lora)
+        self.intermediate = BertIntermediate(spec, rngs=rngs, p=p, lora=lora)
+        self.output = BertFeedForwardOutput(spec, rngs=rngs, p=p, lora=lora)
 
     def __call__(self, x, mask_bias, *, deterministic, rngs):
-        a = self.attention(x, mask_bias, deterministic=deterministic, rngs=rngs)  # (B, T, H)
-        return self.output(self.intermediate(a), a, deterministic=deterministic, rngs=rngs)  # (B, T, H)
+        kw = dict(deterministic=deterministic, rngs=rngs)
+        a = self.attention(x, mask_bias, **kw)  # (B, T, H)
+        return self.output(self.intermediate(a, **kw), a, **kw)  # (B, T, H)
 
 
 def _layer_forward(layer, x, mask_bias, rngs, deterministic):
@@ -202,8 +235,9 @@ def _remat_layer_forward(layer, x, mask_bias, rngs, deterministic):
 
 
 class BertEncoder(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32):
-        self.layer = nnx.List([BertLayer(spec, rngs=rngs, p=p) for _ in range(spec.num_layers)])
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32,
+                 lora: LoraSpec | None = None):  # fmt: skip
+        self.layer = nnx.List([BertLayer(spec, rngs=rngs, p=p, lora=lora) for _ in range(spec.num_layers)])
         self.remat = remat
 
     def __call__(self, x, mask_bias, *, deterministic, rngs):
@@ -224,20 +258,23 @@ class BertPooler(nnx.Module):
 
 
 class BertModel(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32):
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32,
+                 lora: LoraSpec | None = None):  # fmt: skip
         self.embeddings = BertEmbeddings(spec, rngs=rngs, p=p)
-        self.encoder = BertEncoder(spec, rngs=rngs, remat=remat, p=p)
+        self.encoder = BertEncoder(spec, rngs=rngs, remat=remat, p=p, lora=lora)
         self.pooler = BertPooler(spec, rngs=rngs, p=p)
 
 
 class BertForSequenceClassification(nnx.Module):
     """HF BertForSequenceClassification in NNX. Inputs are int32 (B, T); returns float32 logits
     (B, num_labels), or a BertOutput with the pooled output and HF's hidden_states tuple when
-    output_hidden_states=True."""
+    output_hidden_states=True. With `lora`, the targeted linear layers carry adapters (LoRALinear)."""
 
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32):
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32,
+                 lora: LoraSpec | None = None):  # fmt: skip
         self.spec = spec  # frozen dataclass: static metadata of the graph, not state
-        self.bert = BertModel(spec, rngs=rngs, remat=remat, p=p)
+        self.lora = lora  # the same: which adapters the model has (params.py reads their names)
+        self.bert = BertModel(spec, rngs=rngs, remat=remat, p=p, lora=lora)
         self.dropout = nnx.Dropout(spec.dropout)
         self.classifier = _linear(spec.hidden_size, spec.num_labels, spec, rngs, p)
 
@@ -284,13 +321,15 @@ class BertForSequenceClassification(nnx.Module):
 
 
 def build_model(
-    spec: BertSpec, weights: dict[str, np.ndarray], *, remat: bool = False, dtype: str = "fp32"
+    spec: BertSpec, weights: dict[str, np.ndarray], *, remat: bool = False, dtype: str = "fp32",
+    lora: LoraSpec | None = None, seed: int = 0,
 ) -> BertForSequenceClassification:
     """BertForSequenceClassification with exactly `weights` (HF names, torch layout; cast to bf16 for
-    dtype=bf16_pure), computing as `dtype` says (PRECISIONS); see params.py."""
+    dtype=bf16_pure), computing as `dtype` says (PRECISIONS); see params.py. With `lora`, nnx.LoRA adapters on its
+    targets, A and B from `weights` where it has them, else drawn from `seed` (bench.weights.with_adapters)."""
     # Build abstractly (shapes only, like torch's meta device): a random init would be thrown away
     # immediately.
     p = PRECISIONS[dtype]
-    model = nnx.eval_shape(lambda: BertForSequenceClassification(spec, rngs=nnx.Rngs(0), remat=remat, p=p))
-    load_weights(model, weights)
+    model = nnx.eval_shape(lambda: BertForSequenceClassification(spec, rngs=nnx.Rngs(0), remat=remat, p=p, lora=lora))
+    load_weights(model, with_adapters(weights, spec, lora, seed))
     return model

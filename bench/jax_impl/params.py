@@ -7,6 +7,8 @@ flax module that owns it, and Linear weights transposed:
     torch nn.Linear.weight (out, in)   <->  nnx.Linear.kernel (in, out)    transpose
     torch nn.Embedding.weight (n, H)   <->  nnx.Embed.embedding (n, H)     identity
     torch nn.LayerNorm.weight / .bias  <->  nnx.LayerNorm.scale / .bias    identity
+    PEFT lora_A.weight (rank, in)      <->  nnx.LoRA.lora_a (in, rank)     transpose
+    PEFT lora_B.weight (out, rank)     <->  nnx.LoRA.lora_b (rank, out)    transpose
 
 Both transforms are their own inverse, so export applies the same one. No torch here: a JAX trial never
 imports it (bench.torch_impl.model.weights_from_state_dict turns an in-memory torch state_dict into the same
@@ -22,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bench.spec import param_shapes
+from bench.spec import LORA_TARGETS, lora_module, param_shapes
 from bench.weights import WeightsError, check_weights
 
 
@@ -64,6 +66,10 @@ TABLE: tuple[tuple[str, str, object], ...] = (
     ("bert.pooler.dense.bias", "bert.pooler.dense.bias", _identity),
     ("classifier.weight", "classifier.kernel", _transpose),
     ("classifier.bias", "classifier.bias", _identity),
+) + tuple(  # trainable=lora's adapters (model.LoRALinear): the wrapped layer's path, then PEFT's / nnx.LoRA's
+    (_L + f"{lora_module(t)}.lora_{m.upper()}.weight", _L + f"{lora_module(t)}.lora.lora_{m}", _transpose)
+    for t in LORA_TARGETS
+    for m in ("a", "b")
 )
 
 
@@ -114,13 +120,13 @@ def _params(model) -> dict[str, tuple[nnx.Variable, object]]:
 def load_weights(model, weights: dict[str, np.ndarray]) -> None:
     """Copy the numpy weights into the model (strict: every missing, unexpected and mis-shaped key is reported
     together in one WeightsError). Works on an abstract model from nnx.eval_shape too (build_model)."""
-    spec = model.spec
-    check_weights(weights, spec)
-    params = _params(model)
+    spec, lora = model.spec, model.lora
+    check_weights(weights, spec, lora=lora)
+    params, shapes = _params(model), param_shapes(spec, lora)
     # The model's own parameters must be exactly the spec's; anything else is a bug in model.py, not the
     # weights.
-    if set(params) != set(param_shapes(spec)):
-        raise WeightsError(f"model.py and spec.param_shapes disagree: {sorted(set(params) ^ set(param_shapes(spec)))}")
+    if set(params) != set(shapes):
+        raise WeightsError(f"model.py and spec.param_shapes disagree: {sorted(set(params) ^ set(shapes))}")
     for name, (var, transform) in params.items():
         w = transform(np.asarray(weights[name]))
         if w.shape != tuple(var.shape):  # unreachable while the table and model.py agree; cheap to be sure
@@ -133,7 +139,7 @@ def export_weights(model) -> dict[str, np.ndarray]:
     load_weights; mirror of bench.torch_impl.model.export_weights)."""
     params = _params(model)
     out = {}
-    for name in param_shapes(model.spec):
+    for name in param_shapes(model.spec, model.lora):
         var, transform = params[name]
         # np.array copies: never aliases the model's arrays; bf16 parameters leave as fp32, as torch_impl's do
         out[name] = transform(np.array(var.get_value(), dtype=np.float32))

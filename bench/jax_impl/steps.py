@@ -590,11 +590,11 @@ def make_trainer(
     """The one way to build a trainer, for the runner and the tests alike (torch_impl.steps.make_trainer mirrors
     it): the model with exactly `weights` on `device` (auto | cpu | cuda, or a jax.Device), fp32 numerics
     ("highest" matmul precision) or step_spec.dtype's bf16, on `world`'s devices (bench.jax_impl.parallel; None:
-    this device alone).
-    Attention is always the eager formula here (jax has no other); the keyword exists so both read the same."""
-    if attn_implementation != "eager":  # the one formula jax has
+    this device alone).  attn_implementation: the keyword exists so both read the same."""
+    if attn_implementation != "eager":  # the one formula jax has (the eager one)
         raise ValueError(f"attn_implementation={attn_implementation}: torch only; framework=jax accepts eager")
     device = resolve_device(device)
     use_fp32()
-    remat = step_spec.mode == "backprop" and step_spec.remat
-    return Trainer(build_model(spec, weights, remat=remat, dtype=step_spec.dtype), step_spec, device, world)
+    s, remat = step_spec, step_spec.mode == "backprop" and step_spec.remat
+    model = build_model(spec, weights, remat=remat, dtype=s.dtype, lora=s.adapters, seed=s.seed)
+    return Trainer(model, step_spec, device, world)

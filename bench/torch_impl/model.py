@@ -1,4 +1,5 @@
-"""PyTorch BERT: HF transformers' BertForSequenceClassification, loaded from the shared numpy weights."""
+"""PyTorch BERT: HF transformers' BertForSequenceClassification, loaded from the shared numpy weights; with LoRA
+adapters injected by HF PEFT under trainable=lora."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import numpy as np
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-from bench.spec import ATTN_IMPLEMENTATIONS, BertSpec, param_shapes
-from bench.weights import check_weights, normalize_name
+from bench.spec import ATTN_IMPLEMENTATIONS, BertSpec, LoraSpec, lora_module, param_shapes
+from bench.weights import check_weights, normalize_name, with_adapters
 
 
 def hf_config(spec: BertSpec, attn_implementation: str = "eager"):
@@ -42,19 +43,47 @@ def build_model(
     weights: dict[str, np.ndarray],
     device: str | torch.device = "cpu",
     attn_implementation: str = "eager",
+    lora: LoraSpec | None = None,
+    seed: int = 0,
 ):
-    """HF BertForSequenceClassification with exactly `weights` (HF names, torch layout)."""
+    """HF BertForSequenceClassification with exactly `weights` (HF names, torch layout); with `lora`, PEFT's LoRA
+    layers around its targets, A and B from `weights` where it has them, else drawn from `seed` (with_adapters)."""
     # Build on the meta device: HF's own random init would be thrown away immediately.
     with torch.device("meta"):
         model = BertForSequenceClassification(hf_config(spec, attn_implementation))
-    load_weights(model, weights, device)
+    if lora is not None:
+        add_adapters(model, spec, lora)
+    load_weights(model, with_adapters(weights, spec, lora, seed), device, lora)
     return model
 
 
-def load_weights(model, weights: dict[str, np.ndarray], device: str | torch.device = "cpu") -> None:
+def add_adapters(model, spec: BertSpec, lora: LoraSpec) -> None:
+    """PEFT's LoRA layers (peft.LoraConfig) around every target of every encoder layer, in place. PEFT's
+    inject_adapter_in_model is get_peft_model without the PeftModel wrapper: the model stays HF's
+    BertForSequenceClassification, which DDP, FSDP2 and torch.func see as before; its parameters gain PEFT's
+    names (hf_name reads them). PEFT marks only the adapters trainable; the Trainer sets every flag itself."""
+    from peft import LoraConfig, inject_adapter_in_model  # only trainable=lora needs PEFT
+
+    modules = [f"bert.encoder.layer.{i}.{lora_module(t)}" for i in range(spec.num_layers) for t in lora.targets]
+    config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=modules,
+                        bias="none")  # fmt: skip
+    inject_adapter_in_model(config, model)
+
+
+def hf_name(name: str) -> str:
+    """The HF parameter name of a torch parameter or state_dict key: PEFT's wrapped layer keeps its weight under
+    .base_layer and names its adapters lora_A.default / lora_B.default ("default" is the adapter's name).
+    The mirror of jax_impl.params.hf_name."""
+    return name.replace(".base_layer.", ".").replace(".default.", ".")
+
+
+def load_weights(model, weights: dict[str, np.ndarray], device: str | torch.device = "cpu",
+                 lora: LoraSpec | None = None) -> None:  # fmt: skip
     """Copy the numpy weights into the model (strict: every key checked, all problems reported together)."""
-    check_weights(weights, _spec_of(model))
-    state = {k: torch.tensor(weights[k], device=device) for k in param_shapes(_spec_of(model))}
+    spec = _spec_of(model)
+    check_weights(weights, spec, lora=lora)
+    names = {hf_name(k): k for k in model.state_dict()}  # HF name -> the model's own key (PEFT's, with lora)
+    state = {names[k]: torch.tensor(weights[k], device=device) for k in param_shapes(spec, lora)}
     model.load_state_dict(state, strict=False, assign=True)  # strictness is check_weights' job
     # Non-persistent buffers were created on the meta device with the model; make real ones.
     emb = model.bert.embeddings
@@ -83,7 +112,11 @@ def _spec_of(model) -> BertSpec:
 
 def export_weights(model) -> dict[str, np.ndarray]:
     """The model's parameters as the shared {hf_name: numpy} dict (the inverse of load_weights)."""
-    return {k: v.detach().cpu().float().numpy().copy() for k, v in model.state_dict().items() if not _is_buffer(k)}
+    return {
+        hf_name(k): v.detach().cpu().float().numpy().copy()
+        for k, v in model.state_dict().items()
+        if not _is_buffer(k)
+    }
 
 
 def weights_from_state_dict(state_dict) -> dict[str, np.ndarray]:

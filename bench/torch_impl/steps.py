@@ -39,7 +39,7 @@ from torch.func import functional_call, jvp, vmap
 
 from bench.spec import HEAD_ONLY, JVP_IMPLS, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for, keeps_tangent
 from bench.torch_impl.device import resolve_device, use_fp32
-from bench.torch_impl.model import build_model, export_weights
+from bench.torch_impl.model import build_model, export_weights, hf_name
 from bench.torch_impl.parallel import World, accumulating, like_param, local, local_rows, sharded
 
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
@@ -419,7 +419,8 @@ class Trainer:
         self.model, self.spec, self.device = model, step_spec, torch.device(device)
         s = step_spec
         num_layers = model.config.num_hidden_layers
-        trainable = [n for n, _ in model.named_parameters() if is_trainable(n, s.trainable, num_layers, s.last_k)]
+        trainable = [n for n, _ in model.named_parameters() if is_trainable(hf_name(n), s.trainable, num_layers,
+                                                                            s.last_k)]  # fmt: skip
         # Only the naive jvp and backprop need autograd to track anything. Everything else runs with every
         # parameter detached, so no graph is ever recorded (frozen parameters never get a gradient either way).
         track = s.mode == "backprop" or (s.mode == "jvp" and s.jvp_impl == "naive")
@@ -525,7 +526,7 @@ class Trainer:
 
     def weights(self) -> dict[str, np.ndarray]:
         if self.n_sharded:  # FSDP2: every parameter gathered whole (a collective: every rank calls this)
-            return {n: p.full_tensor().detach().cpu().float().numpy() for n, p in self.model.named_parameters()}
+            return {hf_name(n): p.full_tensor().detach().cpu().float().numpy() for n, p in self.model.named_parameters()}
         return export_weights(self.model)
 
     def state_bytes(self) -> dict[str, int]:
@@ -593,7 +594,7 @@ def make_trainer(
     # Dropout draws from torch's global generator, which torch seeds at random in each process: seeded from the
     # trial's seed and the rank (each rank its own masks, as one device drawing them for the global batch would).
     torch.manual_seed(int(np.random.SeedSequence([step_spec.seed, world.rank if world else 0]).generate_state(1)[0]))
-    model = build_model(spec, weights, device, attn_implementation)
+    model = build_model(spec, weights, device, attn_implementation, step_spec.adapters, step_spec.seed)
     if step_spec.dtype == "bf16_pure":
         model = model.to(torch.bfloat16)
     return Trainer(model, step_spec, device, world)
