@@ -33,7 +33,16 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from bench.errors import ConfigError
 from bench.measure.system import cuda_device_count
 from bench.ops_spec import OP_NAMES
-from bench.spec import FRAMEWORKS, MAX_SEED, BertSpec, OptimizerSpec, StepSpec
+from bench.spec import (
+    FRAMEWORKS,
+    LORA_DEFAULT_TARGETS,
+    LORA_TARGETS,
+    MAX_SEED,
+    BertSpec,
+    LoraSpec,
+    OptimizerSpec,
+    StepSpec,
+)
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 LAUNCH_ID = "BENCH_LAUNCH_ID"
@@ -127,6 +136,15 @@ class TargetConfig:
 
 
 @dataclass
+class LoraConfig:
+    rank: int = _f(8, "trainable=lora: the adapters' rank r, integer >= 1")
+    alpha: float = _f(16.0, "trainable=lora: the scale's numerator (updates scaled by alpha / rank), a number > 0")
+    dropout: float = _f(0.0, "trainable=lora: dropout on the adapters' input, in [0, 1)")
+    targets: Any = _f(list(LORA_DEFAULT_TARGETS), f"trainable=lora: the encoder layers' linear layers adapted, a "
+                      f"list of {' | '.join(LORA_TARGETS)}, or all_linear (all six)")  # fmt: skip
+
+
+@dataclass
 class BenchConfig:
     scenario: str = _f("model", "model (one AD mode on BERT -> runs.csv) | ops (op micro-benchmarks -> ops.csv)")
     framework: str = _f("torch", "torch | jax")
@@ -137,7 +155,11 @@ class BenchConfig:
     logger: LoggerConfig = MISSING
     ops: OpsConfig = MISSING
     threads: str = _f("all", "scenario=ops: 1 | all (intra-op threads of torch and XLA on the CPU)")
-    trainable: str = _f("all", "all | head (pooler+classifier) | bias (BitFit) | last_k | classifier (a linear probe)")
+    trainable: str = _f(
+        "all",
+        "all | head (pooler+classifier) | bias (BitFit) | last_k | classifier (a linear probe) "
+        "| lora (adapters + classifier; see lora.*)",
+    )
     last_k: int = _f(1, "trainable=last_k: final encoder layers trained, integer in [1, model.num_layers]")
     batch_size: int = _f(8, "examples per micro-batch (per device with parallel), integer >= 1")
     seq_len: int = _f(128, "tokens per example (padded/truncated), integer in [8, 512]")
@@ -200,6 +222,7 @@ class BenchConfig:
     )
     sweep_id: str | None = _f(None, "groups the trials of one sweep (default: an id unique to each launch)")
     target: TargetConfig = field(default_factory=TargetConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
     tuning: str | None = _f(None, "set by the tuning sweeper: search (a point of a mode's search space) | repeat "
                             "(its winner at another seed)")
     tune_group: str | None = _f(None, "set by the tuning sweeper: what is tuned together (the sweep's fixed choices)")
@@ -380,7 +403,21 @@ def step_spec(cfg: BenchConfig) -> StepSpec:
         directions=cfg.directions,
         jvp_tangent=cfg.jvp_tangent,
         seed=cfg.seed,
+        lora=lora_spec(cfg.lora),
     )
+
+
+def lora_targets(targets) -> tuple[str, ...]:
+    """lora.targets as LORA_TARGETS names, in their order: a list of them, one bare name, or all_linear."""
+    if targets == "all_linear":
+        return LORA_TARGETS
+    names = [targets] if isinstance(targets, str) else list(targets)
+    return tuple(t for t in LORA_TARGETS if t in names)
+
+
+def lora_spec(lora: LoraConfig) -> LoraSpec:
+    return LoraSpec(rank=lora.rank, alpha=float(lora.alpha), dropout=float(lora.dropout),
+                    targets=lora_targets(lora.targets))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------

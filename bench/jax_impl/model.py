@@ -24,8 +24,8 @@ import numpy as np
 from flax import nnx
 
 from bench.jax_impl.params import load_weights
-from bench.weights import with_adapters
 from bench.spec import BertSpec, LoraSpec
+from bench.weights import with_adapters
 
 # HF eager attention adds finfo(dtype).min at padded keys (masking_utils.eager_mask); the same constant here
 # keeps padded batches equal to HF at every position, padded rows included.
@@ -182,7 +182,8 @@ class BertIntermediate(nnx.Module):
         self.dense = _linear(spec.hidden_size, spec.intermediate_size, spec, rngs, p, lora, "intermediate.dense")
 
     def __call__(self, x, *, deterministic, rngs):
-        return jax.nn.gelu(_project(self.dense, x, deterministic, rngs), approximate=False)  # (B, T, I); BERT's exact erf GELU (HF "gelu")
+        # (B, T, I); BERT's exact erf GELU (HF "gelu")
+        return jax.nn.gelu(_project(self.dense, x, deterministic, rngs), approximate=False)
 
 
 class BertFeedForwardOutput(nnx.Module):

@@ -74,7 +74,17 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench.measure.timing import timed
-from bench.spec import FRAMEWORKS, HEAD_ONLY, BertSpec, StepSpec, count_params, is_trainable, param_shapes
+from bench.spec import (
+    FRAMEWORKS,
+    HEAD_ONLY,
+    BertSpec,
+    LoraSpec,
+    StepSpec,
+    count_params,
+    is_trainable,
+    lora_module,
+    param_shapes,
+)
 
 TFLOPS = 1e12
 # Dense (no structured sparsity) peak FLOP/s by device name and dtype, in TFLOP/s, from NVIDIA's datasheets:
@@ -124,20 +134,28 @@ class Matmul:
     layer: int | None  # its encoder layer; None for the pooler and the classifier
 
 
-def matmuls(spec: BertSpec, trainable: str, batch_size: int, seq_len: int, last_k: int = 1) -> list[Matmul]:
-    """Every matmul of one forward pass of BERT for sequence classification, in the order the pass runs them."""
+def matmuls(spec: BertSpec, trainable: str, batch_size: int, seq_len: int, last_k: int = 1,
+            lora: LoraSpec | None = None) -> list[Matmul]:  # fmt: skip
+    """Every matmul of one forward pass of BERT for sequence classification, in the order the pass runs them;
+    with `lora`, each adapted layer's two adapter matmuls after its own (A x, then B (A x): both carry, A and B
+    being trained)."""
     H, I, C, L = spec.hidden_size, spec.intermediate_size, spec.num_labels, spec.num_layers  # noqa: E741
     B, T = batch_size, seq_len
     tokens = B * T
     train = lambda name: is_trainable(name, trainable, L, last_k)
     norm = lambda prefix: train(prefix + ".weight") or train(prefix + ".bias")  # a LayerNorm's scale or shift
     flows = any(train(n) for n in param_shapes(spec) if n.startswith("bert.embeddings."))  # the layers' input
+    adapted = {f"bert.encoder.layer.{i}.{lora_module(t)}" for i in range(L) for t in (lora.targets if lora else ())}
     out: list[Matmul] = []
 
     def linear(name: str, rows: int, n_in: int, n_out: int, x_carries: bool, layer: int | None) -> bool:
-        """Y = X W^T + b; returns whether Y carries a derivative."""
+        """Y = X W^T + b (+ B A X); returns whether Y carries a derivative."""
         w = train(name + ".weight")
         out.append(Matmul(name, 2 * rows * n_in * n_out, x_carries + w, layer))
+        if name in adapted:
+            out.append(Matmul(name + ".lora_A", 2 * rows * n_in * lora.rank, x_carries + 1, layer))
+            out.append(Matmul(name + ".lora_B", 2 * rows * lora.rank * n_out, 2, layer))
+            return True
         return x_carries or w or train(name + ".bias")
 
     for i in range(L):
@@ -183,7 +201,7 @@ def predict(spec: BertSpec, step: StepSpec, batch_size: int, seq_len: int, *, ja
     modelled)."""
     if framework is not None and framework not in FRAMEWORKS:
         raise ValueError(f"framework={framework!r}: accepted None, {', '.join(FRAMEWORKS)}")
-    mm = matmuls(spec, step.trainable, batch_size, seq_len, step.last_k)
+    mm = matmuls(spec, step.trainable, batch_size, seq_len, step.last_k, step.adapters)
     every = sum(m.flops for m in mm)
     derivative = sum(m.flops * m.carrying for m in mm)
     # torch's forward mode: where one operand carries a tangent, the other's zero tangent is multiplied as well
@@ -206,7 +224,7 @@ def predict(spec: BertSpec, step: StepSpec, batch_size: int, seq_len: int, *, ja
         chunk = jacfwd_chunk if jacfwd_chunk is not None else step.jacfwd_chunk
         if not isinstance(chunk, int):
             raise ValueError(f"jacfwd_chunk={chunk!r}: pass predict(..., jacfwd_chunk=trainer.jacfwd_chunk)")
-        n = count_params(spec, step.trainable, step.last_k)
+        n = count_params(spec, step.trainable, step.last_k, step.lora)
         chunks = math.ceil(n / min(chunk, n))
         if framework == "jax":  # XLA hoists the primal out of the chunks' loop
             forward = every

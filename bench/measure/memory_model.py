@@ -73,7 +73,7 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
     H, I, A, L = spec.hidden_size, spec.intermediate_size, spec.num_heads, spec.num_layers  # noqa: E741
     T, tokens = seq_len, batch_size * seq_len
     d = 1 if spec.dropout > 0 and s.mode in ("backprop", "jvp", "jacfwd") else 0  # dropout runs in training modes
-    shapes = param_shapes(spec)
+    shapes = param_shapes(spec, s.adapters)  # trainable=lora: the adapters too
     trainable = {k: v for k, v in shapes.items() if is_trainable(k, s.trainable, L, s.last_k)}
     n = sum(int(np.prod(v)) for v in trainable.values())
     n_all = sum(int(np.prod(v)) for v in shapes.values())
@@ -83,10 +83,15 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
 
     # activations, per token
     layer = X * (8 * H + 2 * I + (1 + d) * A * T) + d * mask * (A * T + 2 * H)
-    if s.trainable == "bias":
+    if s.trainable in ("bias", "lora"):  # a frozen weight's gradient is never formed: its input is not saved
         layer -= X * (3 * H + I)
+    if s.trainable == "lora":  # an adapted layer's input is saved for its A, and A x (r per token) for its B
+        inputs = {"qkv": H, "attention.output.dense": H, "intermediate.dense": H, "output.dense": I}
+        read = {"qkv" if t in ("query", "key", "value") else t for t in s.lora.targets}  # Q, K, V: one input
+        layer += X * (sum(inputs[g] for g in read) + s.lora.rank * len(s.lora.targets))
     # a linear probe (classifier) saves only the pooled output it multiplies, (B, H): nothing per token
-    trained_layers = {"all": L, "bias": L, "last_k": min(s.last_k, L), "head": 0, "classifier": 0}[s.trainable]
+    trained_layers = {"all": L, "bias": L, "lora": L, "last_k": min(s.last_k, L), "head": 0,
+                      "classifier": 0}[s.trainable]  # fmt: skip
     trunk_trains = s.trainable in ("all", "bias")
     embeddings = (X * H + d * mask * H) if trunk_trains else 0  # LayerNorm input and dropout mask
     head = X * H if trained_layers or s.trainable == "head" else 0  # the last hidden state the pooler slices

@@ -111,9 +111,11 @@ def _spec_of(model) -> BertSpec:
 
 
 def export_weights(model) -> dict[str, np.ndarray]:
-    """The model's parameters as the shared {hf_name: numpy} dict (the inverse of load_weights)."""
+    """The model's parameters as the shared {hf_name: numpy} dict (the inverse of load_weights). FSDP2's sharded
+    parameters (DTensors) are gathered whole: a collective, which every rank must call."""
+    whole = lambda v: v.full_tensor() if hasattr(v, "full_tensor") else v
     return {
-        hf_name(k): v.detach().cpu().float().numpy().copy()
+        hf_name(k): whole(v).detach().cpu().float().numpy().copy()
         for k, v in model.state_dict().items()
         if not _is_buffer(k)
     }

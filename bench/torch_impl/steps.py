@@ -525,9 +525,7 @@ class Trainer:
         return loss
 
     def weights(self) -> dict[str, np.ndarray]:
-        if self.n_sharded:  # FSDP2: every parameter gathered whole (a collective: every rank calls this)
-            return {hf_name(n): p.full_tensor().detach().cpu().float().numpy() for n, p in self.model.named_parameters()}
-        return export_weights(self.model)
+        return export_weights(self.model)  # FSDP2: a collective, every rank calls it
 
     def state_bytes(self) -> dict[str, int]:
         """Parameters and optimizer state held by this process's device, from the tensors themselves."""

@@ -21,7 +21,7 @@ from bench.config import model_preset
 from bench.jax_impl import params as jax_params
 from bench.jax_impl.model import BertForSequenceClassification
 from bench.jax_impl.model import build_model as jax_build_model
-from bench.spec import TRAINABLE_SCOPES, count_params, is_trainable, param_shapes
+from bench.spec import TRAINABLE_SCOPES, LoraSpec, count_params, is_trainable, lora_shapes, param_shapes
 from bench.torch_impl import model as torch_model
 from bench.weights import WeightsError, build_weights, init_weights
 from tests.support import REPO
@@ -86,7 +86,8 @@ def test_trainable_filter_by_hf_name_matches_spec(scope):
     """How the training steps freeze parameters: an nnx filter on is_trainable(hf_name(path)). Both frameworks
     must select exactly spec.count_params(scope) parameters."""
     spec, _ = model_preset("tiny")
-    jm = jax_build_model(spec, init_weights(spec, 0))
+    lora = LoraSpec() if scope == "lora" else None  # the model has adapters under lora only
+    jm = jax_build_model(spec, init_weights(spec, 0), lora=lora)
 
     def trainable(path, _):
         return is_trainable(jax_params.hf_name(path), scope, spec.num_layers, last_k=1)
@@ -95,7 +96,8 @@ def test_trainable_filter_by_hf_name_matches_spec(scope):
     n_train = sum(v.size for v in jax.tree_util.tree_leaves(train))
     n_frozen = sum(v.size for v in jax.tree_util.tree_leaves(frozen))
     assert n_train == count_params(spec, scope, last_k=1)
-    assert n_train + n_frozen == count_params(spec)
+    adapters = sum(int(np.prod(s)) for s in lora_shapes(spec, lora).values()) if lora else 0
+    assert n_train + n_frozen == count_params(spec) + adapters
 
 
 def _tiny_checkpoint(spec, seed):

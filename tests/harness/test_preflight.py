@@ -33,6 +33,12 @@ from tests.support import FAST, REPO, bench, whole_rows
         (["framework=torch", "case=jvp", "compile=true"], "compile=true with framework=torch mode=jvp"),
         (["mode=jacfwd", "model=bert_base"], "109,485,316 trainable parameters, one forward-mode pass each"),
         (["data=ag_news", "data.path=/no/such.csv"], "data.path=/no/such.csv: no such file"),
+        (["trainable=lora", "lora.rank=0"], "lora.rank=0: must be an integer >= 1"),
+        (["trainable=lora", "lora.alpha=0"], "lora.alpha=0.0: accepted a finite number > 0"),
+        (["trainable=lora", "lora.targets=[query,dense]"], "lora.targets=[query,dense]: unknown dense; accepted a "
+         "list of query | key | value | attention.output.dense | intermediate.dense | output.dense, or all_linear"),
+        (["-m", "trainable=all,lora", "lora.rank=4"], "lora.rank=4: applies to trainable=lora only (got trainable=al"),
+        (["trainable=lora", "last_k=2"], "last_k=2 with trainable=lora: last_k applies to trainable=last_k"),
     ],
 )
 def test_bad_config_is_one_line_and_nothing_runs(tmp_path, args, expected):

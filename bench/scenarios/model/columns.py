@@ -50,5 +50,6 @@ EXTRA_COLUMNS = (
     "time_collectives_ms", "time_overhead_ms",
     "flops_per_step", "flops_method", "flops_predicted", "flops_per_s", "matmul_peak_flops_per_s", "utilisation",
     "peak_flops_per_s", "mfu",
+    "lora_rank", "lora_alpha", "lora_dropout", "lora_targets",  # trainable=lora's adapters (docs/lora.md)
 )  # fmt: skip
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS

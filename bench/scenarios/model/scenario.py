@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from bench import parallel
-from bench.config import NOT_IDENTITY, TRACES, BenchConfig, TargetConfig
+from bench.config import NOT_IDENTITY, TRACES, BenchConfig, LoraConfig, TargetConfig, lora_targets
 from bench.harness.scenario import Scenario, identity_of
 from bench.measure.system import cuda_memory_mb, host_facts, jaxlib_at_least
 from bench.scenarios.model import trial
@@ -29,7 +29,8 @@ OTHER_SCENARIOS_KEYS = ("scenario", "threads", "ops")
 # the identity, so a single-device trial hashes as it did before multi-device trials existed.
 ADDED_KEYS = {"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True, "fsdp_offload": False,
               "directions": "gaussian", "jvp_tangent": "auto", "deterministic": False, "compile": False,
-              "divergence_factor": 10.0, "target": TargetConfig(), "profile": False, "profile_steps": 3}  # fmt: skip
+              "divergence_factor": 10.0, "target": TargetConfig(), "profile": False, "profile_steps": 3,
+              "lora": LoraConfig()}  # fmt: skip
 
 
 class ModelScenario(Scenario):
@@ -182,6 +183,7 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "hidden_size": m.hidden_size,
         "grad_accum": cfg.grad_accum,
         "last_k": cfg.last_k,
+        **lora_columns(cfg),
         "jacfwd_chunk": cfg.jacfwd_chunk,
         "deterministic": cfg.deterministic,
         "compile": cfg.compile,
@@ -251,3 +253,12 @@ def save_history(results_dir: Path, run_id: str, history: dict | None) -> Path |
 
 
 MODEL = ModelScenario()
+
+
+def lora_columns(cfg: BenchConfig) -> dict:
+    """trainable=lora's adapters, as the row's lora_* columns (empty under any other scope)."""
+    if cfg.trainable != "lora":
+        return {}
+    lo = cfg.lora
+    return {"lora_rank": lo.rank, "lora_alpha": lo.alpha, "lora_dropout": lo.dropout,
+            "lora_targets": "+".join(lora_targets(lo.targets))}  # fmt: skip

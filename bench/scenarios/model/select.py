@@ -124,8 +124,25 @@ def variant(row: dict) -> str:
     if mode == "jvp" and row.get("framework") == "torch" and row.get("jvp_impl") not in (None, "", "func"):
         name += f"[{row['jvp_impl']}]"
     if row.get("trainable") not in (None, "", "all"):
-        name += f"[{row['trainable']}]"
+        name += f"[{scope_label(row)}]"
     return name
+
+
+def scope_label(row: dict) -> str:
+    """A row's trainable scope as a reader names it: bias, last_k=2, lora(r=8), lora(r=4, all_linear)..."""
+    scope = row.get("trainable") or "all"
+    if scope == "last_k":
+        return f"last_k={row.get('last_k')}"
+    if scope == "lora":
+        settings = [f"r={row.get('lora_rank')}"]
+        if str(row.get("lora_alpha")) not in ("", "None", str(2 * int(row.get("lora_rank") or 0)), "16", "16.0"):
+            settings.append(f"alpha={row.get('lora_alpha')}")
+        if str(row.get("lora_targets")) not in ("", "None", "query+value"):
+            settings.append("all_linear" if str(row.get("lora_targets")).count("+") == 5 else str(row["lora_targets"]))
+        if str(row.get("lora_dropout")) not in ("", "None", "0", "0.0"):
+            settings.append(f"dropout={row.get('lora_dropout')}")
+        return f"lora({', '.join(settings)})"
+    return scope
 
 
 def mode_label(row: dict) -> str:
@@ -222,6 +239,7 @@ def summary_table(rows: list[dict]) -> str:
 
 # What identifies a configuration when a row has no config_hash (written before the column existed).
 _IDENTITY_COLUMNS = ("framework", "mode", "model", "num_layers", "hidden_size", "data", "trainable", "last_k",
+                     "lora_rank", "lora_alpha", "lora_dropout", "lora_targets",
                      "optimizer", *OPTIMIZER_KNOBS, "batch_size", "grad_accum", "seq_len", "steps", "epochs", "seed",
                      "remat", "num_tangents", "jvp_impl", "mezo_eps", "attn_implementation", "dropout", "dtype",
                      "directions", "jvp_tangent", "device", *PARALLEL_COLUMNS)  # fmt: skip
@@ -298,6 +316,7 @@ def view(results: Results) -> View:
 CONTEXT_COLUMNS = ("model", "num_layers", "hidden_size", "data", "optimizer", *OPTIMIZER_KNOBS, "batch_size",
                    "grad_accum", "seq_len", "dtype", "dropout", "device", "device_name", *PARALLEL_COLUMNS)  # fmt: skip
 _CONTEXT_KNOBS = (*OPTIMIZER_KNOBS, "dropout", *PARALLEL_COLUMNS)
+SCOPE_COLUMNS = ("trainable", "last_k", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets")  # scope_label's
 
 Context = tuple  # ((column, value), ...)
 Cells = dict  # (framework, variant) -> row
@@ -332,6 +351,8 @@ def context_label(key: Context) -> str:
     trainable = c.get("trainable", "")
     if trainable == "last_k":
         trainable = f"last {c.get('last_k') or 'k'} layers"
+    elif trainable == "lora":
+        trainable = scope_label(c)
     optimizer = c.get("optimizer", "")
     hyper = [f"{KNOB_NAMES.get(k, k)} {c[k]}" for k in OPTIMIZER_KNOBS
              if k in c and c[k] != knob_default(k, optimizer)]  # fmt: skip

@@ -7,10 +7,23 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from dataclasses import fields
 from pathlib import Path
 
 from bench import data
-from bench.config import TRACES, BenchConfig, above, at_least, bert_spec, choice, in_unit, is_number
+from bench.config import (
+    TRACES,
+    BenchConfig,
+    LoraConfig,
+    above,
+    at_least,
+    bert_spec,
+    choice,
+    in_unit,
+    is_number,
+    lora_spec,
+    shown,
+)
 from bench.errors import ConfigError
 from bench.parallel import REFUSED_WHY, STRATEGIES, SUPPORTED, global_batch_size, timed_steps, world_size
 from bench.spec import (
@@ -19,6 +32,7 @@ from bench.spec import (
     DTYPES,
     JVP_IMPLS,
     JVP_TANGENTS,
+    LORA_TARGETS,
     MODES,
     OPTIMIZERS,
     TRAINABLE_SCOPES,
@@ -72,6 +86,7 @@ def validate(cfg: BenchConfig) -> None:
         )
     if cfg.trainable == "last_k" and not 1 <= cfg.last_k <= spec.num_layers:
         raise ConfigError(f"last_k={cfg.last_k}: accepted 1..{spec.num_layers} (model.num_layers)")
+    validate_lora(cfg)
     if cfg.remat and cfg.mode != "backprop":
         raise ConfigError(f"remat=true: applies to mode=backprop only (got mode={cfg.mode}); use case=backprop_remat")
     if cfg.dtype == "bf16_pure" and cfg.mode == "mezo":
@@ -97,7 +112,7 @@ def validate(cfg: BenchConfig) -> None:
     if cfg.framework == "jax" and cfg.attn_implementation != "eager":
         raise ConfigError(f"attn_implementation={cfg.attn_implementation}: torch only; framework=jax accepts eager")
     if cfg.mode == "jacfwd":
-        n = count_params(spec, cfg.trainable, cfg.last_k)
+        n = count_params(spec, cfg.trainable, cfg.last_k, lora_spec(cfg.lora))
         if n > cfg.jacfwd_max_params:
             raise ConfigError(
                 f"mode=jacfwd with trainable={cfg.trainable}: {n:,} trainable parameters, one forward-mode pass "
@@ -113,6 +128,32 @@ def validate(cfg: BenchConfig) -> None:
             check_checkpoint(m.checkpoint, spec)
         except WeightsError as e:
             raise ConfigError(str(e)) from e
+
+
+def validate_lora(cfg: BenchConfig) -> None:
+    """lora.*: meaningful under trainable=lora only (refused elsewhere rather than silently ignored)."""
+    lo, defaults = cfg.lora, LoraConfig()
+    if cfg.trainable != "lora":
+        for f in fields(LoraConfig):
+            value, default = getattr(lo, f.name), getattr(defaults, f.name)
+            if (list(value) if isinstance(value, (list, tuple)) else value) != default:
+                raise ConfigError(f"lora.{f.name}={shown(value)}: applies to trainable=lora only (got "
+                                  f"trainable={cfg.trainable})")  # fmt: skip
+        return
+    if not isinstance(lo.rank, int) or isinstance(lo.rank, bool) or lo.rank < 1:
+        raise ConfigError(f"lora.rank={lo.rank}: must be an integer >= 1")
+    above("lora.alpha", lo.alpha, 0)
+    if not is_number(lo.dropout) or not 0 <= lo.dropout < 1:
+        raise ConfigError(f"lora.dropout={lo.dropout}: must be a number in [0, 1)")
+    names = [lo.targets] if isinstance(lo.targets, str) else list(lo.targets)
+    if names != ["all_linear"]:
+        bad = [t for t in names if t not in LORA_TARGETS]
+        if bad or not names:
+            raise ConfigError(f"lora.targets={shown(lo.targets)}: {'unknown ' + bad[0] if bad else 'empty'}; accepted "
+                              f"a list of {' | '.join(LORA_TARGETS)}, or all_linear")  # fmt: skip
+    if cfg.last_k != 1:
+        raise ConfigError(f"last_k={cfg.last_k} with trainable=lora: last_k applies to trainable=last_k; lora "
+                          "adapts every encoder layer (lora.targets says which of its linear layers)")  # fmt: skip
 
 
 def validate_parallel(cfg: BenchConfig) -> None:

@@ -30,6 +30,7 @@ from bench.scenarios.model.select import (
     framework_order,
     knob,
     mode_order,
+    scope_label,
 )
 from bench.spec import FRAMEWORK_NAMES
 from bench.store.read import read_history
@@ -92,9 +93,8 @@ def cost_label(row: dict) -> str:
     name = row.get("mode", "") + ("+remat" if str(row.get("remat")).lower() == "true" else "")
     if row.get("mode") == "jvp" and row.get("framework") == "torch" and row.get("jvp_impl") not in ("", "func", None):
         name += f"[{row['jvp_impl']}]"
-    scope = row.get("trainable") or "all"
-    if scope != "all":
-        name += f"[{scope}{'=' + str(row.get('last_k')) if scope == 'last_k' else ''}]"
+    if (row.get("trainable") or "all") != "all":
+        name += f"[{scope_label(row)}]"
     return name
 
 

@@ -13,6 +13,7 @@ from bench.report.plots import Chart, Plot, Series, save
 from bench.report.section import PLOT_DIR, Results, Section
 from bench.report.tables import FP32_BYTES, num
 from bench.scenarios.model.select import (
+    SCOPE_COLUMNS,
     STUDY_EXPERIMENT,
     Cells,
     Context,
@@ -131,11 +132,11 @@ def grad_quality_grid(rows: list[dict]) -> list[list[Chart]]:
     jvp = [r for r in rows if r.get("mode") == "jvp"]
     # one panel per trainable scope: n, and with it the expected cosine, depends on it
     groups = series_groups(jvp, "num_tangents", "grad_cosine", lambda r: mode_label({**r, "num_tangents": 1}),
-                           keep=("trainable", "last_k"))  # fmt: skip
+                           keep=SCOPE_COLUMNS)  # fmt: skip
     mezo: dict = defaultdict(dict)  # {context: {(framework, mode label): row}}: one line per mezo_eps
     for r in rows:
         if r.get("mode") == "mezo" and num(r, "grad_cosine") is not None:
-            mezo[context_key(r, keep=("trainable", "last_k"))][r.get("framework", ""), mode_label(r)] = r  # latest
+            mezo[context_key(r, keep=SCOPE_COLUMNS)][r.get("framework", ""), mode_label(r)] = r  # latest
     grid = []
     for key, series in best_groups(groups, lambda s, pts: len(pts) >= 2, MAX_PANELS):
         lines = _line_series(series, "grad_cosine")
