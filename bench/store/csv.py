@@ -42,10 +42,10 @@ class CsvSink:
     number of cells) are set aside into a side file before the append (set_aside_damaged): a new row never
     becomes part of a damaged one.
 
-    An existing file written under another schema: when its header is an earlier version of this one (the same
-    columns in the same order, with columns added since at the end), its header line is widened to the current
-    one before the row is appended (the rows already there keep their values and get empty cells for the new
-    columns; the file is replaced atomically). Otherwise rows are appended under the file's own header as long as
+    An existing file written under another schema: when its header is an earlier version of this one (our
+    columns less some added since, in our order: earlier_schema), it is widened to the current header before the
+    row is appended (the rows already there keep their values, moved by column name, and get empty cells for the
+    new columns; the file is replaced atomically). Otherwise rows are appended under the file's own header as long as
     it has a column for every value the row sets (values the file has no column for and that are empty are
     dropped, its extra columns stay empty); if not, SchemaError names the file and the missing columns: start a
     new results file rather than mix schemas in one.
@@ -83,19 +83,20 @@ class CsvSink:
                 os.close(fd)
 
     def _widen_header(self, row: Mapping[str, Any]) -> None:
-        """An earlier version of this schema (its header a prefix of ours) gets our header, if the row needs it."""
+        """An earlier version of this schema (earlier_schema) gets our header, if the row needs it."""
         if not self.path.exists() or self.path.stat().st_size == 0:
             return
         header, _ = _read_header(self.path)
-        n = len(header)
-        if n >= len(self.columns) or header != list(self.columns[:n]):
+        if header == list(self.columns) or not earlier_schema(header, self.columns):
             return
-        if all(_cell(row.get(c)) == "" for c in self.columns[n:]):
+        if all(_cell(row.get(c)) == "" for c in self.columns if c not in header):
             return
-        # every row padded with empty cells for the new columns: a row with fewer cells than its header is one that
-        # was cut off (scan_csv), never an older one
+        # every row's cells moved to their column's place, empty cells for the new columns (a row with fewer cells
+        # than its header is one that was cut off: scan_csv sets those aside first)
         records = scan_csv(self.path.read_bytes()).records
-        body = b"".join(_csv_line([*record, *[""] * (len(self.columns) - len(record))]) for record in records)
+        where = {c: i for i, c in enumerate(header)}
+        cells = lambda rec: [rec[where[c]] if where.get(c, len(rec)) < len(rec) else "" for c in self.columns]
+        body = b"".join(_csv_line(cells(record)) for record in records)
         tmp = self.path.with_name(f".{self.path.name}.widen-{os.getpid()}")
         try:
             with open(tmp, "wb") as f:
@@ -243,6 +244,14 @@ def check_free_space(folder: Path) -> None:
                                f"{MIN_FREE_MB:g} MiB for its row, log and history; accepted: a folder with room")
 
 
+def earlier_schema(header: Sequence[str], columns: Sequence[str]) -> bool:
+    """Whether `header` is an earlier version of the schema `columns`: our columns less some added since, in our
+    order. Columns are added at the end, except "compile" (e59713b), added among the others: a file written before
+    it lacks it in the middle."""
+    ours = iter(columns)
+    return all(c in ours for c in header)  # `in` advances the iterator: a subsequence test
+
+
 def check_results_file(path: Path, columns: Sequence[str]) -> str | None:
     """Before any trial runs: can `path` (a results CSV) take rows of `columns`? Raises ResultsFileError (one line)
     when it cannot: its folder is a file or cannot be written, the file cannot be read or written, is not UTF-8,
@@ -268,7 +277,7 @@ def check_results_file(path: Path, columns: Sequence[str]) -> str | None:
         header = scan_csv(data).header
     except UnicodeDecodeError as e:
         raise ResultsFileError(f"{path}: not UTF-8 text (byte {e.start}); {accepted}") from None
-    if header and header != list(columns[: len(header)]):
+    if header and not earlier_schema(header, columns):
         other = [c for c in header if c not in columns] or [c for c in columns[: len(header)] if c not in header]
         shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
         raise ResultsFileError(f"{path}: its header is not bench's {path.name} schema (differs at {shown}); "

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import json
+
 import jax
 import numpy as np
 import pytest
@@ -35,11 +37,13 @@ from bench.spec import (
 from bench.torch_impl import model as torch_model
 from bench.weights import adapter_weights, build_weights
 from tests.frameworks.test_steps import BATCH, as_hf, params_hf
+from tests.support import FAST, bench, rows
 
 SPEC, _ = model_preset("tiny", dropout=0.0)
 BASE = build_weights(SPEC, 0)
 QV = LoraSpec(rank=4, alpha=8.0)  # the LoRA paper's targets, query and value
 ALL = LoraSpec(rank=2, alpha=3.0, targets=LORA_TARGETS)
+ALL_2 = LoraSpec(rank=2, targets=LORA_TARGETS)  # as lora.rank=2 lora.targets=all_linear name it
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -184,3 +188,22 @@ def test_memory_and_flop_models_count_the_adapters():
     base_inf = flop_model.predict(SPEC, StepSpec(mode="inference"), 8, 128)
     assert f_inf.forward > base_inf.forward  # the adapters' own matmuls
     assert f_inf.forward < f_lora.total < f_full.total  # no weight gradients of the frozen matmuls
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_two_devices_train_the_adapters_as_one_device_with_the_global_batch(tmp_path, framework):
+    """trainable=lora under fsdp (torch.distributed's FSDP2 over gloo; a JAX mesh of two CPU devices, parameters
+    sharded) takes one device's steps on the global batch: the same losses, step by step."""
+    common = [*FAST, f"framework={framework}", "device=cpu", "model.dropout=0", "optimizer=adamw", "optimizer.lr=1e-3",
+              "trainable=lora", "lora.rank=2", "lora.targets=all_linear", "logger=none"]  # fmt: skip
+    common += ["jvp_impl=lazy"] if framework == "torch" else []  # FSDP2's jvp: the tangent module by module
+    bench("-m", "mode=backprop,jvp,mezo", *common, "parallel=fsdp", "devices=2", results=tmp_path / "two")
+    bench("-m", "mode=backprop,jvp,mezo", *common, "batch_size=8", results=tmp_path / "one")
+    curve = lambda folder, r: json.loads((folder / "history" / f"{r['run_id']}.json").read_text())["loss"]
+    one = {r["mode"]: curve(tmp_path / "one", r) for r in rows(tmp_path / "one")}
+    two = rows(tmp_path / "two")
+    assert len(two) == 3 and all(r["status"] == "ok" for r in two), [(r["mode"], r["error"]) for r in two]
+    for r in two:
+        assert r["lora_rank"] == "2" and int(r["n_trainable"]) == count_params(SPEC, "lora", lora=ALL_2)
+        assert curve(tmp_path / "two", r) == pytest.approx(one[r["mode"]], rel=1e-5), (r["parallel"], r["mode"])

@@ -13,10 +13,12 @@ from bench.scenarios.model.select import (
     context_label,
     group_contexts,
     knob,
+    scope_label,
     select,
     summary_table,
     variant,
 )
+from bench.spec import LORA_TARGETS
 from bench.store.read import load_rows, read_rows
 from tests.support import (
     DEFAULT_HEADING,
@@ -114,6 +116,17 @@ def test_summary_table_and_variant_still_work(tmp_path):
     assert lines[-1].strip().endswith(": oom: RESOURCE_EXHAUSTED")
     assert summary_table([]) == "(no trials recorded)"
     assert num({"x": "nan"}, "x") is None and num({"x": "2.5"}, "x") == 2.5
+
+
+def test_lora_rows_are_named_by_every_setting_away_from_its_default():
+    lora = {"mode": "mezo", "trainable": "lora", "lora_rank": "8", "lora_alpha": "16.0", "lora_dropout": "0.0",
+            "lora_targets": "query+value"}
+    assert variant(lora) == "mezo[lora(r=8)]"
+    assert scope_label({**lora, "lora_rank": "4", "lora_alpha": "8.0"}) == "lora(r=4, alpha=8)"
+    every = "+".join(LORA_TARGETS)
+    assert scope_label({**lora, "lora_targets": every, "lora_dropout": "0.1"}) == "lora(r=8, all_linear, dropout=0.1)"
+    assert scope_label({**lora, "lora_targets": "query+key"}) == "lora(r=8, query+key)"
+    assert scope_label({"trainable": "last_k", "last_k": "2"}) == "last_k=2" and scope_label({}) == "all"
 
 
 # ---------------------------------------------------------------------------------------------- beyond one device

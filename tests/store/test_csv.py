@@ -9,7 +9,7 @@ import pytest
 
 from bench.scenarios.model.columns import COLUMNS as CSV_COLUMNS
 from bench.scenarios.model.columns import REQUIRED_COLUMNS
-from bench.store.csv import CsvSink, SchemaError
+from bench.store.csv import CsvSink, ResultsFileError, SchemaError, check_results_file
 from bench.store.read import read_rows
 
 # ------------------------------------------------------------------------------------------------------ CSV
@@ -80,6 +80,25 @@ def test_an_earlier_version_of_the_schema_gets_the_new_columns_and_keeps_its_row
     r0, r1, r2 = read_rows(path)
     assert r0["run_id"] == "r0" and r0["peak_mem_mb"] == "1.5" and r0[CSV_COLUMNS[-1]] == ""
     assert r2[CSV_COLUMNS[-1]] == "0.5" and not list(tmp_path.glob(".runs.csv.widen-*"))
+
+
+def test_a_file_written_before_a_column_was_added_among_the_others_is_widened_by_name(tmp_path):
+    """runs.csv from before e59713b, which added "compile" among the columns rather than at the end: accepted
+    before any trial runs, and widened with every cell moved to its column."""
+    COLUMNS = CSV_COLUMNS
+    path = tmp_path / "runs.csv"
+    old = [c for c in COLUMNS[: COLUMNS.index("diverged_at") + 3] if c != "compile"]
+    CsvSink(path, old).write({"run_id": "r0", "framework": "torch", "diverged_at": 7, "target_metric": "eval_loss"})
+    assert check_results_file(path, COLUMNS) is None
+    CsvSink(path, COLUMNS).write({"run_id": "r1", "compile": True, "lora_rank": 8})
+    assert path.read_text().splitlines()[0].split(",") == list(COLUMNS)
+    r0, r1 = read_rows(path)
+    assert (r0["framework"], r0["diverged_at"], r0["target_metric"], r0["compile"]) == ("torch", "7", "eval_loss", "")
+    assert (r1["compile"], r1["lora_rank"], r1["diverged_at"]) == ("True", "8", "")
+    with pytest.raises(ResultsFileError, match="differs at"):  # out of order: another schema
+        swapped = tmp_path / "swapped.csv"
+        swapped.write_text("framework,run_id\ntorch,r0\n")
+        check_results_file(swapped, COLUMNS)
 
 
 def test_a_cut_off_last_line_does_not_swallow_the_next_row(tmp_path):

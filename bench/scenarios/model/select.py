@@ -29,7 +29,7 @@ from bench.parallel import STRATEGIES
 from bench.report.section import RUNS_CSV, Results
 from bench.report.tables import fixed_width, num
 from bench.scenarios.model.columns import REQUIRED_COLUMNS
-from bench.spec import FRAMEWORKS, JVP_IMPLS, MODES, TRAINABLE_SCOPES
+from bench.spec import FRAMEWORKS, JVP_IMPLS, LORA_DEFAULT_TARGETS, LORA_TARGETS, MODES, TRAINABLE_SCOPES
 from bench.store.read import DAMAGED, latest, started
 
 STUDY_EXPERIMENT = "seed_agnews"  # conf/experiment/seed_agnews.yaml: the UMass forward-AD study's AG-News experiment
@@ -135,12 +135,13 @@ def scope_label(row: dict) -> str:
         return f"last_k={row.get('last_k')}"
     if scope == "lora":
         settings = [f"r={row.get('lora_rank')}"]
-        if str(row.get("lora_alpha")) not in ("", "None", str(2 * int(row.get("lora_rank") or 0)), "16", "16.0"):
-            settings.append(f"alpha={row.get('lora_alpha')}")
-        if str(row.get("lora_targets")) not in ("", "None", "query+value"):
-            settings.append("all_linear" if str(row.get("lora_targets")).count("+") == 5 else str(row["lora_targets"]))
-        if str(row.get("lora_dropout")) not in ("", "None", "0", "0.0"):
-            settings.append(f"dropout={row.get('lora_dropout')}")
+        if row.get("lora_alpha") not in (None, "") and float(row["lora_alpha"]) != default("lora.alpha"):
+            settings.append(f"alpha={float(row['lora_alpha']):g}")
+        targets = str(row.get("lora_targets") or "")  # as the row writes them: query+value
+        if targets and targets != "+".join(LORA_DEFAULT_TARGETS):
+            settings.append("all_linear" if targets == "+".join(LORA_TARGETS) else targets)
+        if row.get("lora_dropout") not in (None, "") and float(row["lora_dropout"]) != default("lora.dropout"):
+            settings.append(f"dropout={float(row['lora_dropout']):g}")
         return f"lora({', '.join(settings)})"
     return scope
 
