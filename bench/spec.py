@@ -50,7 +50,7 @@ JVP_IMPLS = ("func", "lazy", "dual", "naive")
 JVP_TANGENTS = ("auto", "keep", "redraw")
 
 # trainable=lora: the linear layers of each encoder layer an adapter may wrap, named by their path inside the layer
-# (HF's module names); lora_targets=all_linear wraps all six
+# (HF's module names); lora.targets=all_linear wraps all six
 LORA_TARGETS = ("query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense")
 LORA_DEFAULT_TARGETS = ("query", "value")  # the LoRA paper's choice (Hu et al. 2021, section 7.1)
 
