@@ -43,8 +43,12 @@ test-fast: $(STAMP)  ## tests without the slow end-to-end ones
 bench: $(STAMP)  ## default comparison: both frameworks x every mode, prints the table, writes results/
 	$(PY) -m bench -m +experiment=default_bench $(if $(HAS_GPU),model=bert_base,)
 
-perf: $(STAMP)  ## the harness against a plain training loop, interleaved -> results/overhead.csv; then the targets
+# make perf: the speed targets' trials into results/ (measured afresh: the latest row of a configuration wins), then
+# the check. About 40 minutes on a 2-core CPU (docs/speed.md).
+perf: $(STAMP)  ## harness vs a plain loop, JAX's compile at 6 and 24 layers, the modes at bert_base; then the targets
 	$(PY) -m bench overhead $(if $(HAS_GPU),--model bert_base,)
+	$(PY) -m bench -m +experiment=compile_depth
+	$(PY) -m bench -m +experiment=mode_targets
 	$(PY) -m bench targets
 
 sweep: $(STAMP)  ## documented multirun example (depth scaling of backprop vs jvp, 2 parallel workers)

@@ -182,6 +182,10 @@ class BenchConfig:
         "--xla_gpu_deterministic_ops; CPU runs are bit-identical at a fixed thread count without it"
     )
     remat: bool = _f(False, "backprop with activation checkpointing per encoder layer")
+    scan_layers: bool = _f(
+        True, "JAX only: the encoder as one lax.scan over its layers' stacked parameters, compiled once whatever "
+        "the depth (MaxText's scan_layers); false: unrolled, every layer its own code in the program"
+    )
     compile: bool = _f(
         False, "torch only: torch.compile the model (inductor; the first step, compilation included, is the "
         "row's compile_time_s, as JAX's jit); not with jvp or jacfwd, whose torch.func transforms it skips"
@@ -393,6 +397,7 @@ def step_spec(cfg: BenchConfig) -> StepSpec:
         last_k=cfg.last_k,
         optimizer=OptimizerSpec(**{f.name: getattr(o, f.name) for f in fields(OptimizerSpec)}),
         remat=cfg.remat,
+        scan_layers=cfg.scan_layers,
         compile=cfg.compile,
         num_tangents=cfg.num_tangents,
         jvp_impl=cfg.jvp_impl,

@@ -224,6 +224,7 @@ class StepSpec:
     last_k: int = 1
     optimizer: OptimizerSpec = OptimizerSpec()
     remat: bool = False  # activation checkpointing per encoder layer (backprop)
+    scan_layers: bool = True  # JAX: the encoder as a lax.scan over stacked layers (false: unrolled)
     compile: bool = False  # torch: torch.compile the model (inductor); JAX's step is always compiled
     num_tangents: int = 1  # jvp: K tangents per step, looped (memory does not grow with K)
     jvp_impl: str = "func"  # torch: func | lazy | dual | naive

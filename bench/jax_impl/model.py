@@ -235,19 +235,80 @@ def _remat_layer_forward(layer, x, mask_bias, rngs, deterministic):
     return y
 
 
-class BertEncoder(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32,
-                 lora: LoraSpec | None = None):  # fmt: skip
-        self.layer = nnx.List([BertLayer(spec, rngs=rngs, p=p, lora=lora) for _ in range(spec.num_layers)])
-        self.remat = remat
+def layer_stacks(num_layers: int, trainable: str = "all", last_k: int = 1) -> tuple[int, ...]:
+    """scan_layers: how many consecutive encoder layers each stack holds. One stack of every layer, except under
+    trainable=last_k: a stacked tensor is trained or frozen whole, so the frozen layers are one stack and the
+    trained ones another (two scans, two compiled layer bodies)."""
+    if trainable == "last_k" and last_k < num_layers:
+        return (num_layers - last_k, last_k)
+    return (num_layers,)
 
-    def __call__(self, x, mask_bias, *, deterministic, rngs):
-        forward = _remat_layer_forward if self.remat else _layer_forward
+
+def _stacked_layers(n: int, spec: BertSpec, rngs: nnx.Rngs, p: Precision, lora: LoraSpec | None) -> BertLayer:
+    """n BertLayers as one, every parameter with a leading layer axis of n (Flax NNX's scan-over-layers recipe:
+    nnx.vmap of the constructor, each layer initialised from its own split of the streams)."""
+
+    @nnx.split_rngs(splits=n)
+    @nnx.vmap(in_axes=(0,), out_axes=0)
+    def make(rngs):
+        return BertLayer(spec, rngs=rngs, p=p, lora=lora)
+
+    return make(rngs)
+
+
+def _scan_stack(stack: BertLayer, x, mask_bias, rngs, deterministic, remat: bool, all_hidden: bool):
+    """Run a stack of layers as one jax.lax.scan over its parameters' leading axis: XLA compiles the layer once,
+    whatever the depth. (last hidden state (B, T, H), each layer's output or [] unless `all_hidden`).
+
+    The layer is a pure function of its slice of the stack (nnx.merge in the body, nothing written back), so
+    frozen parameters closed over by a transformation's caller pass through as constants, as in the unrolled model.
+    Dropout: one key from the caller's stream, split into one per layer, each layer drawing from its own stream.
+    remat: jax.checkpoint around the body, so the scan keeps each layer's input alone and recomputes the rest."""
+    graphdef, params = nnx.split(stack)
+    n = jax.tree.leaves(params)[0].shape[0]
+    keys = None if rngs is None else jax.random.split(rngs.dropout(), n)
+
+    def body(x, slice_):
+        params, key = slice_
+        layer = nnx.merge(graphdef, params)
+        y = layer(x, mask_bias, deterministic=deterministic, rngs=None if key is None else nnx.Rngs(dropout=key))
+        return y, (y if all_hidden else None)  # (B, T, H)
+
+    x, ys = jax.lax.scan(jax.checkpoint(body) if remat else body, x, (params, keys))
+    return x, (list(ys) if all_hidden else [])
+
+
+class BertEncoder(nnx.Module):
+    """The encoder layers, unrolled (`layer`: one per layer, HF's structure) or, with `stacks` (scan_layers, see
+    layer_stacks), as stacks of layers whose parameters carry a leading layer axis, each run by one lax.scan
+    (`stacks`: {index of its first layer: the stack}; bench/jax_impl/params.py maps each slice to its HF names)."""
+
+    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32,
+                 lora: LoraSpec | None = None, stacks: tuple[int, ...] | None = None):  # fmt: skip
+        self.remat = remat
+        self.scan = stacks is not None
+        if stacks is None:
+            self.layer = nnx.List([BertLayer(spec, rngs=rngs, p=p, lora=lora) for _ in range(spec.num_layers)])
+            return
+        if sum(stacks) != spec.num_layers:
+            raise ValueError(f"layer stacks {stacks} do not add up to the model's {spec.num_layers} layers")
+        starts = np.cumsum((0, *stacks[:-1]))
+        self.stacks = nnx.Dict({str(s): _stacked_layers(n, spec, rngs, p, lora) for s, n in zip(starts, stacks)})
+
+    def __call__(self, x, mask_bias, *, deterministic, rngs, all_hidden: bool = False):
+        """(last hidden state (B, T, H), the L + 1 hidden states of HF's output_hidden_states, or () unless
+        `all_hidden`)."""
         hidden_states = [x]
-        for layer in self.layer:
-            x = forward(layer, x, mask_bias, rngs, deterministic)  # (B, T, H)
-            hidden_states.append(x)
-        return tuple(hidden_states)
+        if self.scan:
+            for stack in self.stacks.values():  # in layer order (built in that order)
+                x, ys = _scan_stack(stack, x, mask_bias, rngs, deterministic, self.remat, all_hidden)
+                hidden_states += ys
+        else:
+            forward = _remat_layer_forward if self.remat else _layer_forward
+            for layer in self.layer:
+                x = forward(layer, x, mask_bias, rngs, deterministic)  # (B, T, H)
+                hidden_states.append(x)
+        return x, (tuple(hidden_states) if all_hidden else ())
 
 
 class BertPooler(nnx.Module):
@@ -260,22 +321,23 @@ class BertPooler(nnx.Module):
 
 class BertModel(nnx.Module):
     def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32,
-                 lora: LoraSpec | None = None):  # fmt: skip
+                 lora: LoraSpec | None = None, stacks: tuple[int, ...] | None = None):  # fmt: skip
         self.embeddings = BertEmbeddings(spec, rngs=rngs, p=p)
-        self.encoder = BertEncoder(spec, rngs=rngs, remat=remat, p=p, lora=lora)
+        self.encoder = BertEncoder(spec, rngs=rngs, remat=remat, p=p, lora=lora, stacks=stacks)
         self.pooler = BertPooler(spec, rngs=rngs, p=p)
 
 
 class BertForSequenceClassification(nnx.Module):
     """HF BertForSequenceClassification in NNX. Inputs are int32 (B, T); returns float32 logits
     (B, num_labels), or a BertOutput with the pooled output and HF's hidden_states tuple when
-    output_hidden_states=True. With `lora`, the targeted linear layers carry adapters (LoRALinear)."""
+    output_hidden_states=True. With `lora`, the targeted linear layers carry adapters (LoRALinear); with
+    `stacks`, the encoder's layers are stacked and scanned (BertEncoder, layer_stacks)."""
 
     def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32,
-                 lora: LoraSpec | None = None):  # fmt: skip
+                 lora: LoraSpec | None = None, stacks: tuple[int, ...] | None = None):  # fmt: skip
         self.spec = spec  # frozen dataclass: static metadata of the graph, not state
         self.lora = lora  # the same: which adapters the model has (params.py reads their names)
-        self.bert = BertModel(spec, rngs=rngs, remat=remat, p=p, lora=lora)
+        self.bert = BertModel(spec, rngs=rngs, remat=remat, p=p, lora=lora, stacks=stacks)
         self.dropout = nnx.Dropout(spec.dropout)
         self.classifier = _linear(spec.hidden_size, spec.num_labels, spec, rngs, p)
 
@@ -299,8 +361,8 @@ class BertForSequenceClassification(nnx.Module):
         mask_bias = jnp.where(keep, 0.0, MASK_VALUE).astype(jnp.float32)  # (B, 1, 1, T)
         kw = dict(deterministic=deterministic, rngs=rngs)
         x = self.bert.embeddings(input_ids, token_type_ids, **kw)  # (B, T, H)
-        hidden_states = self.bert.encoder(x, mask_bias, **kw)  # L + 1 times (B, T, H)
-        pooled = self.bert.pooler(hidden_states[-1])  # (B, H)
+        last, hidden_states = self.bert.encoder(x, mask_bias, **kw, all_hidden=output_hidden_states)  # (B, T, H)
+        pooled = self.bert.pooler(last)  # (B, H)
         logits = self.classifier(self.dropout(pooled, **kw))  # (B, num_labels)
         if output_hidden_states:
             return BertOutput(logits, pooled, hidden_states)
@@ -314,7 +376,7 @@ class BertForSequenceClassification(nnx.Module):
         keep = attention_mask[:, None, None, :] != 0  # (B, 1, 1, T)
         mask_bias = jnp.where(keep, 0.0, MASK_VALUE).astype(jnp.float32)
         kw = dict(deterministic=deterministic, rngs=rngs)
-        return self.bert.encoder(self.bert.embeddings(input_ids, token_type_ids, **kw), mask_bias, **kw)[-1]
+        return self.bert.encoder(self.bert.embeddings(input_ids, token_type_ids, **kw), mask_bias, **kw)[0]
 
     def head(self, hidden, *, deterministic=True, rngs=None):
         """The head: pooler + dropout + classifier, (B, T, H) -> logits (B, num_labels)."""
@@ -323,14 +385,18 @@ class BertForSequenceClassification(nnx.Module):
 
 def build_model(
     spec: BertSpec, weights: dict[str, np.ndarray], *, remat: bool = False, dtype: str = "fp32",
-    lora: LoraSpec | None = None, seed: int = 0,
+    lora: LoraSpec | None = None, seed: int = 0, scan_layers: bool = True, stacks: tuple[int, ...] | None = None,
 ) -> BertForSequenceClassification:
     """BertForSequenceClassification with exactly `weights` (HF names, torch layout; cast to bf16 for
     dtype=bf16_pure), computing as `dtype` says (PRECISIONS); see params.py. With `lora`, nnx.LoRA adapters on its
-    targets, A and B from `weights` where it has them, else drawn from `seed` (bench.weights.with_adapters)."""
+    targets, A and B from `weights` where it has them, else drawn from `seed` (bench.weights.with_adapters).
+    scan_layers: the encoder's layers stacked and scanned, in `stacks` (layer_stacks; None: one stack of all);
+    false: unrolled, one module per layer as in HF."""
     # Build abstractly (shapes only, like torch's meta device): a random init would be thrown away
     # immediately.
     p = PRECISIONS[dtype]
-    model = nnx.eval_shape(lambda: BertForSequenceClassification(spec, rngs=nnx.Rngs(0), remat=remat, p=p, lora=lora))
+    stacks = (stacks or (spec.num_layers,)) if scan_layers else None
+    model = nnx.eval_shape(lambda: BertForSequenceClassification(spec, rngs=nnx.Rngs(0), remat=remat, p=p, lora=lora,
+                                                                 stacks=stacks))  # fmt: skip
     load_weights(model, with_adapters(weights, spec, lora, seed))
     return model

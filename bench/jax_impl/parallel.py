@@ -33,6 +33,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bench.config import BenchConfig
 from bench.jax_impl.device import memory_trackers, resolve_device
+from bench.jax_impl.params import is_stacked
 from bench.measure.trackers import HostRssTracker, JaxDeviceTracker, MemoryTracker, MiB, NvmlTracker
 from bench.parallel import shard_batches, world_size
 from bench.spec import Batch
@@ -61,27 +62,31 @@ class World:
         """Device d of the mesh holds rows [d*B, (d+1)*B) of every batch array (its first axis)."""
         return NamedSharding(self.mesh, PartitionSpec(AXIS))
 
-    def sharding(self, shape: tuple[int, ...]) -> NamedSharding:
-        """Where a parameter, or optimizer-state tensor, of this shape lives. A function of the shape alone, so a
-        parameter and its optimizer state (AdamW's mu and nu have its shape) are always sharded alike."""
-        axis = shard_axis(shape, self.size) if self.parallel == "fsdp" else None
+    def sharding(self, shape: tuple[int, ...], stacked: bool = False) -> NamedSharding:
+        """Where a parameter, or optimizer-state tensor, of this shape lives. A function of the shape alone (and
+        whether its leading axis stacks layers: scan_layers), so a parameter and its optimizer state (AdamW's mu
+        and nu have its shape and path) are always sharded alike. A stacked tensor is sharded as each of its
+        layers is: never along the layer axis."""
+        axis = shard_axis(shape[stacked:], self.size) if self.parallel == "fsdp" else None
         if axis is None:
             return self.replicated
+        axis += stacked
         return NamedSharding(self.mesh, PartitionSpec(*(AXIS if i == axis else None for i in range(len(shape)))))
 
     def shardings(self, tree):
-        return jax.tree.map(lambda x: self.sharding(x.shape), tree)
+        return jax.tree_util.tree_map_with_path(lambda path, x: self.sharding(x.shape, is_stacked(path)), tree)
 
     def place(self, tree):
         """Host-identical values (every process built the same weights) as global arrays on their shardings."""
 
-        def put(x):
+        def put(path, x):
             host = np.asarray(x)
+            sharding = self.sharding(host.shape, is_stacked(path))
             # a copy per shard: on the CPU a device array may alias the numpy memory it came from, and a view
             # would keep the whole tensor (and the one it was read from) alive for each shard
-            return jax.make_array_from_callback(host.shape, self.sharding(host.shape), lambda i: host[i].copy())
+            return jax.make_array_from_callback(host.shape, sharding, lambda i: host[i].copy())
 
-        return jax.tree.map(put, tree)
+        return jax.tree_util.tree_map_with_path(put, tree)
 
     def place_batches(self, micro_batches: list[Batch]) -> list[dict]:
         """This process's rows of each global batch (local_batches) as global arrays sharded over `data`."""

@@ -10,9 +10,12 @@ flax module that owns it, and Linear weights transposed:
     PEFT lora_A.weight (rank, in)      <->  nnx.LoRA.lora_a (in, rank)     transpose
     PEFT lora_B.weight (out, rank)     <->  nnx.LoRA.lora_b (rank, out)    transpose
 
-Both transforms are their own inverse, so export applies the same one. No torch here: a JAX trial never
-imports it (bench.torch_impl.model.weights_from_state_dict turns an in-memory torch state_dict into the same
-dict).
+Both transforms are their own inverse, so export applies the same one. With scan_layers (model.BertEncoder) the
+encoder's parameters are stacked: bert.encoder.stacks.S.<path in a layer> holds layers S, S+1, ... along a leading
+axis, slice i being HF's bert.encoder.layer.{S+i}.<name>, transformed as that layer's alone.
+
+No torch here: a JAX trial never imports it (bench.torch_impl.model.weights_from_state_dict turns an in-memory
+torch state_dict into the same dict).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bench.spec import LORA_TARGETS, lora_module, param_shapes
+from bench.spec import LORA_TARGETS, is_trainable, lora_module, param_shapes
 from bench.weights import WeightsError, check_weights
 
 
@@ -73,11 +76,21 @@ TABLE: tuple[tuple[str, str, object], ...] = (
 )
 
 
+# scan_layers (model.BertEncoder): the encoder's layers stacked, every parameter with a leading layer axis, under
+# bert.encoder.stacks.{S}, S the index of the stack's first layer: slice i of a stacked tensor is layer S + i's.
+_S = "bert.encoder.stacks.{S}."
+
+
 def _compile(template: str) -> re.Pattern:
-    return re.compile(re.escape(template).replace(re.escape("{L}"), r"(?P<L>\d+)") + r"\Z")
+    pattern = re.escape(template)
+    for field in ("L", "S"):
+        pattern = pattern.replace(re.escape("{" + field + "}"), rf"(?P<{field}>\d+)")
+    return re.compile(pattern + r"\Z")
 
 
-_FROM_NNX = [(_compile(nnx_path), hf, t) for hf, nnx_path, t in TABLE]
+_FROM_NNX = [(_compile(nnx_path), hf, t) for hf, nnx_path, t in TABLE] + [
+    (_compile(nnx_path.replace(_L, _S)), hf, t) for hf, nnx_path, t in TABLE if nnx_path.startswith(_L)
+]
 
 
 def _key(k) -> str:
@@ -90,7 +103,9 @@ def _key(k) -> str:
     return str(k)
 
 
-def _lookup(path: tuple) -> tuple[str, object]:
+def _lookup(path: tuple) -> tuple[str, object, int | None]:
+    """(HF name, transform, first layer) of an NNX path: for a stacked parameter (first layer not None) the HF
+    name of its first layer, `layer_names` giving the others."""
     keys = [_key(k) for k in path]
     if keys and keys[-1] in ("value", "raw_value"):  # tree_util paths end inside the Variable
         keys = keys[:-1]
@@ -98,23 +113,73 @@ def _lookup(path: tuple) -> tuple[str, object]:
     for pattern, hf, transform in _FROM_NNX:
         m = pattern.match(dotted)
         if m:
-            return (hf.format(L=m.group("L")) if "{L}" in hf else hf), transform
+            first = int(m.group("S")) if "S" in pattern.groupindex else None
+            layer = m.group("L") if "L" in pattern.groupindex else first
+            return (hf.format(L=layer) if "{L}" in hf else hf), transform, first
     raise KeyError(f"NNX path {dotted!r} is no BERT parameter (see bench.jax_impl.params.TABLE)")
 
 
 def hf_name(path: tuple) -> str:
     """The HF parameter name of an NNX state path, e.g. ('bert', 'encoder', 'layer', 0, 'attention', 'self',
-    'query', 'kernel') -> 'bert.encoder.layer.0.attention.self.query.weight'."""
+    'query', 'kernel') -> 'bert.encoder.layer.0.attention.self.query.weight'. For a stacked parameter
+    (bert.encoder.stacks.S...), its first layer's: the layers of a stack are trained or frozen together
+    (model.layer_stacks), so a trainable scope reads this name for all of them."""
     return _lookup(path)[0]
 
 
-def _params(model) -> dict[str, tuple[nnx.Variable, object]]:
-    """{hf_name: (Param, transform)} of every parameter of the model."""
-    return {
-        name: (var, transform)
-        for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param))
-        for name, transform in [_lookup(path)]
-    }
+def is_stacked(path: tuple) -> bool:
+    """Whether an NNX path (or a tree_util path through one, e.g. an optimizer state's) is a stacked parameter,
+    whose leading axis counts layers."""
+    return "stacks" in [_key(k) for k in path]
+
+
+def layer_names(path: tuple, n: int = 1) -> list[str]:
+    """The HF names of a parameter: one, or for a stacked one the n layers it stacks, in order."""
+    name, _, first = _lookup(path)
+    if first is None:
+        return [name]
+    rest = name.removeprefix(f"bert.encoder.layer.{first}.")
+    return [f"bert.encoder.layer.{first + i}.{rest}" for i in range(n)]
+
+
+def is_trained(path: tuple, x, scope: str, num_layers: int, last_k: int = 1) -> bool:
+    """Whether the parameter `x` at `path` is trained under `scope` (spec.is_trainable on its HF names). A stacked
+    parameter is trained or frozen whole: a stack whose layers the scope splits is an error (build the model with
+    model.layer_stacks of the scope)."""
+    names, _, _ = _entry(path, x)
+    picks = {is_trainable(n, scope, num_layers, last_k) for n in names}
+    if len(picks) > 1:
+        raise ValueError(f"trainable={scope} (last_k={last_k}) trains some layers of the stack {names[0]}.. and "
+                         "not others: stack the layers with bench.jax_impl.model.layer_stacks")
+    return picks.pop()
+
+
+def _entry(path: tuple, x) -> tuple[list[str], bool, object]:
+    """(HF names, stacked, transform) of the parameter-shaped leaf `x` at `path`: one name, or one per slice of a
+    stacked leaf's leading axis."""
+    _, transform, first = _lookup(path)
+    stacked = first is not None
+    return layer_names(path, x.shape[0] if stacked else 1), stacked, transform
+
+
+def _from(names: list[str], stacked: bool, transform, arrays) -> np.ndarray:
+    """One parameter from {hf_name: array in torch layout}: stacked along a new leading axis where it is."""
+    if not stacked:
+        return transform(np.asarray(arrays[names[0]]))
+    return np.stack([transform(np.asarray(arrays[n])) for n in names])
+
+
+def _to(names: list[str], stacked: bool, transform, x) -> dict[str, np.ndarray]:
+    """The inverse of _from: {hf_name: array in torch layout}, one per slice of a stacked parameter."""
+    x = np.asarray(x)
+    if not stacked:
+        return {names[0]: transform(x)}
+    return {n: transform(x[i]) for i, n in enumerate(names)}
+
+
+def _params(model) -> list[tuple[nnx.Variable, list[str], bool, object]]:
+    """(Param, *_entry) of every parameter of the model."""
+    return [(var, *_entry(path, var)) for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param))]
 
 
 def load_weights(model, weights: dict[str, np.ndarray]) -> None:
@@ -125,39 +190,40 @@ def load_weights(model, weights: dict[str, np.ndarray]) -> None:
     params, shapes = _params(model), param_shapes(spec, lora)
     # The model's own parameters must be exactly the spec's; anything else is a bug in model.py, not the
     # weights.
-    if set(params) != set(shapes):
-        raise WeightsError(f"model.py and spec.param_shapes disagree: {sorted(set(params) ^ set(shapes))}")
-    for name, (var, transform) in params.items():
-        w = transform(np.asarray(weights[name]))
+    names = {n for _, ns, _, _ in params for n in ns}
+    if names != set(shapes):
+        raise WeightsError(f"model.py and spec.param_shapes disagree: {sorted(names ^ set(shapes))}")
+    for var, ns, stacked, transform in params:
+        w = _from(ns, stacked, transform, weights)
         if w.shape != tuple(var.shape):  # unreachable while the table and model.py agree; cheap to be sure
-            raise WeightsError(f"{name}: {w.shape} after transform != NNX {tuple(var.shape)}")
+            raise WeightsError(f"{ns[0]}: {w.shape} after transform != NNX {tuple(var.shape)}")
         var.set_value(jnp.asarray(w, dtype=var.dtype))
 
 
 def export_weights(model) -> dict[str, np.ndarray]:
     """The model's parameters as the shared {hf_name: numpy} dict in torch layout and HF order (the inverse of
     load_weights; mirror of bench.torch_impl.model.export_weights)."""
-    params = _params(model)
     out = {}
-    for name in param_shapes(model.spec, model.lora):
-        var, transform = params[name]
+    for var, ns, stacked, transform in _params(model):
         # np.array copies: never aliases the model's arrays; bf16 parameters leave as fp32, as torch_impl's do
-        out[name] = transform(np.array(var.get_value(), dtype=np.float32))
-    return out
+        out.update(_to(ns, stacked, transform, np.array(var.get_value(), dtype=np.float32)))
+    return {name: out[name] for name in param_shapes(model.spec, model.lora)}
 
 
 def to_hf(tree) -> dict[str, np.ndarray]:
     """A pytree of parameter-shaped arrays (parameters, gradients, tangents; an nnx.State or a split of one) as
-    {hf_name: numpy array in torch layout}: the form in which the tests compare JAX with PyTorch."""
-    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {name: transform(np.asarray(x)) for path, x in flat for name, transform in [_lookup(path)]}
+    {hf_name: numpy array in torch layout}: the form in which the tests compare JAX with PyTorch (a stacked
+    array gives one entry per layer)."""
+    out = {}
+    for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        out.update(_to(*_entry(path, x), x))
+    return out
 
 
 def from_hf(tree, arrays: dict[str, np.ndarray]):
     """The inverse of to_hf: a pytree like `tree` whose leaves come from {hf_name: array in torch layout}."""
 
     def leaf(path, x):
-        name, transform = _lookup(path)
-        return jnp.asarray(transform(np.asarray(arrays[name])), dtype=x.dtype)
+        return jnp.asarray(_from(*_entry(path, x), arrays), dtype=x.dtype)
 
     return jax.tree_util.tree_map_with_path(leaf, tree)

@@ -33,9 +33,9 @@ from flax import nnx
 from jax.flatten_util import ravel_pytree
 
 from bench.jax_impl.device import resolve_device, use_fp32
-from bench.jax_impl.model import build_model
-from bench.jax_impl.params import export_weights, hf_name
-from bench.spec import HEAD_ONLY, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for, keeps_tangent
+from bench.jax_impl.model import build_model, layer_stacks
+from bench.jax_impl.params import export_weights, is_trained
+from bench.spec import HEAD_ONLY, BertSpec, StepSpec, jacfwd_chunk_for, keeps_tangent
 
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -310,9 +310,8 @@ class Trainer:
         self.spec, self.device = step_spec, device or jax.devices()[0]
         self.world = world if world is not None and world.mesh is not None else None  # None: this device alone
         s = step_spec
-        num_layers = len(model.bert.encoder.layer)
         trainable = lambda path, x: (
-            isinstance(x, nnx.Param) and is_trainable(hf_name(path), s.trainable, num_layers, s.last_k)
+            isinstance(x, nnx.Param) and is_trained(path, x, s.trainable, model.spec.num_layers, s.last_k)
         )
         # Frozen parameters live in `frozen`, closed over by the loss (in a world: passed to it, see _on): no
         # tangent, no gradient, no optimizer state.
@@ -596,5 +595,6 @@ def make_trainer(
     device = resolve_device(device)
     use_fp32()
     s, remat = step_spec, step_spec.mode == "backprop" and step_spec.remat
-    model = build_model(spec, weights, remat=remat, dtype=s.dtype, lora=s.adapters, seed=s.seed)
+    model = build_model(spec, weights, remat=remat, dtype=s.dtype, lora=s.adapters, seed=s.seed,
+                        scan_layers=s.scan_layers, stacks=layer_stacks(spec.num_layers, s.trainable, s.last_k))
     return Trainer(model, step_spec, device, world)

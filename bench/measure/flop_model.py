@@ -60,7 +60,11 @@ What the frameworks run (predict's `framework`), measured with their own counter
             runs the pooler too, which the head then runs again.
     jax     XLA's loop-invariant code motion hoists the primal, which depends on no tangent, out of jvp's
             fori_loop over the tangents and jacfwd's lax.map over the chunks: F + K D and F + n D per
-            micro-batch. Symbolic zeros: no zero tangent is ever multiplied.
+            micro-batch. Symbolic zeros: no zero tangent is ever multiplied. With scan_layers (the default)
+            nothing with a matmul is hoisted: the jvp of a scan is one scan computing primal and tangent
+            together, which XLA does not split, and the pooler and classifier take its primal output, so the
+            primal runs once per tangent (or chunk) as in torch: K (F + D) (K = 1, the default: the same). The
+            head scopes' jacfwd still runs its head's primal once (the scanned trunk is outside the loop).
             remat on XLA:CPU: the recomputed layer's query, key and value projections (same input, same weights)
             are merged with the forward's, so 3 x 2 BT H^2 per recomputed layer less than F_r is run (not
             modelled: a compiler's choice, held as the test's tolerance).
@@ -208,6 +212,7 @@ def predict(spec: BertSpec, step: StepSpec, batch_size: int, seq_len: int, *, ja
     zero_terms = sum(m.flops for m in mm if m.carrying == 1) if framework == "torch" else 0
     trunk = sum(m.flops for m in mm if m.layer is not None)
     pooler = next(m.flops for m in mm if m.name == "bert.pooler.dense")
+    hoists = framework == "jax" and not step.scan_layers  # XLA hoists the primal out of the tangents' loop
     forward = backward = recompute = tangent = 0.0
     if step.mode == "inference":
         forward = every
@@ -218,7 +223,7 @@ def predict(spec: BertSpec, step: StepSpec, batch_size: int, seq_len: int, *, ja
             recompute = sum(m.flops for m in mm if m.layer in with_backward)
     elif step.mode == "jvp":
         K = step.num_tangents
-        forward = every if framework == "jax" else K * every  # XLA hoists the primal out of the tangents' loop
+        forward = every if hoists else K * every
         tangent = K * (derivative + zero_terms)
     elif step.mode == "jacfwd":
         chunk = jacfwd_chunk if jacfwd_chunk is not None else step.jacfwd_chunk
@@ -226,7 +231,7 @@ def predict(spec: BertSpec, step: StepSpec, batch_size: int, seq_len: int, *, ja
             raise ValueError(f"jacfwd_chunk={chunk!r}: pass predict(..., jacfwd_chunk=trainer.jacfwd_chunk)")
         n = count_params(spec, step.trainable, step.last_k, step.lora)
         chunks = math.ceil(n / min(chunk, n))
-        if framework == "jax":  # XLA hoists the primal out of the chunks' loop
+        if hoists or (framework == "jax" and step.trainable in HEAD_ONLY):  # the (head's) primal out of the loop
             forward = every
         elif step.trainable in HEAD_ONLY:  # the trunk once, untangented; the head's primal once per chunk
             forward = trunk + chunks * (every - trunk) + (pooler if framework == "torch" else 0)

@@ -76,14 +76,19 @@ def test_counted_flops_are_the_models(framework, case):
 
 
 def test_xla_counts_every_op_and_each_loop_once():
-    """XLA's own number beside the dots': above them where no loop hides work (the elementwise ops), and below the
-    step's dots where a loop repeats them (jvp's two tangents: its body counted once)."""
+    """XLA's own number beside the dots': above them where no loop hides work (the elementwise ops of unrolled
+    layers), and below the step's dots where a loop repeats them (scanned layers, jvp's two tangents: a loop's body
+    counted once)."""
     jf = flops("jax")
     make = implementation("jax", "steps").make_trainer
-    trainer = make(SPEC, WEIGHTS, StepSpec(mode="inference"), "cpu")
+    scanned = make(SPEC, WEIGHTS, StepSpec(mode="inference"), "cpu")
+    trainer = make(SPEC, WEIGHTS, StepSpec(mode="inference", scan_layers=False), "cpu")
     batches = trainer.to_device(BATCHES[:1])
     counted = jf.count(trainer, batches)
     assert 1.0 < counted["flops_all_ops_per_step"] / counted["flops_per_step"] < 1.5  # measured 1.19
+    in_scan = jf.count(scanned, batches)
+    assert in_scan["flops_per_step"] == counted["flops_per_step"]  # the scan's body at its trip count
+    assert in_scan["flops_all_ops_per_step"] < in_scan["flops_per_step"]  # XLA's: the body once (measured 0.60)
     assert jf.count(trainer, batches) == counted  # the programs compiled once are read again, nothing rerun
     text = "\n".join(c.as_text() for c, _ in trainer.programs())
     assert jf.hlo_matmul_flops(text) == (counted["flops_per_step"], 0)

@@ -116,8 +116,9 @@ def test_param_counts_per_module(pair):
         "classifier": (t.classifier, j.classifier),
         "total": (t, j),
     }
+    unrolled = jax_build_model(pair.spec, pair.weights, scan_layers=False)  # one module per layer, as HF's
     for i in range(pair.spec.num_layers):
-        modules[f"layer.{i}"] = (t.bert.encoder.layer[i], j.bert.encoder.layer[i])
+        modules[f"layer.{i}"] = (t.bert.encoder.layer[i], unrolled.bert.encoder.layer[i])
     counts = {name: (_torch_count(tm), _jax_count(jm)) for name, (tm, jm) in modules.items()}
     assert {n: c[0] for n, c in counts.items()} == {n: c[1] for n, c in counts.items()}
     assert counts["total"][1] == count_params(pair.spec)
@@ -234,11 +235,23 @@ def test_remat_same_logits_and_grads(tiny, tiny_jax_grads):
     for name in g_plain:
         np.testing.assert_allclose(g_remat[name], g_plain[name], REMAT_RTOL, REMAT_ATOL, err_msg=name)
 
-    # remat really checkpoints: one checkpoint region per encoder layer in the traced program.
-    graphdef, params = nnx.split(remat)
-    jaxpr = jax.make_jaxpr(jax.grad(lambda p: nnx.merge(graphdef, p)(*args).sum()))(params)
-    n = sum(e.primitive.name in ("checkpoint", "remat", "remat2") for e in jaxpr.jaxpr.eqns)
-    assert n == tiny.spec.num_layers
+    # remat really checkpoints: one checkpoint region per encoder layer in the traced program (scan_layers: one
+    # in the scan's body, run once per layer), in both layouts.
+    for model in (remat, jax_build_model(tiny.spec, tiny.weights, remat=True, scan_layers=False)):
+        graphdef, params = nnx.split(model)
+        jaxpr = jax.make_jaxpr(jax.grad(lambda p: nnx.merge(graphdef, p)(*args).sum()))(params)  # noqa: B023
+        assert _checkpoints(jaxpr.jaxpr) == tiny.spec.num_layers
+
+
+def _checkpoints(jaxpr) -> int:
+    """Checkpointed regions a jaxpr runs: a scan's body's as often as the scan runs it."""
+    n = 0
+    for e in jaxpr.eqns:
+        if e.primitive.name in ("checkpoint", "remat", "remat2"):
+            n += 1
+        elif e.primitive.name == "scan":
+            n += e.params["length"] * _checkpoints(e.params["jaxpr"].jaxpr)
+    return n
 
 
 def test_dropout_only_when_not_deterministic():

@@ -66,7 +66,7 @@ def test_export_does_not_alias_the_model():
 
 def test_hf_name_covers_every_parameter_and_every_path_spelling():
     spec, _ = model_preset("tiny")
-    jm = jax_build_model(spec, init_weights(spec, 0))
+    jm = jax_build_model(spec, init_weights(spec, 0), scan_layers=False)
     names = [jax_params.hf_name(p) for p, _ in nnx.to_flat_state(nnx.state(jm, nnx.Param))]
     assert sorted(names) == sorted(param_shapes(spec))
     # The same names from jax.tree_util key paths (DictKey / GetAttrKey), as optax masks would see them.
@@ -74,6 +74,11 @@ def test_hf_name_covers_every_parameter_and_every_path_spelling():
     named = jax.tree_util.tree_map_with_path(lambda p, _: jax_params.hf_name(p), state)
     tree_names = jax.tree_util.tree_leaves(named)
     assert sorted(tree_names) == sorted(names)
+    # scan_layers (the default): a stacked parameter names its first layer, layer_names all of them
+    stacked = jax_build_model(spec, init_weights(spec, 0))
+    every = [n for p, v in nnx.to_flat_state(nnx.state(stacked, nnx.Param))
+             for n in jax_params.layer_names(p, v.shape[0] if jax_params.is_stacked(p) else 1)]  # fmt: skip
+    assert sorted(every) == sorted(names)
     assert jax_params.hf_name(("bert", "encoder", "layer", 1, "attention", "self", "query", "kernel")) == (
         "bert.encoder.layer.1.attention.self.query.weight"
     )
@@ -87,7 +92,7 @@ def test_trainable_filter_by_hf_name_matches_spec(scope):
     must select exactly spec.count_params(scope) parameters."""
     spec, _ = model_preset("tiny")
     lora = LoraSpec() if scope == "lora" else None  # the model has adapters under lora only
-    jm = jax_build_model(spec, init_weights(spec, 0), lora=lora)
+    jm = jax_build_model(spec, init_weights(spec, 0), lora=lora, scan_layers=False)
 
     def trainable(path, _):
         return is_trainable(jax_params.hf_name(path), scope, spec.num_layers, last_k=1)
@@ -140,7 +145,7 @@ def test_safetensors_checkpoint_converts(tmp_path):
     out = jax_params.export_weights(jm)
     _assert_identical(out, weights)
     np.testing.assert_array_equal(  # the layout transform really happened: kernel (in, out) = weight.T
-        np.asarray(jm.bert.encoder.layer[1].intermediate.dense.kernel[...]),
+        np.asarray(jm.bert.encoder.stacks["0"].intermediate.dense.kernel[...][1]),  # layer 1 of the one stack
         ckpt["encoder.layer.1.intermediate.dense.weight"].T,
     )
 

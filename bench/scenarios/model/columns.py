@@ -51,5 +51,6 @@ EXTRA_COLUMNS = (
     "flops_per_step", "flops_method", "flops_predicted", "flops_per_s", "matmul_peak_flops_per_s", "utilisation",
     "peak_flops_per_s", "mfu",
     "lora_rank", "lora_alpha", "lora_dropout", "lora_targets",  # trainable=lora's adapters (docs/lora.md)
+    "scan_layers",  # JAX: the encoder as a lax.scan over stacked layers, or unrolled (docs/speed.md)
 )  # fmt: skip
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS

@@ -30,7 +30,9 @@ OTHER_SCENARIOS_KEYS = ("scenario", "threads", "ops")
 ADDED_KEYS = {"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True, "fsdp_offload": False,
               "directions": "gaussian", "jvp_tangent": "auto", "deterministic": False, "compile": False,
               "divergence_factor": 10.0, "target": TargetConfig(), "profile": False, "profile_steps": 3,
-              "lora": LoraConfig()}  # fmt: skip
+              "lora": LoraConfig(), "scan_layers": False}  # fmt: skip  (JAX's layers were unrolled until scan_layers)
+# Keys that mean something to one framework alone: left out of the other's identity (torch ignores scan_layers).
+FRAMEWORK_KEYS = {"scan_layers": "jax"}
 
 
 class ModelScenario(Scenario):
@@ -44,7 +46,8 @@ class ModelScenario(Scenario):
 
     def identity(self, cfg: BenchConfig) -> dict:
         keys = [f for f in vars(cfg) if f not in NOT_IDENTITY + OTHER_SCENARIOS_KEYS
-                and not (f in ADDED_KEYS and getattr(cfg, f) == ADDED_KEYS[f])]  # fmt: skip
+                and not (f in ADDED_KEYS and getattr(cfg, f) == ADDED_KEYS[f])
+                and FRAMEWORK_KEYS.get(f, cfg.framework) == cfg.framework]  # fmt: skip
         return identity_of(cfg, keys)
 
     def kind(self, cfg: BenchConfig) -> str:
@@ -134,6 +137,7 @@ class ModelScenario(Scenario):
 def trial_label(cfg: BenchConfig) -> str:
     extra = [
         "remat" if cfg.remat else "",
+        "unrolled" if not cfg.scan_layers else "",
         f"K={cfg.num_tangents}" if cfg.mode == "jvp" else "",
         cfg.jvp_impl if cfg.mode == "jvp" and cfg.framework == "torch" else "",
         f"trainable={cfg.trainable}" if cfg.trainable != "all" else "",
@@ -162,6 +166,7 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "max_timed_s": cfg.max_timed_s,
         "seed": cfg.seed,
         "remat": cfg.remat,
+        "scan_layers": cfg.scan_layers if cfg.framework == "jax" else None,
         "num_tangents": cfg.num_tangents,
         "dtype": cfg.dtype,
         "jvp_impl": cfg.jvp_impl,

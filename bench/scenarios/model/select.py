@@ -7,13 +7,13 @@ after a fix should replace the old numbers, not be averaged with them. Rows whos
 Which rows are compared. A context is what stays fixed in one comparison: model and its size, data, optimizer and
 its hyperparameters, batch, sequence length, dtype, dropout, device, and how many devices a trial ran on and how
 (parallel, devices, nodes, the FSDP settings: CONTEXT_COLUMNS). Within a context there is one cell per framework x
-mode, the mode as variant() names it: remat, tangents K, torch's jvp_impl, mezo_eps, attn_implementation and the
-trainable scope are part of that name (backprop+remat, jvp(K=4), jvp[naive], mezo(eps=0.0001),
-backprop(attn=sdpa), jacfwd[head]). So two rows that differ in any knob that changes the measured numbers land in
-different cells, and their labels say how they differ. A knob at its default is left out of the label, so the
-usual label stays short; a CSV written before a knob had a column reads as the default. A comparison beyond one
-device (comparison()) is a context less its parallel settings: the same model, data and per-device batch on one
-device, under DDP and under FSDP, on 1, 2, ... devices.
+mode, the mode as variant() names it: remat, tangents K, torch's jvp_impl, JAX's unrolled layers, mezo_eps,
+attn_implementation and the trainable scope are part of that name (backprop+remat, jvp(K=4), jvp[naive],
+backprop[unrolled], mezo(eps=0.0001), backprop(attn=sdpa), jacfwd[head]). So two rows that differ in any knob that
+changes the measured numbers land in different cells, and their labels say how they differ. A knob at its default
+is left out of the label, so the usual label stays short; a CSV written before a knob had a column reads as the
+default. A comparison beyond one device (comparison()) is a context less its parallel settings: the same model,
+data and per-device batch on one device, under DDP and under FSDP, on 1, 2, ... devices.
 
 Nothing here imports matplotlib: the sweep process prints summary_table() at its end. Reading the CSVs, and the
 "latest row wins" rule itself, are bench/store/read.py's.
@@ -123,6 +123,8 @@ def variant(row: dict) -> str:
         name += f"({', '.join(settings)})"
     if mode == "jvp" and row.get("framework") == "torch" and row.get("jvp_impl") not in (None, "", "func"):
         name += f"[{row['jvp_impl']}]"
+    if str(row.get("scan_layers")).lower() == "false":  # JAX's unrolled layers (scan_layers' default: true)
+        name += "[unrolled]"
     if row.get("trainable") not in (None, "", "all"):
         name += f"[{scope_label(row)}]"
     return name
@@ -242,8 +244,8 @@ def summary_table(rows: list[dict]) -> str:
 _IDENTITY_COLUMNS = ("framework", "mode", "model", "num_layers", "hidden_size", "data", "trainable", "last_k",
                      "lora_rank", "lora_alpha", "lora_dropout", "lora_targets",
                      "optimizer", *OPTIMIZER_KNOBS, "batch_size", "grad_accum", "seq_len", "steps", "epochs", "seed",
-                     "remat", "num_tangents", "jvp_impl", "mezo_eps", "attn_implementation", "dropout", "dtype",
-                     "directions", "jvp_tangent", "device", *PARALLEL_COLUMNS)  # fmt: skip
+                     "remat", "scan_layers", "num_tangents", "jvp_impl", "mezo_eps", "attn_implementation", "dropout",
+                     "dtype", "directions", "jvp_tangent", "device", *PARALLEL_COLUMNS)  # fmt: skip
 
 
 def experiment_of(row: dict) -> str:

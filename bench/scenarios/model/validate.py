@@ -107,6 +107,9 @@ def validate(cfg: BenchConfig) -> None:
             "always compiled by XLA), and under torch.func's jvp and jacfwd it skips every frame (docs/speed.md); "
             "accepted: framework=torch with mode=inference|backprop|mezo"
         )
+    if cfg.framework == "torch" and not cfg.scan_layers:
+        raise ConfigError("scan_layers=false: JAX only (torch runs HF's layers one by one, eagerly, either way); "
+                          "framework=torch accepts scan_layers=true")
     if cfg.framework == "jax" and cfg.jvp_impl != "func":
         raise ConfigError(f"jvp_impl={cfg.jvp_impl}: torch only; framework=jax accepts jvp_impl=func (jax.jvp)")
     if cfg.framework == "jax" and cfg.attn_implementation != "eager":

@@ -9,13 +9,18 @@ context: same data, optimizer and hyperparameters, batch, sequence, dtype, dropo
     jvp growth      <= 1.2 x one encoder layer's tangent bytes per layer (least squares over the depths)
     mezo excess     <= 1.1 x inference excess + the largest parameter tensor
     jvp step time   <= 1.1 x backprop step time
+    mezo step time  <= 2.2 x inference step time
 and the speed targets (`perf`, with `python -m bench overhead`'s results/overhead.csv beside the runs):
     harness         the suite's backprop step <= 1.02 x a plain training loop's (bench/scenarios/overhead/)
     JAX compile     the first step (ahead-of-time compile + the first run) <= 5 s, every mode recorded
+    compile depth   JAX's first step at the deepest model recorded <= 1.3 x at the shallowest, per mode
+                    (+experiment=compile_depth: 6 and 24 layers)
 Why each bound: a forward-mode pass holds one layer's primal and tangent activations at a time plus one tangent
 (parameter-sized), where reverse mode holds every layer's activations; MeZO perturbs in place, so beyond
-inference it needs only the noise of the tensor being perturbed; jvp's pass costs about 1.5-2 forward passes
-against backprop's ~3.
+inference it needs only the noise of the tensor being perturbed; jvp's pass costs about what backprop's forward
+and backward cost (a linear layer's jvp adds two matmuls to the primal one, as its backward does), and MeZO's two
+forward passes twice inference's, with 10% for drawing the directions; a compiler that sees the layers as one loop
+body compiles them once, whatever their number.
 """
 
 from __future__ import annotations
@@ -122,6 +127,9 @@ def check(rows: list[dict]) -> list[Check]:
         tb, tj = x("backprop", "step_time_median_s"), x("jvp", "step_time_median_s")
         if tb is not None and tj is not None:
             checks.append(Check(fw, here, "jvp step time <= 1.1 x backprop step time", tj, 1.1 * tb, "s"))
+        ti, tm = x("inference", "step_time_median_s"), x("mezo", "step_time_median_s")
+        if ti is not None and tm is not None:
+            checks.append(Check(fw, here, "mezo step time <= 2.2 x inference step time", tm, 2.2 * ti, "s"))
         jvp_depths = sorted(d for d in depths if "jvp" in depths[d])
         if len(jvp_depths) >= 2:
             lo, hi = jvp_depths[0], jvp_depths[-1]
@@ -134,6 +142,7 @@ def check(rows: list[dict]) -> list[Check]:
 
 
 COMPILE_LIMIT_S = 5.0  # JAX's first step, per mode: a user should not wait on six near-identical layers
+COMPILE_DEPTH_LIMIT = 1.3  # JAX's first step, deepest against shallowest: compile time independent of depth
 OVERHEAD_LIMIT = 1.02  # the suite's step against a plain loop's (bench overhead): the harness in the noise
 
 
@@ -153,6 +162,25 @@ def perf(rows: list[dict], overhead: list[dict] = ()) -> list[Check]:
     for (ctx, layers, name), r in sorted(by.items()):
         checks.append(Check("jax", where(ctx, str(layers), contexts), f"{name} first-step compile <= "
                             f"{COMPILE_LIMIT_S:g} s", num(r, "compile_time_s"), COMPILE_LIMIT_S, "s"))  # fmt: skip
+    return checks + compile_depth(ok)
+
+
+def compile_depth(rows: list[dict]) -> list[Check]:
+    """JAX's first step at the deepest model recorded against the shallowest, per context (less the depth) and
+    variant: the latest row of each depth."""
+    by = defaultdict(dict)
+    for r in rows:
+        if num(r, "num_layers") is not None:
+            by[context_key(r, drop=("num_layers",)), variant(r)][int(r["num_layers"])] = r
+    contexts = sorted({ctx for ctx, _ in by})
+    checks = []
+    for (ctx, name), depths in sorted(by.items()):
+        if len(depths) < 2:
+            continue
+        lo, hi = min(depths), max(depths)
+        ratio = num(depths[hi], "compile_time_s") / num(depths[lo], "compile_time_s")
+        checks.append(Check("jax", where(ctx, f"{lo}→{hi}", contexts), f"{name} compile at {hi} layers <= "
+                            f"{COMPILE_DEPTH_LIMIT:g} x at {lo}", ratio, COMPILE_DEPTH_LIMIT, "x"))  # fmt: skip
     return checks
 
 

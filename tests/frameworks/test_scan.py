@@ -1,0 +1,153 @@
+"""scan_layers: the JAX encoder as a lax.scan over stacked layers computes what the unrolled one computes.
+
+The parity and exactness tests run the default (scanned) model against HF; these hold the two JAX layouts against
+each other (logits, every hidden state, every gradient, remat and its dropout masks, the FLOP count), the weights'
+round trip through stacked parameters, and the structure that makes compile time independent of depth.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from bench.config import model_preset
+from bench.jax_impl import flops
+from bench.jax_impl.model import build_model, layer_stacks
+from bench.jax_impl.params import export_weights, from_hf, is_trained, layer_names, to_hf
+from bench.jax_impl.steps import make_trainer
+from bench.spec import LoraSpec, StepSpec, count_params, param_shapes
+from bench.weights import build_weights
+
+# scan vs unrolled: the same ops, fused and ordered differently by XLA, so float32 sums differ in the last bits
+# (measured on tiny: logits 4e-9, hidden states 5e-7, gradients 2e-7 absolute). A layer applied twice, skipped or
+# given another layer's weights changes them by O(1).
+ATOL = 2e-6
+
+
+def _spec(num_layers=3, dropout=0.0):
+    spec, _ = model_preset("tiny", dropout=dropout, num_layers=num_layers)
+    return spec
+
+
+def _args(spec, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1000, spec.vocab_size, (3, 16)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[1, 9:] = 0  # a padded row
+    return ids, np.zeros_like(ids), mask
+
+
+LABELS = np.array([0, 1, 2], np.int32)
+
+
+def _grads(model, args, key=None, labels=LABELS):
+    graphdef, params = nnx.split(model, nnx.Param)
+
+    def loss(p):
+        logits = nnx.merge(graphdef, p)(*args, deterministic=key is None, rngs=None if key is None else
+                                        nnx.Rngs(dropout=key))  # fmt: skip
+        return -jax.nn.log_softmax(logits)[np.arange(3), labels].mean()
+
+    return to_hf(jax.jit(jax.grad(loss))(params))
+
+
+@pytest.mark.parametrize("stacks", [(3,), (2, 1), (1, 1, 1)])
+def test_scanned_model_computes_the_unrolled_one(stacks):
+    spec = _spec()
+    weights = build_weights(spec, 0)
+    unrolled = build_model(spec, weights, scan_layers=False)
+    scanned = build_model(spec, weights, stacks=stacks)
+    args = _args(spec)
+    a, b = unrolled(*args, output_hidden_states=True), scanned(*args, output_hidden_states=True)
+    assert len(b.hidden_states) == spec.num_layers + 1
+    for i, (x, y) in enumerate(zip(a.hidden_states, b.hidden_states, strict=True)):
+        np.testing.assert_allclose(y, x, rtol=0, atol=ATOL, err_msg=f"hidden state {i}")
+    np.testing.assert_allclose(b.logits, a.logits, rtol=0, atol=ATOL)
+    ga, gb = _grads(unrolled, args), _grads(scanned, args)
+    assert set(gb) == set(ga) == set(param_shapes(spec))  # every layer's gradient, under its own HF name
+    for name in ga:
+        np.testing.assert_allclose(gb[name], ga[name], rtol=1e-5, atol=ATOL, err_msg=name)
+
+
+def test_weights_round_trip_through_stacked_parameters():
+    spec = _spec()
+    lora = LoraSpec(rank=2, targets=("query", "value", "intermediate.dense"))
+    weights = build_weights(spec, 0)
+    model = build_model(spec, weights, lora=lora, stacks=(2, 1), seed=5)
+    out = export_weights(model)
+    assert list(out) == list(param_shapes(spec, lora))
+    for name, w in weights.items():
+        np.testing.assert_array_equal(out[name], w, err_msg=name)
+    # slice i of a stack is layer S + i, transformed as that layer alone (a kernel is its weight transposed)
+    kernel = model.bert.encoder.stacks["2"].intermediate.dense.kernel[...]
+    assert kernel.shape == (1, spec.hidden_size, spec.intermediate_size)
+    np.testing.assert_array_equal(kernel[0], weights["bert.encoder.layer.2.intermediate.dense.weight"].T)
+    _, params = nnx.split(model, nnx.Param)
+    assert to_hf(params).keys() == out.keys()
+    again = from_hf(params, out)
+    for x, y in zip(jax.tree.leaves(params), jax.tree.leaves(again), strict=True):
+        np.testing.assert_array_equal(x, y)
+    path = ("bert", "encoder", "stacks", "0", "attention", "self", "query", "lora", "lora_a")
+    assert layer_names(path, 2) == [f"bert.encoder.layer.{i}.attention.self.query.lora_A.weight" for i in (0, 1)]
+
+
+@pytest.mark.parametrize("scope", ["all", "bias", "head", "last_k", "lora"])
+def test_a_scope_trains_whole_stacks_of_layers(scope):
+    """The trainer's filter (is_trained) on the stacks layer_stacks builds: exactly count_params(scope)
+    parameters trained, and under last_k the frozen layers and the trained ones in two stacks."""
+    spec = _spec()
+    last_k = 2
+    stacks = layer_stacks(spec.num_layers, scope, last_k)
+    assert stacks == ((1, 2) if scope == "last_k" else (3,))
+    s = StepSpec(trainable=scope, last_k=last_k)
+    trainer = make_trainer(spec, build_weights(spec, 0), s, "cpu")
+    assert trainer.n_trainable == count_params(spec, scope, last_k, s.lora)
+    # one stack over a scope that splits the layers is refused, not silently trained or frozen whole
+    model = build_model(spec, build_weights(spec, 0), stacks=(3,))
+    with pytest.raises(ValueError, match="layer_stacks"):
+        nnx.split(model, lambda path, x: isinstance(x, nnx.Param) and is_trained(path, x, "last_k", 3, 2), ...)
+
+
+def test_remat_in_the_scan_replays_the_layers_dropout():
+    """remat=true checkpoints the scan's body: the backward pass recomputes each layer with the same dropout masks
+    (gradients equal to the scanned model without remat under one key, different under another)."""
+    spec = _spec(dropout=0.1)
+    weights = build_weights(spec, 0)
+    plain, remat = build_model(spec, weights), build_model(spec, weights, remat=True)
+    args = _args(spec)
+    key = lambda seed: jax.random.key(seed, impl="rbg")  # rbg: compiles fast on XLA:CPU (test_parity's reason)
+    g_plain, g_remat, g_other = _grads(plain, args, key(3)), _grads(remat, args, key(3)), _grads(remat, args, key(4))
+    for name in g_plain:
+        np.testing.assert_allclose(g_remat[name], g_plain[name], rtol=1e-5, atol=1e-8, err_msg=name)
+    assert not np.allclose(g_other["classifier.weight"], g_plain["classifier.weight"], rtol=1e-5)
+    # one checkpointed body, inside the scan
+    graphdef, params = nnx.split(remat, nnx.Param)
+    jaxpr = jax.make_jaxpr(jax.grad(lambda p: nnx.merge(graphdef, p)(*args).sum()))(params)
+    scans = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
+    body = [e.primitive.name for s in scans for e in s.params["jaxpr"].jaxpr.eqns]
+    assert scans and sum(n in ("checkpoint", "remat", "remat2") for n in body) == 1
+
+
+@pytest.mark.parametrize("mode", ["backprop", "jvp"])
+def test_the_program_holds_one_layer_whatever_the_depth(mode):
+    """Why compile time stops growing with depth: the compiled step of 2 and of 4 layers has the same number of
+    dot instructions (the layer is a loop body), while the FLOPs counted at the loop's trip count double the
+    encoder's (bench.jax_impl.flops reads XLA's known_trip_count), as the unrolled program's do."""
+    dots, counted = {}, {}
+    for layers in (2, 4):
+        for scan in (True, False):
+            spec = _spec(num_layers=layers)
+            t = make_trainer(spec, build_weights(spec, 0), StepSpec(mode=mode, scan_layers=scan), "cpu")
+            rng = np.random.default_rng(0)
+            batch = {"input_ids": rng.integers(1000, 5000, (2, 16)), "token_type_ids": np.zeros((2, 16)),
+                     "attention_mask": np.ones((2, 16)), "labels": np.array([0, 1])}  # fmt: skip
+            mb = t.to_device([batch])
+            t.compile(mb)
+            text = "\n".join(c.as_text() for c, _ in t.programs())
+            dots[layers, scan] = text.count(" dot(")
+            counted[layers, scan] = flops.count(t, mb)["flops_per_step"]
+    assert dots[2, True] == dots[4, True] < dots[4, False]
+    for layers in (2, 4):
+        assert counted[layers, True] == counted[layers, False], layers
