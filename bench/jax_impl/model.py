@@ -16,6 +16,7 @@ computing what HF PEFT's lora.Linear computes in torch (same parameters, same or
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -256,25 +257,33 @@ def _stacked_layers(n: int, spec: BertSpec, rngs: nnx.Rngs, p: Precision, lora: 
     return make(rngs)
 
 
-def _scan_stack(stack: BertLayer, x, mask_bias, rngs, deterministic, remat: bool, all_hidden: bool):
+# layer_hook(stack name, a layer's parameters (its nnx.State), the layer's index in the stack) -> the parameters the
+# layer runs with: how something drawn per layer enters the scan where that layer runs (a forward gradient's
+# tangent, bench/jax_impl/directions.py), rather than whole before it.
+LayerHook = Callable[[str, nnx.State, jax.Array], nnx.State]
+
+
+def _scan_stack(stack: BertLayer, x, mask_bias, rngs, deterministic, remat: bool, all_hidden: bool,
+                hook: LayerHook | None = None, name: str = ""):  # fmt: skip
     """Run a stack of layers as one jax.lax.scan over its parameters' leading axis: XLA compiles the layer once,
     whatever the depth. (last hidden state (B, T, H), each layer's output or [] unless `all_hidden`).
 
     The layer is a pure function of its slice of the stack (nnx.merge in the body, nothing written back), so
     frozen parameters closed over by a transformation's caller pass through as constants, as in the unrolled model.
     Dropout: one key from the caller's stream, split into one per layer, each layer drawing from its own stream.
-    remat: jax.checkpoint around the body, so the scan keeps each layer's input alone and recomputes the rest."""
+    remat: jax.checkpoint around the body, so the scan keeps each layer's input alone and recomputes the rest.
+    `hook`: applied to each layer's slice of the parameters in the body, with the stack's `name`."""
     graphdef, params = nnx.split(stack)
     n = jax.tree.leaves(params)[0].shape[0]
     keys = None if rngs is None else jax.random.split(rngs.dropout(), n)
 
     def body(x, slice_):
-        params, key = slice_
-        layer = nnx.merge(graphdef, params)
+        params, key, i = slice_
+        layer = nnx.merge(graphdef, params if hook is None else hook(name, params, i))
         y = layer(x, mask_bias, deterministic=deterministic, rngs=None if key is None else nnx.Rngs(dropout=key))
         return y, (y if all_hidden else None)  # (B, T, H)
 
-    x, ys = jax.lax.scan(jax.checkpoint(body) if remat else body, x, (params, keys))
+    x, ys = jax.lax.scan(jax.checkpoint(body) if remat else body, x, (params, keys, jnp.arange(n)))
     return x, (list(ys) if all_hidden else [])
 
 
@@ -295,13 +304,15 @@ class BertEncoder(nnx.Module):
         starts = np.cumsum((0, *stacks[:-1]))
         self.stacks = nnx.Dict({str(s): _stacked_layers(n, spec, rngs, p, lora) for s, n in zip(starts, stacks)})
 
-    def __call__(self, x, mask_bias, *, deterministic, rngs, all_hidden: bool = False):
+    def __call__(self, x, mask_bias, *, deterministic, rngs, all_hidden: bool = False,
+                 layer_hook: LayerHook | None = None):  # fmt: skip
         """(last hidden state (B, T, H), the L + 1 hidden states of HF's output_hidden_states, or () unless
-        `all_hidden`)."""
+        `all_hidden`). `layer_hook`: see LayerHook (stacked layers only; unrolled layers have no use for one)."""
         hidden_states = [x]
         if self.scan:
-            for stack in self.stacks.values():  # in layer order (built in that order)
-                x, ys = _scan_stack(stack, x, mask_bias, rngs, deterministic, self.remat, all_hidden)
+            for name, stack in self.stacks.items():  # in layer order (built in that order)
+                x, ys = _scan_stack(stack, x, mask_bias, rngs, deterministic, self.remat, all_hidden, layer_hook,
+                                    name)  # fmt: skip
                 hidden_states += ys
         else:
             forward = _remat_layer_forward if self.remat else _layer_forward
@@ -350,6 +361,7 @@ class BertForSequenceClassification(nnx.Module):
         deterministic: bool = True,
         rngs: nnx.Rngs | None = None,
         output_hidden_states: bool = False,
+        layer_hook: LayerHook | None = None,
     ):
         if not deterministic and self.spec.dropout > 0 and rngs is None:
             raise ValueError(
@@ -361,7 +373,8 @@ class BertForSequenceClassification(nnx.Module):
         mask_bias = jnp.where(keep, 0.0, MASK_VALUE).astype(jnp.float32)  # (B, 1, 1, T)
         kw = dict(deterministic=deterministic, rngs=rngs)
         x = self.bert.embeddings(input_ids, token_type_ids, **kw)  # (B, T, H)
-        last, hidden_states = self.bert.encoder(x, mask_bias, **kw, all_hidden=output_hidden_states)  # (B, T, H)
+        last, hidden_states = self.bert.encoder(x, mask_bias, **kw, all_hidden=output_hidden_states,
+                                                layer_hook=layer_hook)  # (B, T, H)
         pooled = self.bert.pooler(last)  # (B, H)
         logits = self.classifier(self.dropout(pooled, **kw))  # (B, num_labels)
         if output_hidden_states:

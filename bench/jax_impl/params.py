@@ -106,10 +106,7 @@ def _key(k) -> str:
 def _lookup(path: tuple) -> tuple[str, object, int | None]:
     """(HF name, transform, first layer) of an NNX path: for a stacked parameter (first layer not None) the HF
     name of its first layer, `layer_names` giving the others."""
-    keys = [_key(k) for k in path]
-    if keys and keys[-1] in ("value", "raw_value"):  # tree_util paths end inside the Variable
-        keys = keys[:-1]
-    dotted = ".".join(keys)
+    dotted = ".".join(keys_of(path))  # tree_util paths end inside the Variable: keys_of drops its `value`
     for pattern, hf, transform in _FROM_NNX:
         m = pattern.match(dotted)
         if m:
@@ -131,6 +128,23 @@ def is_stacked(path: tuple) -> bool:
     """Whether an NNX path (or a tree_util path through one, e.g. an optimizer state's) is a stacked parameter,
     whose leading axis counts layers."""
     return "stacks" in [_key(k) for k in path]
+
+
+def keys_of(path: tuple) -> tuple[str, ...]:
+    """An NNX or tree_util path as plain keys, without the Variable's own trailing `value`."""
+    keys = tuple(_key(k) for k in path)
+    return keys[:-1] if keys and keys[-1] in ("value", "raw_value") else keys
+
+
+def stack_of(path: tuple) -> tuple[str, tuple[str, ...]] | None:
+    """(the stack's name, the parameter's path inside one layer) of a stacked parameter's path, else None:
+    ('bert', 'encoder', 'stacks', '0', 'attention', 'self', 'query', 'kernel') -> ('0', ('attention', 'self',
+    'query', 'kernel')), the path the parameter has in the layer the scan runs (model._scan_stack)."""
+    keys = keys_of(path)
+    for i in range(len(keys) - 1):
+        if keys[i] == "stacks":
+            return keys[i + 1], keys[i + 2 :]
+    return None
 
 
 def layer_names(path: tuple, n: int = 1) -> list[str]:

@@ -6,15 +6,16 @@ regenerates the directions), with the parameters and optimizer state donated so 
 torch does (without donation the old and new parameters would coexist: +1x parameter memory).
 
     inference  forward only
-    backprop   jax.value_and_grad (remat: nnx.remat per encoder layer, in the model)
-    jvp        forward gradient (Baydin et al. 2022): K tangents v ~ N(0, I), d_k = grad.v_k by jax.jvp each,
-               estimate g = 1/K sum_k d_k v_k
+    backprop   jax.value_and_grad (remat: jax.checkpoint per encoder layer, in the model)
+    jvp        forward gradient (Baydin et al. 2022): K tangents v ~ N(0, I), d_k = grad.v_k by jax.jvp each
+               (along t -> theta + t v_k, v_k drawn where the pass uses it), estimate g = 1/K sum_k d_k v_k
     jacfwd     exact gradient by forward mode: vmapped jvp over chunks of the standard basis (lax.map batch_size)
     mezo       SPSA (Malladi et al. 2023): perturbation +eps, -2eps, +eps, two forward passes,
                g = (L+ - L-)/(2 eps) z with z regenerated from its key
 
-Random directions are regenerated from (seed, step, k, tensor index) keys rather than stored, exactly as in the
-torch mirror, so a K-tangent loop holds one tangent at a time and the estimate is built leaf by leaf.
+Random directions are regenerated from their keys rather than stored (bench/jax_impl/directions.py, as in the
+torch mirror), so a K-tangent loop holds one tangent at a time, a scanned stack's one layer of it, and the estimate
+is built and applied tensor by tensor, a stack's layer by layer.
 
 On several devices (a World from bench.jax_impl.parallel) the programs are the same, jitted with shardings: XLA
 splits each over the devices and adds the collectives the maths needs (the batch mean of the loss and of each
@@ -33,6 +34,14 @@ from flax import nnx
 from jax.flatten_util import ravel_pytree
 
 from bench.jax_impl.device import resolve_device, use_fp32
+from bench.jax_impl.directions import (
+    displaced,
+    perturb,
+    sample_tangent,
+    seeded_gradient,
+    seeded_update,
+    tangent_gradient,
+)
 from bench.jax_impl.model import build_model, layer_stacks
 from bench.jax_impl.params import export_weights, is_trained
 from bench.spec import HEAD_ONLY, BertSpec, StepSpec, jacfwd_chunk_for, keeps_tangent
@@ -49,16 +58,17 @@ def whole(tree):
 
 
 def make_loss_fn(graphdef, frozen, train: bool, gather=whole):
-    """loss_of(params, batch, key): mean cross-entropy of the classifier; frozen state closed over (constants
-    to every transformation, so they get no tangent and no gradient). `key` drives dropout when `train`.
+    """loss_of(params, batch, key[, layer_hook]): mean cross-entropy of the classifier; frozen state closed over
+    (constants to every transformation, so they get no tangent and no gradient). `key` drives dropout when `train`.
     `gather`: the parameters whole from what a device holds (parallel=fsdp: World.gather_whole)."""
 
-    def loss_of(params, batch, key):
+    def loss_of(params, batch, key, layer_hook=None):
         model = nnx.merge(graphdef, *gather((params, frozen)))
         logits = model(
             *(batch[k] for k in INPUT_KEYS),
             deterministic=not train,
             rngs=nnx.Rngs(dropout=key) if train else None,
+            layer_hook=layer_hook,  # directions.displaced's, for a stack's tangents
         )  # (B, C)
         logits = logits.astype(jnp.float32)  # the loss in fp32 whatever the model computes in (as torch_impl)
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
@@ -87,61 +97,7 @@ def make_trunk_head_fns(graphdef, frozen, train: bool, gather=whole):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# seeded random directions
-
-
-def direction_keys(seed: int, step, k, n: int):
-    """Keys of direction k of parameter tensors 0..n-1 at `step` (key i = fold_in(base, i)): any tensor's
-    direction can be regenerated alone.
-
-    Why "rbg" and one vectorised fold_in: XLA on CPU compiles every random op separately, and a default
-    (threefry) normal per tensor costs ~0.1 s of compile each; MeZO draws ~4 per tensor, so on MiniLM (105 tensors)
-    the step took ~45 s to compile. Threefry still derives the keys (one op for all tensors); the bits come from
-    XLA's RngBitGenerator, which compiles ~2x faster. The streams are statistically sound but, unlike threefry,
-    not guaranteed identical across backends or XLA versions (torch's directions differ from JAX's anyway).
-
-    Sharded (fsdp), the values stay those of one device and nothing is exchanged: XLA's SPMD partitioner does not
-    partition RngBitGenerator, it gives every device the whole draw and slices out the device's part; XLA:CPU
-    then fuses that slice into the (Philox) generator, so a device computes its own part only (a MiniLM-sized
-    perturbation on 2 CPU devices: 0.37 s, against 0.74 s drawing it whole on each; tiny's perturbation holds
-    11 KB of temporaries beside a 1.9 MB part of the word embeddings). jax.jvp's forward pass needs the tangent
-    whole: there each device draws all of it, rather than drawing its part and gathering the rest."""
-    base = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed, impl="rbg"), step), k)
-    return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(n, dtype=jnp.uint32))
-
-
-def direction(p, key, kind: str = "gaussian"):
-    """The direction of p's shape from `key`: N(0, I), or (kind="rademacher") +-1 entries from random bits
-    (jax.random.rademacher), both with E[z z^T] = I."""
-    if kind == "rademacher":
-        return jax.random.rademacher(key, p.shape, p.dtype)
-    return jax.random.normal(key, p.shape, p.dtype)
-
-
-def sample_tangent(params, seed: int, step, k, kind: str = "gaussian"):
-    leaves, treedef = jax.tree.flatten(params)
-    keys = direction_keys(seed, step, k, len(leaves))
-    return jax.tree.unflatten(treedef, [direction(p, keys[i], kind) for i, p in enumerate(leaves)])
-
-
-def seeded_gradient(params, coeffs, seed: int, step, kind: str = "gaussian"):
-    """g = sum_k coeffs[k] * z_k, every z_k regenerated from its keys (no stored tangents), one k at a time."""
-    leaves, treedef = jax.tree.flatten(params)
-
-    def body(k, gs):  # in the parameters' dtype (bf16_pure: the fp32 coefficient would promote it)
-        keys = direction_keys(seed, step, k, len(leaves))
-        return [(g + coeffs[k] * direction(p, keys[i], kind)).astype(p.dtype)
-                for i, (g, p) in enumerate(zip(gs, leaves))]  # fmt: skip
-
-    if coeffs.shape[0] == 1:  # MeZO, K=1: no loop, so XLA can fuse c * z into the optimizer update (no |theta| g)
-        return jax.tree.unflatten(treedef, body(0, [jnp.zeros_like(p) for p in leaves]))
-    gs = jax.lax.fori_loop(0, coeffs.shape[0], body, [jnp.zeros_like(p) for p in leaves])
-    return jax.tree.unflatten(treedef, gs)
-
-
-def tangent_gradient(tangents, coeffs):
-    """g = sum_k coeffs[k] * tangents[k] for tangents held whole (supplied by the caller, or jvp's kept one)."""
-    return jax.tree.map(lambda *ts: sum(c * t for c, t in zip(coeffs, ts)).astype(ts[0].dtype), *tangents)
+# keys
 
 
 def dropout_key(seed: int, step):
@@ -189,19 +145,34 @@ def _dir_deriv(loss_of, params, micro_batches, key, v):
     return loss, d
 
 
+def _seeded_dir_deriv(loss_of, params, micro_batches, key, seed, step, k, kind):
+    """(loss, grad . z_k) by one jax.jvp per micro-batch along t -> theta + t z_k (directions.displaced): each
+    tensor's tangent drawn where the pass uses it, a stack's layer by layer inside the scan, never whole."""
+    loss, d = 0.0, 0.0
+    for batch in micro_batches:
+
+        def along(t, batch=batch):
+            moved, hook = displaced(params, t, seed, step, k, kind)
+            return loss_of(moved, batch, key, hook)
+
+        l_b, d_b = jax.jvp(along, (jnp.float32(0),), (jnp.float32(1),))
+        loss, d = loss + l_b / len(micro_batches), d + d_b / len(micro_batches)
+    return loss, d
+
+
 def forward_gradient_coeffs(loss_of, params, micro_batches, key, *, num_tangents, seed, step, kind="gaussian",
-                            keep=False):  # fmt: skip
+                            keep=False, gather=whole):  # fmt: skip
     """(loss, c) with c_k = (grad . v_k) / K for the K seeded tangents: the forward gradient is sum_k c_k v_k,
     built by `seeded_gradient` where the update needs it (the timed step runs the two as separate programs);
     `keep` (one tangent): (loss, c, v), v for an update that reads it rather than redraws it."""
     if keep:
-        v = sample_tangent(params, seed, step, 0, kind)
+        v = sample_tangent(params, seed, step, 0, kind, gather)
         loss, d = _dir_deriv(loss_of, params, micro_batches, key, v)
         return loss, jnp.reshape(d, (1,)).astype(jnp.float32), v
 
     def body(k, carry):
         loss, ds = carry
-        l_k, d_k = _dir_deriv(loss_of, params, micro_batches, key, sample_tangent(params, seed, step, k, kind))
+        l_k, d_k = _seeded_dir_deriv(loss_of, params, micro_batches, key, seed, step, k, kind)
         return jnp.where(k == 0, l_k, loss), ds.at[k].set(d_k)
 
     loss, ds = jax.lax.fori_loop(0, num_tangents, body, (jnp.float32(0), jnp.zeros(num_tangents, jnp.float32)))
@@ -230,14 +201,6 @@ def jacfwd_gradient(loss_of, params, micro_batches, key, *, chunk: int, trunk=No
         losses, d = jax.lax.map(basis_derivative, jnp.arange(n), batch_size=min(chunk, n))
         total, grad_flat = total + losses[0] / len(micro_batches), grad_flat + d / len(micro_batches)
     return total, unravel(grad_flat.astype(flat.dtype))  # the loss's fp32 derivatives, in the parameters' dtype
-
-
-def perturb(params, scale, seed: int, step, kind: str = "gaussian"):
-    """theta + scale * z, z regenerated tensor by tensor from its key (no stored noise). Under jit with the
-    parameters donated, XLA writes the result over theta: the in-place perturbation of MeZO."""
-    leaves, treedef = jax.tree.flatten(params)
-    keys = direction_keys(seed, step, 0, len(leaves))
-    return jax.tree.unflatten(treedef, [p + scale * direction(p, keys[i], kind) for i, p in enumerate(leaves)])
 
 
 def spsa_projection(loss_of, perturb_fn, params, micro_batches, key, *, eps: float):
@@ -359,7 +322,7 @@ class Trainer:
             self._update = jit(self._seeded_update_fn, (0, 1, 3) if kept else (0, 1), (ps, os_, r, ps if kept else r),
                                (ps, os_))  # fmt: skip
         if s.mode == "mezo":
-            self._perturb = jit(lambda p, scale, step: perturb(p, scale, s.seed, step, s.directions), (0,),
+            self._perturb = jit(lambda p, scale, step: perturb(p, scale, s.seed, step, s.directions, self.gather), (0,),
                                 (ps, r, r), ps)  # fmt: skip
             self._loss = jit(self._loss_fn, (), (fs, ps, bs, r), r)
         if s.mode == "jvp":
@@ -474,16 +437,15 @@ class Trainer:
         s = self.spec
         return forward_gradient_coeffs(self._on(frozen).loss_of, params, micro_batches, dropout_key(s.seed, step),
                                        num_tangents=s.num_tangents, seed=s.seed, step=step, kind=s.directions,
-                                       keep=self.keeps_tangent)  # fmt: skip
+                                       keep=self.keeps_tangent, gather=self.gather)  # fmt: skip
 
     def _seeded_update_fn(self, params, opt_state, coeffs, last):
         """Optimizer update with g = sum_k coeffs[k] z_k, the z_k regenerated inside from `last`, the step (XLA fuses
         g into the update), or with jvp_tangent=keep, `last` the pass's own tangent: g = coeffs[0] * last."""
-        if self.keeps_tangent:
-            grads = tangent_gradient([last], coeffs)
-        else:
-            grads = seeded_gradient(params, coeffs, self.spec.seed, last, self.spec.directions)
-        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        if not self.keeps_tangent:  # g one layer of a stack at a time (directions.seeded_update)
+            return seeded_update(self.optimizer, params, opt_state, coeffs, self.spec.seed, last, self.spec.directions,
+                                 self.gather)  # fmt: skip
+        updates, opt_state = self.optimizer.update(tangent_gradient([last], coeffs), opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
     def _loss_fn(self, frozen, params, batch, key):

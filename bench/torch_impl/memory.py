@@ -7,7 +7,7 @@ storage (views and the same tensor saved twice count once):
     saved       torch.autograd.graph.saved_tensors_hooks: every tensor autograd keeps for the backward pass
                 (parameters and batches excluded: they are resident before the step)
     grads       .grad buffers as backward accumulates them (post-accumulate-grad hooks), jacfwd's gradient buffer
-    directions  every seeded direction / tangent the mode draws and jacfwd's basis block (steps.observe)
+    directions  every seeded direction / tangent the mode draws and jacfwd's basis block (directions.observe)
     temp        CUDA: the caching allocator's peak over the step above what the categories held at their joint
                 peak; CPU (no allocator statistics): None here, the runner labels the rest of the measured
                 excess as temp
@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 import torch
 
-from bench.torch_impl import steps
+from bench.torch_impl import directions
 from bench.torch_impl.parallel import local
 
 CATEGORIES = ("saved", "grads", "directions")
@@ -90,12 +90,12 @@ def watching(trainer, ledger: Ledger):
 
     hooks = [p.register_post_accumulate_grad_hook(lambda p: ledger.hold("grads", p.grad))
              for p in trainer.params.values() if p.requires_grad]  # fmt: skip
-    steps.WATCHERS.append(ledger.hold)
+    directions.WATCHERS.append(ledger.hold)
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             yield
     finally:
-        steps.WATCHERS.remove(ledger.hold)
+        directions.WATCHERS.remove(ledger.hold)
         for h in hooks:
             h.remove()
 

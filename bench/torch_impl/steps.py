@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -39,8 +38,17 @@ from torch.func import functional_call, jvp, vmap
 
 from bench.spec import HEAD_ONLY, JVP_IMPLS, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for, keeps_tangent
 from bench.torch_impl.device import resolve_device, use_fp32
+from bench.torch_impl.directions import (
+    SeededGradient,
+    SeededTangent,
+    TangentGradient,
+    direction_seed,
+    observe,
+    perturb,
+    sample_tangent,
+)
 from bench.torch_impl.model import build_model, export_weights, hf_name
-from bench.torch_impl.parallel import World, accumulating, like_param, local, local_rows, sharded
+from bench.torch_impl.parallel import World, accumulating, like_param, local, sharded
 
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -77,115 +85,6 @@ def head_loss(model, hidden, batch, params):
     pooled = functional_call(model.bert.pooler, sub("bert.pooler."), (hidden,))  # (B, H)
     logits = functional_call(model.classifier, sub("classifier."), (model.dropout(pooled),))  # (B, C)
     return F.cross_entropy(logits.float(), batch["labels"])
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# seeded random directions
-
-
-def direction_seed(seed: int, step: int, k: int, index: int) -> int:
-    """Seed of direction k of parameter tensor `index` at `step`: any tensor's direction can be regenerated alone."""
-    return int(np.random.SeedSequence([seed, step, k, index]).generate_state(1, np.uint64)[0] >> 1)
-
-
-# bench.torch_impl.memory's instrumented step watches the buffers the modes make (observe(category, tensor));
-# empty on the timed path
-WATCHERS: list = []
-
-
-def observe(category: str, t: torch.Tensor) -> torch.Tensor:
-    """Report a new buffer of a memory `category` (directions | grads) to the breakdown, if one is watching."""
-    for watch in WATCHERS:
-        watch(category, t)
-    return t
-
-
-def direction(p: torch.Tensor, seed: int, whole: bool = False, kind: str = "gaussian") -> torch.Tensor:
-    """The seeded direction of p's shape, N(0, I) or (kind="rademacher") +-1 entries from random bits, both with
-    E[z z^T] = I; where FSDP2 shards p, the rows this device holds of it (`whole`: all of it, for a forward pass
-    through p gathered whole)."""
-    g = torch.Generator(device=p.device)
-    g.manual_seed(seed)
-    if kind == "rademacher":
-        z = rademacher(p.shape, g, p.device, p.dtype)
-    else:
-        z = torch.randn(p.shape, generator=g, device=p.device, dtype=p.dtype)
-    observe("directions", z)
-    return z if whole else local_rows(z, p)
-
-
-def rademacher(shape, g: torch.Generator, device, dtype) -> torch.Tensor:
-    """+-1 entries, one random bit each: 8 bits per drawn byte, unpacked (torch draws no single bits itself)."""
-    n = int(np.prod(shape))
-    packed = torch.randint(0, 256, ((n + 7) // 8,), generator=g, device=device, dtype=torch.uint8)
-    bits = packed[:, None].bitwise_right_shift(torch.arange(8, device=device, dtype=torch.uint8)).bitwise_and_(1)
-    return bits.view(-1)[:n].to(dtype).mul_(2).sub_(1).view(shape)
-
-
-def sample_tangent(params: dict[str, torch.Tensor], seed: int, step: int, k: int,
-                   kind: str = "gaussian") -> dict[str, torch.Tensor]:  # fmt: skip
-    return {n: direction(p, direction_seed(seed, step, k, i), kind=kind) for i, (n, p) in enumerate(params.items())}
-
-
-@dataclass
-class SeededTangent:
-    """Tangent k of `step` drawn tensor by tensor when asked for (tangent[name]), never held whole: the same
-    values as sample_tangent(params, seed, step, k)."""
-
-    params: dict[str, torch.Tensor]
-    seed: int
-    step: int
-    k: int
-    kind: str = "gaussian"
-
-    def __post_init__(self):
-        self.index = {name: i for i, name in enumerate(self.params)}
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        # whole: the pass runs the module with the parameter gathered (under FSDP2, by its unit's forward)
-        seed = direction_seed(self.seed, self.step, self.k, self.index[name])
-        return direction(self.params[name], seed, whole=True, kind=self.kind)
-
-
-@dataclass
-class SeededGradient:
-    """g[name] = sum_k coeffs[k] * z_k[name], z_k regenerated from (seed, step, k, tensor index) on demand."""
-
-    params: dict[str, torch.Tensor]
-    coeffs: list[float]
-    seed: int
-    step: int
-    kind: str = "gaussian"
-
-    def __iter__(self):
-        for i, (name, p) in enumerate(self.params.items()):
-            # the first direction becomes g in place: for K=1 (MeZO) one tensor-sized buffer, not two
-            g = direction(p, direction_seed(self.seed, self.step, 0, i), kind=self.kind).mul_(self.coeffs[0])
-            for k, c in enumerate(self.coeffs[1:], start=1):
-                g.add_(direction(p, direction_seed(self.seed, self.step, k, i), kind=self.kind), alpha=c)
-            yield name, g
-
-    def materialize(self) -> dict[str, torch.Tensor]:
-        return dict(iter(self))
-
-
-@dataclass
-class TangentGradient:
-    """g = sum_k coeffs[k] * tangents[k] for tangents held in memory (supplied by tests, or jvp's one tangent)."""
-
-    tangents: list[dict[str, torch.Tensor]]
-    coeffs: list[float]
-    in_place: bool = False  # scale the one tangent in place (jvp's own tangent, no longer needed): no temporary
-
-    def __iter__(self):
-        for name in list(self.tangents[0]):
-            if self.in_place and len(self.tangents) == 1:  # each tensor leaves the tangent as it is applied
-                yield name, self.tangents[0].pop(name).mul_(self.coeffs[0])
-            else:
-                yield name, sum(c * t[name] for c, t in zip(self.coeffs, self.tangents))
-
-    def materialize(self) -> dict[str, torch.Tensor]:
-        return dict(iter(self))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -362,14 +261,6 @@ def jacfwd_gradient(
     grad_flat, total = exchanged[:n], exchanged[n].clone()  # the loss outlives the step: no view of the buffer
     grads = {nm: g.view_as(params[nm]).to(params[nm].dtype) for nm, g in zip(names, torch.split(grad_flat, sizes))}
     return total, grads
-
-
-@torch.no_grad()
-def perturb(params, scale: float, seed: int, step: int, kind: str = "gaussian") -> None:
-    """theta += scale * z in place, z regenerated tensor by tensor from its seed (no stored noise); under FSDP2
-    each device perturbs the rows it holds."""
-    for i, p in enumerate(params.values()):
-        local(p).add_(direction(p, direction_seed(seed, step, 0, i), kind=kind), alpha=scale)
 
 
 @torch.no_grad()

@@ -2,22 +2,25 @@
 
 The parity and exactness tests run the default (scanned) model against HF; these hold the two JAX layouts against
 each other (logits, every hidden state, every gradient, remat and its dropout masks, the FLOP count), the weights'
-round trip through stacked parameters, and the structure that makes compile time independent of depth.
+round trip through stacked parameters, the structure that makes compile time independent of depth, and the
+directions drawn layer by layer that keep a forward gradient's memory flat in depth.
 """
 
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
 from bench.config import model_preset
-from bench.jax_impl import flops
+from bench.jax_impl import directions, flops
 from bench.jax_impl.model import build_model, layer_stacks
 from bench.jax_impl.params import export_weights, from_hf, is_trained, layer_names, to_hf
-from bench.jax_impl.steps import make_trainer
-from bench.spec import LoraSpec, StepSpec, count_params, param_shapes
+from bench.jax_impl.steps import make_optimizer, make_trainer
+from bench.spec import LoraSpec, OptimizerSpec, StepSpec, count_params, param_shapes
 from bench.weights import build_weights
 
 # scan vs unrolled: the same ops, fused and ordered differently by XLA, so float32 sums differ in the last bits
@@ -151,3 +154,80 @@ def test_the_program_holds_one_layer_whatever_the_depth(mode):
     assert dots[2, True] == dots[4, True] < dots[4, False]
     for layers in (2, 4):
         assert counted[layers, True] == counted[layers, False], layers
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# directions (bench/jax_impl/directions.py): a stack's direction drawn layer by layer, the same in every program
+
+
+def _stacked_params(scope="all"):
+    spec = _spec()
+    stacks = layer_stacks(spec.num_layers, scope, 1)
+    model = build_model(spec, build_weights(spec, 0), stacks=stacks)
+    _, params, frozen = nnx.split(model, lambda p, x: isinstance(x, nnx.Param) and is_trained(p, x, scope, 3, 1), ...)
+    return model, params, frozen
+
+
+@pytest.mark.parametrize("scope", ["all", "last_k"])
+def test_a_pass_along_the_seeded_direction_is_the_jvp_along_the_whole_tangent(scope):
+    """displaced(): each stacked layer's tangent drawn inside the scan gives jax.jvp's derivative along the whole
+    tangent sample_tangent draws (the update's and jvp_tangent=keep's), to fp32 rounding."""
+    model, params, frozen = _stacked_params(scope)
+    graphdef = nnx.graphdef(model)
+    args = _args(model.spec)
+
+    def loss(p, hook=None):
+        logits = nnx.merge(graphdef, p, frozen)(*args, layer_hook=hook)
+        return -jax.nn.log_softmax(logits)[np.arange(3), LABELS].mean()
+
+    def along(t):
+        moved, hook = directions.displaced(params, t, 7, 3, 1)
+        return loss(moved, hook)
+
+    l0, d0 = jax.jit(lambda: jax.jvp(along, (np.float32(0),), (np.float32(1),)))()
+    z = directions.sample_tangent(params, 7, 3, 1)
+    l1, d1 = jax.jit(lambda z: jax.jvp(loss, (params,), (z,)))(z)
+    assert float(l0) == pytest.approx(float(l1), abs=1e-7)
+    assert float(d0) == pytest.approx(float(d1), rel=1e-5)
+    assert float(d0) != 0.0
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_the_layer_by_layer_update_is_the_whole_one(optimizer):
+    """seeded_update (a stack's g one layer at a time, the optimizer applied part by part) equals the optimizer's
+    update with g whole (seeded_gradient), parameters and state, for K = 2 directions, with momentum, weight decay
+    and AdamW's moments and step count, over two steps; perturb equals theta + scale z whole."""
+    _, params, _ = _stacked_params("last_k")  # two stacks: the frozen one carries nothing
+    spec = OptimizerSpec(name=optimizer, lr=0.1, momentum=0.9 if optimizer == "sgd" else 0.0, weight_decay=0.01)
+    opt = make_optimizer(spec)
+    coeffs = jnp.array([0.5, -2.0], jnp.float32)
+    a = b = (params, opt.init(params))
+    for step in (0, 1):
+        a = jax.jit(lambda p, s, st: directions.seeded_update(opt, p, s, coeffs, 5, st))(*a, step)
+        g = directions.seeded_gradient(b[0], coeffs, 5, step)
+        updates, state = opt.update(g, b[1], b[0])
+        b = (optax.apply_updates(b[0], updates), state)
+    # the same sums, fused and ordered apart: float32 rounding of entries up to ~5 (a wrong draw is O(1) off)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=2e-6)
+    moved = jax.jit(lambda p: directions.perturb(p, 0.25, 5, 1))(params)
+    z = directions.sample_tangent(params, 5, 1, 0)
+    for x, p, zz in zip(jax.tree.leaves(moved), jax.tree.leaves(params), jax.tree.leaves(z), strict=True):
+        np.testing.assert_allclose(x, p + 0.25 * zz, rtol=1e-6, atol=2e-6)
+
+
+def test_a_forward_gradient_and_mezo_hold_no_more_with_more_layers():
+    """What XLA's buffer assignment gives each program of a jvp and a MeZO step (compiled.memory_analysis) does not
+    grow with depth: a stack's direction exists one layer at a time in every program. (Handed to jax.jvp whole, a
+    stacked tangent would add a layer's tangent, 0.8 MB here, per layer: the scan's inputs exist before it runs.)"""
+    temps = {}
+    for layers in (2, 6):
+        spec, _ = model_preset("tiny", hidden_size=128, intermediate_size=512, num_layers=layers)
+        for mode in ("jvp", "mezo"):
+            t = make_trainer(spec, build_weights(spec, 0), StepSpec(mode=mode), "cpu")
+            rng = np.random.default_rng(0)
+            batch = {"input_ids": rng.integers(1000, 5000, (2, 16)), "token_type_ids": np.zeros((2, 16)),
+                     "attention_mask": np.ones((2, 16)), "labels": np.array([0, 1])}  # fmt: skip
+            t.compile(t.to_device([batch]))
+            temps[layers, mode] = [c.memory_analysis().temp_size_in_bytes for c, _ in t.programs()]
+    assert temps[6, "jvp"] == temps[2, "jvp"] and temps[6, "mezo"] == temps[2, "mezo"], temps

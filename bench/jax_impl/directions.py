@@ -1,0 +1,265 @@
+"""Seeded random directions: jvp's tangents and MeZO's perturbations, drawn where they are used and regenerated
+from their keys rather than stored. Mirror of torch_impl/directions.py.
+
+A direction is drawn unit by unit. A unit is a parameter tensor, or, with scan_layers, a stack of layers
+(model.BertEncoder): its layer i draws one direction over all of its trained tensors at once (one random op, cut
+into their shapes) from the key fold_in(unit's key, i). Unit u of direction k at `step` has the key
+fold_in(base(seed, step, k), u), so any unit, and any layer of a stack, can be drawn again alone, by any program:
+
+    sample_tangent      the whole direction (a stack's layers drawn in a loop): jvp_tangent=keep, tests
+    displaced           a forward pass along the direction: each tensor's tangent drawn where the pass uses it, a
+                        stack's layer by layer inside the scan (model.LayerHook), so a pass holds one layer's
+    perturb             theta + scale z: a stack perturbed layer by layer, in place
+    seeded_update       the optimizer's update with g = sum_k c_k z_k: a stack's g one layer at a time
+    seeded_gradient     g whole (tests, gradient quality)
+
+Why per layer: a scan's inputs exist before it runs, so a tangent handed to jax.jvp for stacked parameters would be
+held whole (BERT-base: +27 MiB per layer), where the unrolled model's draws were each fused into their one
+consumer. Why one random op per layer, not per tensor: XLA:CPU compiles every random op apart (~0.1 s each).
+Layer i's draw is the same value in every program because every program draws it inside a loop over the layers
+with the same key (the rbg generator's values differ between a loop and a vmap, so nothing here vmaps a draw).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import optax
+from optax import tree_utils as otu
+
+from bench.jax_impl.params import keys_of, stack_of
+
+
+def direction_keys(seed: int, step, k, n: int):
+    """Keys of direction k of units 0..n-1 at `step` (key i = fold_in(base, i)): any unit's direction can be
+    regenerated alone.
+
+    Why "rbg" and one vectorised fold_in: XLA on CPU compiles every random op separately, and a default
+    (threefry) normal per tensor costs ~0.2 s of compile each; rbg's ~0.09 s. Threefry still derives the keys (one
+    op for all units); the bits come from XLA's RngBitGenerator. The streams are statistically sound but, unlike
+    threefry, not guaranteed identical across backends or XLA versions (torch's directions differ from JAX's
+    anyway).
+
+    Sharded (fsdp), the values stay those of one device and nothing is exchanged: XLA's SPMD partitioner does not
+    partition RngBitGenerator, it gives every device the whole draw and slices out the device's part; XLA:CPU
+    then fuses that slice into the (Philox) generator, so a device computes its own part only. jax.jvp's forward
+    pass needs the tangent whole: there each device draws all of it, rather than drawing its part and gathering
+    the rest."""
+    base = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed, impl="rbg"), step), k)
+    return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(n, dtype=jnp.uint32))
+
+
+def direction(p, key, kind: str = "gaussian"):
+    """The direction of p's shape (and dtype) from `key`: N(0, I), or (kind="rademacher") +-1 entries from random
+    bits (jax.random.rademacher), both with E[z z^T] = I."""
+    if kind == "rademacher":
+        return jax.random.rademacher(key, p.shape, p.dtype)
+    return jax.random.normal(key, p.shape, p.dtype)
+
+
+def whole(x):
+    """A draw as it is: on one device, whole already (see `layer_direction`'s `gather`)."""
+    return x
+
+
+def layer_direction(like: list, key, kind: str = "gaussian", gather=whole) -> list:
+    """One direction over tensors shaped like `like` (a layer's slices of a stack's trained tensors): one draw of
+    their total size from `key`, cut into their shapes, in their dtypes. `gather`: the draw and its cuts whole on
+    every device (parallel=fsdp: World.gather_whole), so that each device takes its shard of a cut locally: left to
+    itself, XLA's partitioner split the flat draw and moved the pieces of each cut to the devices holding that
+    tensor's shard (collective-permutes: 24 KB per perturbation on tiny, against none for the unrolled model)."""
+    sizes = [int(x.size) for x in like]
+    flat = gather(direction(jax.ShapeDtypeStruct((sum(sizes),), like[0].dtype), key, kind))
+    cuts = jnp.split(flat, list(itertools.accumulate(sizes[:-1]))) if len(like) > 1 else [flat]
+    return [gather(z.reshape(x.shape).astype(x.dtype)) for z, x in zip(cuts, like)]
+
+
+def _units(leaves_with_paths) -> list[tuple[str | None, list[int]]]:
+    """The units of a flattened pytree of trained parameters (or things shaped like them), in leaf order: (stack
+    name, its leaves' indices) for a stack of layers, (None, [i]) for any other leaf."""
+    units, stacks = [], {}
+    for i, (path, _) in enumerate(leaves_with_paths):
+        stack = stack_of(path)
+        if stack is None:
+            units.append((None, [i]))
+        elif stack[0] in stacks:
+            units[stacks[stack[0]]][1].append(i)
+        else:
+            stacks[stack[0]] = len(units)
+            units.append((stack[0], [i]))
+    return units
+
+
+def _layer(leaves: list, i) -> list:
+    return [jax.lax.dynamic_index_in_dim(x, i, keepdims=False) for x in leaves]
+
+
+def _put(leaves: list, slices: list, i) -> list:
+    return [jax.lax.dynamic_update_index_in_dim(x, s.astype(x.dtype), i, 0) for x, s in zip(leaves, slices)]
+
+
+def sample_tangent(params, seed: int, step, k, kind: str = "gaussian", gather=whole):
+    """Direction k of `step` over `params`, whole (a stack's layers drawn in a loop, so the values are those every
+    other function here draws)."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(params)
+    leaves = [x for _, x in flat]
+    units = _units(flat)
+    keys = direction_keys(seed, step, k, len(units))
+    out = list(leaves)
+    for u, (stack, idx) in enumerate(units):
+        if stack is None:
+            out[idx[0]] = direction(leaves[idx[0]], keys[u], kind)
+            continue
+        zeros = [jnp.zeros_like(leaves[j]) for j in idx]
+        drawn = jax.lax.fori_loop(0, leaves[idx[0]].shape[0], lambda i, zs, u=u: _put(
+            zs, layer_direction(_layer(zs, i), jax.random.fold_in(keys[u], i), kind, gather), i), zeros)  # fmt: skip
+        for j, z in zip(idx, drawn):
+            out[j] = z
+    return jax.tree.unflatten(treedef, out)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
+def _displaced(leaves: list, t, key, kind: str, layer: bool) -> list:
+    """`leaves` unchanged, with the tangent t' z along t: theta + t z at t = 0, z drawn from `key` (a layer's
+    direction over all of them, or one tensor's) where this is evaluated. The leaves must be constants of the
+    derivative (no tangent of their own)."""
+    return leaves
+
+
+@_displaced.defjvp
+def _displaced_jvp(kind, layer, primals, tangents):
+    leaves, _, key = primals
+    t_dot = tangents[1]
+    zs = layer_direction(leaves, key, kind) if layer else [direction(leaves[0], key, kind)]
+    return leaves, [t_dot.astype(z.dtype) * z for z in zs]
+
+
+def displaced(params, t, seed: int, step, k, kind: str = "gaussian"):
+    """(params, layer_hook) for a forward pass along direction k of `step`: differentiated in t at t = 0 (jax.jvp
+    with tangent 1), the pass's derivative is grad . z. Each tensor outside the stacks carries its tangent from
+    where the pass uses it; a stack's layer gets its tangent from the hook, inside the scan (model.LayerHook)."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(params)
+    leaves = [x for _, x in flat]
+    units = _units(flat)
+    keys = direction_keys(seed, step, k, len(units))
+    out, in_stack = list(leaves), {}
+    for u, (stack, idx) in enumerate(units):
+        if stack is None:
+            out[idx[0]] = _displaced([leaves[idx[0]]], t, keys[u], kind, False)[0]
+        else:
+            in_stack[stack] = (keys[u], [stack_of(flat[j][0])[1] for j in idx])
+
+    def hook(name, state, i):
+        if name not in in_stack:  # a stack with nothing trained
+            return state
+        key, paths = in_stack[name]
+        flat_state, state_def = jax.tree_util.tree_flatten_with_path(state)
+        where = {keys_of(path): n for n, (path, _) in enumerate(flat_state)}
+        slots = [where[p] for p in paths]
+        moved = _displaced([flat_state[n][1] for n in slots], t, jax.random.fold_in(key, i), kind, True)
+        values = [x for _, x in flat_state]
+        for n, x in zip(slots, moved):
+            values[n] = x
+        return jax.tree.unflatten(state_def, values)
+
+    return jax.tree.unflatten(treedef, out), hook
+
+
+def perturb(params, scale, seed: int, step, kind: str = "gaussian", gather=whole):
+    """theta + scale * z, z (direction 0 of `step`) regenerated unit by unit from its keys (no stored noise), a
+    stack's layer by layer. Under jit with the parameters donated, XLA writes the result over theta: the in-place
+    perturbation of MeZO."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(params)
+    leaves = [x for _, x in flat]
+    units = _units(flat)
+    keys = direction_keys(seed, step, 0, len(units))
+    out = list(leaves)
+    for u, (stack, idx) in enumerate(units):
+        if stack is None:
+            p = leaves[idx[0]]
+            out[idx[0]] = p + scale * direction(p, keys[u], kind)
+            continue
+
+        def body(i, ps, u=u):
+            slices = _layer(ps, i)
+            zs = layer_direction(slices, jax.random.fold_in(keys[u], i), kind, gather)
+            return _put(ps, [s + scale * z for s, z in zip(slices, zs)], i)
+
+        for j, x in zip(idx, jax.lax.fori_loop(0, leaves[idx[0]].shape[0], body, [leaves[j] for j in idx])):
+            out[j] = x
+    return jax.tree.unflatten(treedef, out)
+
+
+def seeded_gradient(params, coeffs, seed: int, step, kind: str = "gaussian", gather=whole):
+    """g = sum_k coeffs[k] * z_k, whole, every z_k regenerated from its keys, one k at a time (tests and gradient
+    quality; the timed update is seeded_update's, which never holds a stack's g whole)."""
+
+    def body(k, gs):  # in the parameters' dtype (bf16_pure: the fp32 coefficient would promote it)
+        z = sample_tangent(params, seed, step, k, kind, gather)
+        return jax.tree.map(lambda g, z, p: (g + coeffs[k] * z).astype(p.dtype), gs, z, params)
+
+    return jax.lax.fori_loop(0, coeffs.shape[0], body, jax.tree.map(jnp.zeros_like, params))
+
+
+def tangent_gradient(tangents, coeffs):
+    """g = sum_k coeffs[k] * tangents[k] for tangents held whole (supplied by the caller, or jvp's kept one)."""
+    return jax.tree.map(lambda *ts: sum(c * t for c, t in zip(coeffs, ts)).astype(ts[0].dtype), *tangents)
+
+
+def seeded_update(optimizer: optax.GradientTransformation, params, opt_state, coeffs, seed: int, step,
+                  kind: str = "gaussian", gather=whole):  # fmt: skip
+    """(params, opt_state) after the optimizer's update with g = sum_k coeffs[k] z_k, the z_k regenerated from
+    their keys. The tensors outside the stacks are updated together, g fused into their update (XLA draws each
+    tensor's z where it is consumed); then each stack one layer at a time in a loop, written back in place, so a
+    stack's g exists one layer at a time.
+
+    Layer by layer is exact for optimizers that update every entry from its own gradient and state and a shared
+    step count (sgd with momentum and coupled weight decay, adamw: steps.make_optimizer's): each part calls
+    optimizer.update on the whole tree with the other parts' tensors as empty slices, every layer reads the step
+    count as it was before the step, and the count advances once."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(params)
+    leaves = [x for _, x in flat]
+    units = _units(flat)
+    K = coeffs.shape[0]
+    keys = [direction_keys(seed, step, k, len(units)) for k in range(K)]
+    # which parameter each leaf of the optimizer state mirrors (AdamW's mu and nu), -1 for shared ones (the count)
+    mirrors = otu.tree_map_params(optimizer, lambda _, j: j, opt_state, jax.tree.unflatten(treedef, range(len(leaves))),
+                                  transform_non_params=lambda _: -1)  # fmt: skip
+
+    def part(x, j, keep, i):  # a parameter-shaped leaf: whole or layer i where kept, else an empty slice
+        return (x if i is None else _layer([x], i)[0]) if j in keep else x[:0]
+
+    def update(ps, gs, state, keep, i=None):
+        """optimizer.update of the kept tensors (layer i of them), the state's shared leaves as in opt_state."""
+        p = jax.tree.unflatten(treedef, [part(x, j, keep, i) for j, x in enumerate(ps)])
+        g = jax.tree.unflatten(treedef, [gs[j] if j in keep else x[:0] for j, x in enumerate(ps)])
+        s = jax.tree.map(lambda x, x0, j: x0 if j < 0 else part(x, j, keep, i), state, opt_state, mirrors)
+        updates, s = optimizer.update(g, s, p)
+        return jax.tree.leaves(optax.apply_updates(p, updates)), s
+
+    outside = {idx[0] for stack, idx in units if stack is None}
+    gs = {idx[0]: sum(coeffs[k] * direction(leaves[idx[0]], keys[k][u], kind) for k in range(K)).astype(
+        leaves[idx[0]].dtype) for u, (stack, idx) in enumerate(units) if stack is None}  # fmt: skip
+    updated, state = update(leaves, gs, opt_state, outside)
+    out = [updated[j] if j in outside else x for j, x in enumerate(leaves)]
+    state = jax.tree.map(lambda new, old, j: new if j < 0 or j in outside else old, state, opt_state, mirrors)
+
+    for u, (stack, idx) in enumerate(units):
+        if stack is None:
+            continue
+
+        def body(i, carry, u=u, idx=idx):
+            ps, state = carry
+            slices = _layer([ps[j] for j in idx], i)
+            zs = [layer_direction(slices, jax.random.fold_in(keys[k][u], i), kind, gather) for k in range(K)]
+            g = {j: sum(coeffs[k] * zs[k][n] for k in range(K)).astype(ps[j].dtype) for n, j in enumerate(idx)}
+            updated, layer_state = update(ps, g, state, set(idx), i)
+            ps = [_put([x], [updated[j]], i)[0] if j in g else x for j, x in enumerate(ps)]
+            state = jax.tree.map(lambda x, y, j: _put([x], [y], i)[0] if j in g else x, state, layer_state, mirrors)
+            return ps, state
+
+        out, state = jax.lax.fori_loop(0, leaves[idx[0]].shape[0], body, (out, state))
+    return jax.tree.unflatten(treedef, out), state
