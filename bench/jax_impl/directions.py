@@ -8,7 +8,7 @@ fold_in(base(seed, step, k), u), so any unit, and any layer of a stack, can be d
 
     sample_tangent      the whole direction (a stack's layers drawn in a loop): jvp_tangent=keep, tests
     displaced           a forward pass along the direction: each tensor's tangent drawn where the pass uses it, a
-                        stack's layer by layer inside the scan (model.LayerHook), so a pass holds one layer's
+                        stack's layer by layer inside the scan (model.LayerHook): one layer's tangent at a time
     perturb             theta + scale z: a stack perturbed layer by layer, in place
     seeded_update       the optimizer's update with g = sum_k c_k z_k: a stack's g one layer at a time
     seeded_gradient     g whole (tests, gradient quality)
@@ -32,23 +32,25 @@ from optax import tree_utils as otu
 
 from bench.jax_impl.params import keys_of, stack_of
 
+# The generator of the directions' bits (jax.random's key implementations): see direction_keys.
+PRNG_IMPL = "rbg"
+
 
 def direction_keys(seed: int, step, k, n: int):
     """Keys of direction k of units 0..n-1 at `step` (key i = fold_in(base, i)): any unit's direction can be
     regenerated alone.
 
     Why "rbg" and one vectorised fold_in: XLA on CPU compiles every random op separately, and a default
-    (threefry) normal per tensor costs ~0.2 s of compile each; rbg's ~0.09 s. Threefry still derives the keys (one
-    op for all units); the bits come from XLA's RngBitGenerator. The streams are statistically sound but, unlike
-    threefry, not guaranteed identical across backends or XLA versions (torch's directions differ from JAX's
-    anyway).
+    (threefry) normal costs ~0.2 s of compile each; rbg's ~0.1 s. Threefry still derives the keys (one op for all
+    units); the bits come from XLA's RngBitGenerator. The streams are statistically sound but, unlike threefry, not
+    guaranteed identical across backends or XLA versions (torch's directions differ from JAX's anyway).
 
     Sharded (fsdp), the values stay those of one device and nothing is exchanged: XLA's SPMD partitioner does not
     partition RngBitGenerator, it gives every device the whole draw and slices out the device's part; XLA:CPU
     then fuses that slice into the (Philox) generator, so a device computes its own part only. jax.jvp's forward
     pass needs the tangent whole: there each device draws all of it, rather than drawing its part and gathering
     the rest."""
-    base = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed, impl="rbg"), step), k)
+    base = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed, impl=PRNG_IMPL), step), k)
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(n, dtype=jnp.uint32))
 
 
@@ -210,11 +212,12 @@ def tangent_gradient(tangents, coeffs):
 
 
 def seeded_update(optimizer: optax.GradientTransformation, params, opt_state, coeffs, seed: int, step,
-                  kind: str = "gaussian", gather=whole):  # fmt: skip
+                  kind: str = "gaussian", gather=whole, shift=0.0):  # fmt: skip
     """(params, opt_state) after the optimizer's update with g = sum_k coeffs[k] z_k, the z_k regenerated from
-    their keys. The tensors outside the stacks are updated together, g fused into their update (XLA draws each
-    tensor's z where it is consumed); then each stack one layer at a time in a loop, written back in place, so a
-    stack's g exists one layer at a time.
+    their keys, the parameters first moved by shift * z_0 (MeZO's last +eps z, which puts theta back: fused here,
+    one draw of z fewer per step). The tensors outside the stacks are updated together, g fused into their update
+    (XLA draws each tensor's z where it is consumed); then each stack one layer at a time in a loop, written back
+    in place, so a stack's g exists one layer at a time.
 
     Layer by layer is exact for optimizers that update every entry from its own gradient and state and a shared
     step count (sgd with momentum and coupled weight decay, adamw: steps.make_optimizer's): each part calls
@@ -229,23 +232,30 @@ def seeded_update(optimizer: optax.GradientTransformation, params, opt_state, co
     mirrors = otu.tree_map_params(optimizer, lambda _, j: j, opt_state, jax.tree.unflatten(treedef, range(len(leaves))),
                                   transform_non_params=lambda _: -1)  # fmt: skip
 
-    def part(x, j, keep, i):  # a parameter-shaped leaf: whole or layer i where kept, else an empty slice
-        return (x if i is None else _layer([x], i)[0]) if j in keep else x[:0]
-
-    def update(ps, gs, state, keep, i=None):
-        """optimizer.update of the kept tensors (layer i of them), the state's shared leaves as in opt_state."""
-        p = jax.tree.unflatten(treedef, [part(x, j, keep, i) for j, x in enumerate(ps)])
-        g = jax.tree.unflatten(treedef, [gs[j] if j in keep else x[:0] for j, x in enumerate(ps)])
-        s = jax.tree.map(lambda x, x0, j: x0 if j < 0 else part(x, j, keep, i), state, opt_state, mirrors)
+    def update(values: dict, gs: dict, state, i=None) -> tuple[list, object]:
+        """optimizer.update of the parameters in `values` (whole, or layer i of stacked ones) with gradients `gs`,
+        every other parameter an empty slice; the state's shared leaves as they were in opt_state."""
+        empty = lambda x, j, d: d[j] if j in d else x[:0]  # noqa: E731
+        p = jax.tree.unflatten(treedef, [empty(x, j, values) for j, x in enumerate(leaves)])
+        g = jax.tree.unflatten(treedef, [empty(x, j, gs) for j, x in enumerate(leaves)])
+        part = lambda x, j: (x if i is None else _layer([x], i)[0]) if j in values else x[:0]  # noqa: E731
+        s = jax.tree.map(lambda x, x0, j: x0 if j < 0 else part(x, j), state, opt_state, mirrors)
         updates, s = optimizer.update(g, s, p)
         return jax.tree.leaves(optax.apply_updates(p, updates)), s
 
-    outside = {idx[0] for stack, idx in units if stack is None}
-    gs = {idx[0]: sum(coeffs[k] * direction(leaves[idx[0]], keys[k][u], kind) for k in range(K)).astype(
-        leaves[idx[0]].dtype) for u, (stack, idx) in enumerate(units) if stack is None}  # fmt: skip
-    updated, state = update(leaves, gs, opt_state, outside)
-    out = [updated[j] if j in outside else x for j, x in enumerate(leaves)]
-    state = jax.tree.map(lambda new, old, j: new if j < 0 or j in outside else old, state, opt_state, mirrors)
+    def step_of(values: list, zs: list[list]) -> tuple[list, list]:
+        """(theta + shift z_0, sum_k c_k z_k) of these parameters, zs[k] their z_k."""
+        moved = [(x + shift * z).astype(x.dtype) for x, z in zip(values, zs[0])]
+        return moved, [sum(coeffs[k] * zs[k][n] for k in range(K)).astype(x.dtype) for n, x in enumerate(values)]
+
+    outside = [(u, idx[0]) for u, (stack, idx) in enumerate(units) if stack is None]
+    moved, gs = step_of([leaves[j] for _, j in outside],
+                        [[direction(leaves[j], keys[k][u], kind) for u, j in outside] for k in range(K)])  # fmt: skip
+    updated, state = update(dict(zip([j for _, j in outside], moved)), dict(zip([j for _, j in outside], gs)),
+                            opt_state)  # fmt: skip
+    done = {j for _, j in outside}
+    out = [updated[j] if j in done else x for j, x in enumerate(leaves)]
+    state = jax.tree.map(lambda new, old, j: new if j < 0 or j in done else old, state, opt_state, mirrors)
 
     for u, (stack, idx) in enumerate(units):
         if stack is None:
@@ -254,11 +264,11 @@ def seeded_update(optimizer: optax.GradientTransformation, params, opt_state, co
         def body(i, carry, u=u, idx=idx):
             ps, state = carry
             slices = _layer([ps[j] for j in idx], i)
-            zs = [layer_direction(slices, jax.random.fold_in(keys[k][u], i), kind, gather) for k in range(K)]
-            g = {j: sum(coeffs[k] * zs[k][n] for k in range(K)).astype(ps[j].dtype) for n, j in enumerate(idx)}
-            updated, layer_state = update(ps, g, state, set(idx), i)
-            ps = [_put([x], [updated[j]], i)[0] if j in g else x for j, x in enumerate(ps)]
-            state = jax.tree.map(lambda x, y, j: _put([x], [y], i)[0] if j in g else x, state, layer_state, mirrors)
+            moved, g = step_of(slices, [layer_direction(slices, jax.random.fold_in(keys[k][u], i), kind, gather)
+                                        for k in range(K)])  # fmt: skip
+            updated, layer_state = update(dict(zip(idx, moved)), dict(zip(idx, g)), state, i)
+            ps = [_put([x], [updated[j]], i)[0] if j in idx else x for j, x in enumerate(ps)]
+            state = jax.tree.map(lambda x, y, j: _put([x], [y], i)[0] if j in idx else x, state, layer_state, mirrors)
             return ps, state
 
         out, state = jax.lax.fori_loop(0, leaves[idx[0]].shape[0], body, (out, state))

@@ -203,17 +203,20 @@ def jacfwd_gradient(loss_of, params, micro_batches, key, *, chunk: int, trunk=No
     return total, unravel(grad_flat.astype(flat.dtype))  # the loss's fp32 derivatives, in the parameters' dtype
 
 
-def spsa_projection(loss_of, perturb_fn, params, micro_batches, key, *, eps: float):
+def spsa_projection(loss_of, perturb_fn, params, micro_batches, key, *, eps: float, restore: bool = True):
     """MeZO's two forward passes: (restored parameters, mean of L+ and L-, projected gradient
     (L(theta + eps z) - L(theta - eps z)) / (2 eps)), perturbing by +eps, -2eps, +eps with `perturb_fn(params,
-    scale)` (the restored parameters carry the same rounding as torch's in-place round trip)."""
+    scale)` (the restored parameters carry the same rounding as torch's in-place round trip). restore=False: the
+    last +eps is left to the update (seeded_update's shift), which draws z anyway: the parameters come back at
+    theta - eps z."""
     proj, total = 0.0, 0.0
-    for batch in micro_batches:
+    for n, batch in enumerate(micro_batches):
         params = perturb_fn(params, +eps)
         loss_plus = loss_of(params, batch, key)
         params = perturb_fn(params, -2 * eps)
         loss_minus = loss_of(params, batch, key)
-        params = perturb_fn(params, +eps)
+        if restore or n < len(micro_batches) - 1:
+            params = perturb_fn(params, +eps)
         proj = proj + (loss_plus - loss_minus) / (2 * eps) / len(micro_batches)
         total = total + (loss_plus + loss_minus) / 2 / len(micro_batches)
     return params, total, proj
@@ -394,7 +397,7 @@ class Trainer:
         if mode == "inference":
             return [(self._inference, 1)]
         if mode == "mezo":
-            return [(self._perturb, 3 * m), (self._loss, 2 * m), (self._update, 1)]
+            return [(self._perturb, 3 * m - 1), (self._loss, 2 * m), (self._update, 1)]  # the last +eps: in _update
         if mode == "jvp":
             return [(self._coeffs, 1), (self._update, 1)]
         return [(self._step, 1)]
@@ -442,9 +445,10 @@ class Trainer:
     def _seeded_update_fn(self, params, opt_state, coeffs, last):
         """Optimizer update with g = sum_k coeffs[k] z_k, the z_k regenerated inside from `last`, the step (XLA fuses
         g into the update), or with jvp_tangent=keep, `last` the pass's own tangent: g = coeffs[0] * last."""
-        if not self.keeps_tangent:  # g one layer of a stack at a time (directions.seeded_update)
+        if not self.keeps_tangent:  # g one layer of a stack at a time; MeZO's last +eps z restored in it
+            shift = self.spec.mezo_eps if self.spec.mode == "mezo" else 0.0
             return seeded_update(self.optimizer, params, opt_state, coeffs, self.spec.seed, last, self.spec.directions,
-                                 self.gather)  # fmt: skip
+                                 self.gather, shift)  # fmt: skip
         updates, opt_state = self.optimizer.update(tangent_gradient([last], coeffs), opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
@@ -490,6 +494,7 @@ class Trainer:
                 micro_batches,
                 dropout_key(self.spec.seed, step),
                 eps=self.spec.mezo_eps,
+                restore=False,  # the update restores the last +eps with the z it draws anyway (seeded_update)
             )
             self.params, self.opt_state = self._update(self.params, self.opt_state, jnp.reshape(proj, (1,)), step)
         elif self.spec.mode == "jvp":  # the update redraws the tangent from the step, or reads the kept one

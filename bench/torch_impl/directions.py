@@ -87,18 +87,24 @@ class SeededTangent:
 
 @dataclass
 class SeededGradient:
-    """g[name] = sum_k coeffs[k] * z_k[name], z_k regenerated from (seed, step, k, tensor index) on demand."""
+    """g[name] = sum_k coeffs[k] * z_k[name], z_k regenerated from (seed, step, k, tensor index) on demand; each
+    tensor first moved by shift * z_0 (MeZO's last +eps z, which puts theta back: fused, one draw fewer)."""
 
     params: dict[str, torch.Tensor]
     coeffs: list[float]
     seed: int
     step: int
     kind: str = "gaussian"
+    shift: float = 0.0
 
     def __iter__(self):
         for i, (name, p) in enumerate(self.params.items()):
+            z = direction(p, direction_seed(self.seed, self.step, 0, i), kind=self.kind)
+            if self.shift:
+                with torch.no_grad():
+                    local(p).add_(z, alpha=self.shift)
             # the first direction becomes g in place: for K=1 (MeZO) one tensor-sized buffer, not two
-            g = direction(p, direction_seed(self.seed, self.step, 0, i), kind=self.kind).mul_(self.coeffs[0])
+            g = z.mul_(self.coeffs[0])
             for k, c in enumerate(self.coeffs[1:], start=1):
                 g.add_(direction(p, direction_seed(self.seed, self.step, k, i), kind=self.kind), alpha=c)
             yield name, g

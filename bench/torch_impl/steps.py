@@ -265,22 +265,24 @@ def jacfwd_gradient(
 
 @torch.no_grad()
 def spsa_gradient(model, params, micro_batches, *, eps: float, seed: int, step: int, reduce=identity,
-                  kind: str = "gaussian"):  # fmt: skip
+                  kind: str = "gaussian", restore: bool = True):  # fmt: skip
     """MeZO: projected gradient (L(theta + eps z) - L(theta - eps z)) / (2 eps) along one seeded z, two forward
     passes with in-place perturbations +eps, -2eps, +eps. Returns the mean of L+ and L- as the step's loss.
     `reduce` averages [loss, projection] over devices (each device's L+ - L- taken first: the cancellation loses
-    no more than on one device)."""
+    no more than on one device). restore=False: the last +eps is left to the estimate, which restores each tensor
+    with the z it draws anyway when the update reaches it (SeededGradient's shift): one draw of z fewer."""
     proj, total = 0.0, 0.0
-    for batch in micro_batches:
+    for n, batch in enumerate(micro_batches):
         perturb(params, +eps, seed, step, kind)
         loss_plus = loss_fn(model, batch)
         perturb(params, -2 * eps, seed, step, kind)
         loss_minus = loss_fn(model, batch)
-        perturb(params, +eps, seed, step, kind)
+        if restore or n < len(micro_batches) - 1:
+            perturb(params, +eps, seed, step, kind)
         proj = proj + (loss_plus - loss_minus) / (2 * eps) / len(micro_batches)
         total = total + (loss_plus + loss_minus) / 2 / len(micro_batches)
     total, proj = reduce(torch.stack([total, proj]))
-    return total, SeededGradient(params, [float(proj)], seed, step, kind)
+    return total, SeededGradient(params, [float(proj)], seed, step, kind, shift=0.0 if restore else eps)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -365,6 +367,11 @@ class Trainer:
     # -- the mode --------------------------------------------------------------------------------------------
     def gradient(self, micro_batches, tangents=None):
         """(loss before the update, gradient or estimate over the trainable parameters)."""
+        return self._gradient(micro_batches, tangents)
+
+    def _gradient(self, micro_batches, tangents=None, restore: bool = True):
+        """gradient(); restore=False (the timed step): MeZO leaves its last +eps z to the estimate's application
+        (spsa_gradient), as jax_impl's step leaves it to its update program."""
         s, step, model, reduce = self.spec, self.step_count, self.module, self.reduce
         if s.mode == "backprop":
             return backprop_gradient(model, self.params, micro_batches, reduce)
@@ -388,7 +395,7 @@ class Trainer:
                                        step=step, trunk=s.trainable in HEAD_ONLY, reduce=reduce)  # fmt: skip
         if s.mode == "mezo":
             return spsa_gradient(model, self.params, micro_batches, eps=s.mezo_eps, seed=s.seed, step=step,
-                                 reduce=reduce, kind=s.directions)  # fmt: skip
+                                 reduce=reduce, kind=s.directions, restore=restore)  # fmt: skip
         raise ValueError(f"mode={s.mode!r} has no gradient")
 
     def apply(self, grads) -> None:
@@ -411,7 +418,7 @@ class Trainer:
         if self.spec.mode == "inference":
             with torch.inference_mode():
                 return self.reduce(sum(loss_fn(self.module, b) for b in micro_batches) / len(micro_batches))
-        loss, grads = self.gradient(micro_batches)
+        loss, grads = self._gradient(micro_batches, restore=False)
         self.apply(grads)
         return loss
 

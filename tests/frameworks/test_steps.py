@@ -279,6 +279,23 @@ def test_mezo_projection_is_its_finite_difference_and_theta_is_restored(framewor
         np.testing.assert_allclose(est[n], proj * z[n], rtol=1e-2, atol=2e-4 * np.abs(z[n]).max())
 
 
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_mezo_step_restores_theta_inside_its_update(framework):
+    """The timed MeZO step leaves its last +eps z to the update, which draws z anyway (one draw fewer); over two
+    micro-batches and two steps with momentum it takes the steps of gradient() (theta restored) then apply()."""
+    opt = OptimizerSpec(name="sgd", lr=1e-2, momentum=0.9, weight_decay=0.01)
+    fused, apart = (make(framework, "mezo", optimizer=opt, grad_accum=2) for _ in range(2))
+    micro = fused.to_device(BATCH * 2)
+    for _ in range(2):
+        loss = float(fused.step(micro))
+        ref, g = apart.gradient(micro)
+        apart.apply(g)
+        assert loss == pytest.approx(float(ref), rel=1e-6)
+    a, b = params_hf(framework, fused), params_hf(framework, apart)
+    for n in a:  # theta - eps z + eps z then the update, in one expression or two: float32 rounding apart
+        np.testing.assert_allclose(a[n], b[n], rtol=1e-6, atol=1e-7, err_msg=n)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # one step, torch vs JAX
 
