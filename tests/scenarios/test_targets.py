@@ -82,14 +82,15 @@ def test_speed_targets_read_the_overhead_rows_and_jax_compile_times(tmp_path):
 
 
 def test_compile_depth_and_mezo_step_targets():
-    rows = [row("jax", "jvp", 6, 80, 0.5, compile_time_s="4.0"), row("jax", "jvp", 24, 80, 2.0, compile_time_s="4.8"),
+    # compile = the first step less a timed one: jvp 3.5 s at 6 layers, 4.2 s at 24 (1.2x); mezo 2.5 s, 7.0 s
+    rows = [row("jax", "jvp", 6, 80, 0.5, compile_time_s="4.0"), row("jax", "jvp", 24, 80, 2.0, compile_time_s="6.2"),
             row("jax", "mezo", 6, 80, 0.5, compile_time_s="3.0"), row("jax", "mezo", 24, 80, 2.0, compile_time_s="9.0"),
             row("jax", "jvp", 24, 80, 2.0, compile_time_s="30", scan_layers="False"),  # its own variant, one depth
             row("torch", "inference", 12, 90, 1.0), row("torch", "mezo", 12, 90, 2.3)]  # fmt: skip
     got = {c.target: c for c in targets.perf(rows) if "layers" in c.target}
     assert got["jvp compile at 24 layers <= 1.3 x at 6"].measured == pytest.approx(1.2)
     assert got["jvp compile at 24 layers <= 1.3 x at 6"].verdict == "met"
-    assert got["mezo compile at 24 layers <= 1.3 x at 6"].verdict == "MISSED"  # 3x
+    assert got["mezo compile at 24 layers <= 1.3 x at 6"].verdict == "MISSED"  # 2.8x
     assert len(got) == 2  # jvp[unrolled] was recorded at one depth: nothing to compare
     mezo = [c for c in targets.check(rows) if c.target.startswith("mezo step")]
     assert [(c.measured, c.verdict) for c in mezo] == [(2.3, "MISSED")]  # 2.3 s > 2.2 x 1.0 s

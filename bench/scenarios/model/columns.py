@@ -52,5 +52,6 @@ EXTRA_COLUMNS = (
     "peak_flops_per_s", "mfu",
     "lora_rank", "lora_alpha", "lora_dropout", "lora_targets",  # trainable=lora's adapters (docs/lora.md)
     "scan_layers",  # JAX: the encoder as a lax.scan over stacked layers, or unrolled (docs/speed.md)
+    "aot_compile_s",  # JAX: the ahead-of-time compile alone, before the first step (torch: nothing to compile)
 )  # fmt: skip
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS

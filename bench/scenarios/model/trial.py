@@ -179,6 +179,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
         "weights_digest": digest,
         "data_fingerprint": data_fingerprint,
         "compile_time_s": aot_compile_s + warm[0],
+        "aot_compile_s": aot_compile_s,
         "warmup_time_s": aot_compile_s + sum(warm),
         **stats.to_row(),
         "samples_per_s": samples / stats.median_s,
