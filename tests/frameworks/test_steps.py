@@ -26,6 +26,7 @@ from bench.config import model_preset
 from bench.jax_impl import steps as jsteps
 from bench.jax_impl.params import from_hf, to_hf
 from bench.spec import OptimizerSpec, StepSpec, implementation, is_trainable, keeps_tangent
+from bench.torch_impl import directions as tdirections
 from bench.torch_impl import steps as tsteps
 from bench.weights import build_weights
 
@@ -182,7 +183,7 @@ def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(mo
     """jvp_impl=lazy draws each tensor's tangent when its module runs: the same seeded directions as func, so the
     same step, with at most one module's tangents alive at once (func: every tensor's)."""
     alive, most = [0], {}
-    draw = tsteps.direction
+    draw = tdirections.direction
 
     def counted(p, seed, **kw):
         t = draw(p, seed, **kw)
@@ -190,7 +191,7 @@ def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(mo
         weakref.finalize(t, lambda: alive.__setitem__(0, alive[0] - 1))
         return t
 
-    monkeypatch.setattr(tsteps, "direction", counted)
+    monkeypatch.setattr(tdirections, "direction", counted)  # what sample_tangent and SeededTangent call
     trainers = {impl: make("torch", "jvp", jvp_impl=impl) for impl in ("func", "lazy")}
     for impl, t in trainers.items():
         alive[0], most[impl] = 0, 0

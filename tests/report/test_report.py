@@ -87,7 +87,7 @@ def test_failed_rows_are_listed_with_status_and_error(full):
     assert "| yes |" in oom_first  # torch jvp failed first, then ran ok
     # in its cell: jax's jacfwd never ran ok, so the table shows its status instead of numbers
     assert "| jax | jacfwd[head] | **oom** |" in md
-    assert "| jax | mezo[last_k] | **error** |" in md
+    assert "| jax | mezo[last_k=2] | **error** |" in md  # the scope as scope_label names it
 
 
 def test_failed_rows_are_never_plotted(full):
