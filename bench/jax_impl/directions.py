@@ -1,9 +1,10 @@
 """Seeded random directions: jvp's tangents and MeZO's perturbations, drawn where they are used and regenerated
 from their keys rather than stored. Mirror of torch_impl/directions.py.
 
-A direction is drawn unit by unit. A unit is a parameter tensor, or, with scan_layers, a stack of layers
-(model.BertEncoder): its layer i draws one direction over all of its trained tensors at once (one random op, cut
-into their shapes) from the key fold_in(unit's key, i). Unit u of direction k at `step` has the key
+A direction is drawn unit by unit. A unit is a big parameter tensor (the word embeddings), the small tensors
+outside the layers together (one random op, cut into their shapes), or, with scan_layers, a stack of layers
+(model.BertEncoder): its layer i draws one direction over all of its trained tensors at once from the key
+fold_in(unit's key, i). Unit u of direction k at `step` has the key
 fold_in(base(seed, step, k), u), so any unit, and any layer of a stack, can be drawn again alone, by any program:
 
     sample_tangent      the whole direction (a stack's layers drawn in a loop): jvp_tangent=keep, tests
@@ -34,6 +35,9 @@ from bench.jax_impl.params import keys_of, stack_of
 
 # The generator of the directions' bits (jax.random's key implementations): see direction_keys.
 PRNG_IMPL = "rbg"
+# A tensor outside the stacks with at least this many entries (2 MiB in fp32) is a unit of its own (the word
+# embeddings; BERT-base's pooler too); the smaller ones share one draw (see _units).
+ALONE = 1 << 19
 
 
 def direction_keys(seed: int, step, k, n: int):
@@ -80,19 +84,33 @@ def layer_direction(like: list, key, kind: str = "gaussian", gather=whole) -> li
 
 
 def _units(leaves_with_paths) -> list[tuple[str | None, list[int]]]:
-    """The units of a flattened pytree of trained parameters (or things shaped like them), in leaf order: (stack
-    name, its leaves' indices) for a stack of layers, (None, [i]) for any other leaf."""
+    """The units of a flattened pytree of trained parameters (or things shaped like them), in order of their first
+    leaf: (stack name, its leaves' indices) for a stack of layers; (None, [i]) for a tensor outside the stacks with
+    ALONE entries or more, drawn alone where it is consumed; (None, [i, j, ...]) for all the smaller ones, one draw
+    cut into their shapes (that draw is held whole, a few MiB: each random op more costs ~0.1 s of compile in
+    every program that draws, and MiniLM has eight small tensors outside its layers)."""
     units, stacks = [], {}
-    for i, (path, _) in enumerate(leaves_with_paths):
+    for i, (path, x) in enumerate(leaves_with_paths):
         stack = stack_of(path)
-        if stack is None:
+        if stack is None and x.size >= ALONE:
             units.append((None, [i]))
+        elif stack is None:
+            if "" not in stacks:
+                stacks[""] = len(units)
+                units.append((None, []))
+            units[stacks[""]][1].append(i)
         elif stack[0] in stacks:
             units[stacks[stack[0]]][1].append(i)
         else:
             stacks[stack[0]] = len(units)
             units.append((stack[0], [i]))
     return units
+
+
+def unit_direction(like: list, key, kind: str = "gaussian", gather=whole) -> list:
+    """The direction over a unit outside the stacks: a big tensor's own draw (XLA fuses it into its consumer, and
+    a sharded device draws its part only: see direction_keys), or the small ones' shared draw (layer_direction)."""
+    return [direction(like[0], key, kind)] if len(like) == 1 else layer_direction(like, key, kind, gather)
 
 
 def _layer(leaves: list, i) -> list:
@@ -113,7 +131,8 @@ def sample_tangent(params, seed: int, step, k, kind: str = "gaussian", gather=wh
     out = list(leaves)
     for u, (stack, idx) in enumerate(units):
         if stack is None:
-            out[idx[0]] = direction(leaves[idx[0]], keys[u], kind)
+            for j, z in zip(idx, unit_direction([leaves[j] for j in idx], keys[u], kind, gather)):
+                out[j] = z
             continue
         zeros = [jnp.zeros_like(leaves[j]) for j in idx]
         drawn = jax.lax.fori_loop(0, leaves[idx[0]].shape[0], lambda i, zs, u=u: _put(
@@ -126,8 +145,8 @@ def sample_tangent(params, seed: int, step, k, kind: str = "gaussian", gather=wh
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
 def _displaced(leaves: list, t, key, kind: str, layer: bool) -> list:
     """`leaves` unchanged, with the tangent t' z along t: theta + t z at t = 0, z drawn from `key` (a layer's
-    direction over all of them, or one tensor's) where this is evaluated. The leaves must be constants of the
-    derivative (no tangent of their own)."""
+    direction over all of them, or a unit's outside the stacks) where this is evaluated. The leaves must be
+    constants of the derivative (no tangent of their own)."""
     return leaves
 
 
@@ -135,7 +154,7 @@ def _displaced(leaves: list, t, key, kind: str, layer: bool) -> list:
 def _displaced_jvp(kind, layer, primals, tangents):
     leaves, _, key = primals
     t_dot = tangents[1]
-    zs = layer_direction(leaves, key, kind) if layer else [direction(leaves[0], key, kind)]
+    zs = layer_direction(leaves, key, kind) if layer else unit_direction(leaves, key, kind)
     return leaves, [t_dot.astype(z.dtype) * z for z in zs]
 
 
@@ -150,7 +169,8 @@ def displaced(params, t, seed: int, step, k, kind: str = "gaussian"):
     out, in_stack = list(leaves), {}
     for u, (stack, idx) in enumerate(units):
         if stack is None:
-            out[idx[0]] = _displaced([leaves[idx[0]]], t, keys[u], kind, False)[0]
+            for j, x in zip(idx, _displaced([leaves[j] for j in idx], t, keys[u], kind, False)):
+                out[j] = x
         else:
             in_stack[stack] = (keys[u], [stack_of(flat[j][0])[1] for j in idx])
 
@@ -181,8 +201,9 @@ def perturb(params, scale, seed: int, step, kind: str = "gaussian", gather=whole
     out = list(leaves)
     for u, (stack, idx) in enumerate(units):
         if stack is None:
-            p = leaves[idx[0]]
-            out[idx[0]] = p + scale * direction(p, keys[u], kind)
+            ps = [leaves[j] for j in idx]
+            for j, p, z in zip(idx, ps, unit_direction(ps, keys[u], kind, gather)):
+                out[j] = p + scale * z
             continue
 
         def body(i, ps, u=u):
@@ -248,9 +269,10 @@ def seeded_update(optimizer: optax.GradientTransformation, params, opt_state, co
         moved = [(x + shift * z).astype(x.dtype) for x, z in zip(values, zs[0])]
         return moved, [sum(coeffs[k] * zs[k][n] for k in range(K)).astype(x.dtype) for n, x in enumerate(values)]
 
-    outside = [(u, idx[0]) for u, (stack, idx) in enumerate(units) if stack is None]
-    moved, gs = step_of([leaves[j] for _, j in outside],
-                        [[direction(leaves[j], keys[k][u], kind) for u, j in outside] for k in range(K)])  # fmt: skip
+    outside = [(u, j) for u, (stack, idx) in enumerate(units) if stack is None for j in idx]
+    zs = [[z for u, (stack, idx) in enumerate(units) if stack is None
+           for z in unit_direction([leaves[j] for j in idx], keys[k][u], kind, gather)] for k in range(K)]  # fmt: skip
+    moved, gs = step_of([leaves[j] for _, j in outside], zs)
     updated, state = update(dict(zip([j for _, j in outside], moved)), dict(zip([j for _, j in outside], gs)),
                             opt_state)  # fmt: skip
     done = {j for _, j in outside}

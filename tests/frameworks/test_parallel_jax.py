@@ -183,7 +183,9 @@ def test_fsdp_draws_each_devices_part_of_the_directions_without_exchanging_them(
     word_embeddings_shard = SPEC.vocab_size * SPEC.hidden_size * 4 // 2  # the largest tensor's part on one device
     for name in ("perturb", "update"):
         assert programs[name]["comm"] == 0, programs
-        assert programs[name]["temp"] < word_embeddings_shard / 10, programs  # never a whole (or half) z
+        # never a whole (or half) z; the small tensors' shared draw (positions, pooler, ...: 70 KB) is whole on
+        # every device (directions._units), ~3x that in temporaries
+        assert programs[name]["temp"] < word_embeddings_shard / 4, programs
     assert programs["loss"]["comm"] == 4 * SHARDED + 4  # the matrices gathered, the loss all-reduced
 
 
