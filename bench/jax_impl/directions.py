@@ -85,14 +85,15 @@ def layer_direction(like: list, key, kind: str = "gaussian", gather=whole) -> li
 
 def _units(leaves_with_paths) -> list[tuple[str | None, list[int]]]:
     """The units of a flattened pytree of trained parameters (or things shaped like them), in order of their first
-    leaf: (stack name, its leaves' indices) for a stack of layers; (None, [i]) for a tensor outside the stacks with
-    ALONE entries or more, drawn alone where it is consumed; (None, [i, j, ...]) for all the smaller ones, one draw
-    cut into their shapes (that draw is held whole, a few MiB: each random op more costs ~0.1 s of compile in
-    every program that draws, and MiniLM has eight small tensors outside its layers)."""
+    leaf: (stack name, its leaves' indices) for a stack of layers; (None, [i, j, ...]) for the tensors outside the
+    encoder's layers with fewer than ALONE entries, one draw cut into their shapes (that draw is held whole, a few
+    MiB: each random op more costs ~0.1 s of compile in every program that draws, and MiniLM has eight small
+    tensors outside its layers); (None, [i]) for any other tensor (the word embeddings; scan_layers=false, every
+    tensor of a layer), drawn alone where it is consumed, so the unrolled model holds no layer's direction whole."""
     units, stacks = [], {}
     for i, (path, x) in enumerate(leaves_with_paths):
         stack = stack_of(path)
-        if stack is None and x.size >= ALONE:
+        if stack is None and (x.size >= ALONE or "layer" in keys_of(path)):
             units.append((None, [i]))
         elif stack is None:
             if "" not in stacks:
