@@ -270,15 +270,13 @@ def seeded_update(optimizer: optax.GradientTransformation, params, opt_state, co
         moved = [(x + shift * z).astype(x.dtype) for x, z in zip(values, zs[0])]
         return moved, [sum(coeffs[k] * zs[k][n] for k in range(K)).astype(x.dtype) for n, x in enumerate(values)]
 
-    outside = [(u, j) for u, (stack, idx) in enumerate(units) if stack is None for j in idx]
+    outside = [j for stack, idx in units if stack is None for j in idx]
     zs = [[z for u, (stack, idx) in enumerate(units) if stack is None
            for z in unit_direction([leaves[j] for j in idx], keys[k][u], kind, gather)] for k in range(K)]  # fmt: skip
-    moved, gs = step_of([leaves[j] for _, j in outside], zs)
-    updated, state = update(dict(zip([j for _, j in outside], moved)), dict(zip([j for _, j in outside], gs)),
-                            opt_state)  # fmt: skip
-    done = {j for _, j in outside}
-    out = [updated[j] if j in done else x for j, x in enumerate(leaves)]
-    state = jax.tree.map(lambda new, old, j: new if j < 0 or j in done else old, state, opt_state, mirrors)
+    moved, gs = step_of([leaves[j] for j in outside], zs)
+    updated, state = update(dict(zip(outside, moved)), dict(zip(outside, gs)), opt_state)
+    out = [updated[j] if j in outside else x for j, x in enumerate(leaves)]
+    state = jax.tree.map(lambda new, old, j: new if j < 0 or j in outside else old, state, opt_state, mirrors)
 
     for u, (stack, idx) in enumerate(units):
         if stack is None:
