@@ -125,6 +125,7 @@ class _PeakSampler:
         self.read = read
         self.interval_s = interval_s
         self.peak: float | None = None
+        self.readings = 0  # how many reads have completed (tests wait on it rather than on a fixed sleep)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -132,6 +133,7 @@ class _PeakSampler:
         v = self.read()
         if v is not None and (self.peak is None or v > self.peak):
             self.peak = v
+        self.readings += 1
 
     def reset(self) -> None:
         self.peak = None

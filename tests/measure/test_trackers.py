@@ -46,14 +46,29 @@ def _sampler() -> HostRssTracker:
     return HostRssTracker("rss_sampler", interval_s=0.002)
 
 
+def held_until_seen(t: HostRssTracker, mb: int) -> None:
+    """Hold an allocation of `mb` MiB until the tracker can have seen it whole, then free it.
+
+    The HWM method needs no wait. The sampler needs a reading that began after the memory was written; a fixed
+    sleep is not enough on a loaded 2-core CI host, where its thread can stay unscheduled for tens of ms (it once
+    read 15 of 50 MiB mid-fill and nothing after). So wait, up to 5 s, for two more completed readings (the first
+    may have begun mid-fill); a sampler that never reads leaves its peak low and the caller's assertion fails.
+    """
+    a = touched(mb)
+    if t._sampler is not None:
+        seen = t._sampler.readings + 2
+        deadline = time.monotonic() + 5.0
+        while t._sampler.readings < seen and time.monotonic() < deadline:
+            time.sleep(0.002)
+    del a
+
+
 @pytest.mark.parametrize("make", [_hwm_or_skip, _sampler], ids=["rss_hwm", "rss_sampler"])
 def test_rss_tracker_sees_allocation_inside_track(make):
     t = make()
     base = t.baseline()
     with t.track():
-        a = touched(200)
-        time.sleep(0.03)  # the sampler polls every 2 ms; the HWM method needs no wait
-        del a
+        held_until_seen(t, 200)
     r = t.result()
     assert r.method == t.method and r.baseline_mb == base
     assert r.excess_mb == pytest.approx(200, abs=TOL_MB)
@@ -67,9 +82,7 @@ def test_rss_tracker_ignores_memory_freed_before_reset(make):
     warmup = touched(300)  # e.g. compilation: transient, freed before the timed steps
     del warmup
     with t.track():
-        a = touched(50)
-        time.sleep(0.03)
-        del a
+        held_until_seen(t, 50)
     assert t.result().excess_mb == pytest.approx(50, abs=TOL_MB)
 
 
