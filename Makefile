@@ -12,6 +12,10 @@ JAX_CUDA  ?= cuda12
 EXTRAS    ?= dev$(if $(HAS_GPU),$(comma)$(JAX_CUDA),)
 comma     := ,
 STAMP     := $(VENV)/.bench-installed
+# make test's pytest-xdist workers, one file per worker at a time (a file's module fixtures are built once);
+# TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
+PYTEST    := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 # make gpu-wheels: the wheels a lent GPU machine lacks, into .whl/ (ignored by git; it travels with the tree).
 # make gpu-check there (docs/gpu.md): the image's python3 (torch, jax with CUDA) with those wheels installed into
 # GPU_SITE; GPU_CHECK_DRY=1 runs it tiny on this CPU, in .venv.
@@ -34,11 +38,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)  ## create/refresh .venv (CPU torch here; JAX_CUDA=cuda12|cuda13 on GPU hosts)
 
-test: $(STAMP)  ## run the whole test suite (CPU; CUDA tests skip without a GPU)
-	$(PY) -m pytest -q
+test: $(STAMP)  ## run the whole test suite (CPU; CUDA tests skip without a GPU), on TEST_WORKERS=2 workers
+	$(PYTEST)
 
 test-fast: $(STAMP)  ## tests without the slow end-to-end ones
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 bench: $(STAMP)  ## default comparison: both frameworks x every mode, prints the table, writes results/
 	$(PY) -m bench -m +experiment=default_bench $(if $(HAS_GPU),model=bert_base,)

@@ -13,13 +13,17 @@ import pytest
 # One XLA compilation cache for the session, shared by the test process and every trial it starts (they inherit
 # the environment): the suite compiles the same tiny programs in many trials, and a trial that finds its program
 # there skips XLA's compile (about a tenth of the JAX tests' time). Nothing asserts how long a compile takes.
-_XLA_CACHE = tempfile.mkdtemp(prefix="bench-tests-xla-")
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _XLA_CACHE)
+# Under pytest-xdist the workers inherit the controller's folder (it is set before they start); only the process
+# that made it removes it, once every worker is done.
+_XLA_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _XLA_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-tests-xla-")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 
 def pytest_unconfigure(config):
-    shutil.rmtree(_XLA_CACHE, ignore_errors=True)
+    if _XLA_CACHE is not None:
+        shutil.rmtree(_XLA_CACHE, ignore_errors=True)
 
 
 @functools.cache
