@@ -12,9 +12,9 @@ JAX_CUDA  ?= cuda12
 EXTRAS    ?= dev$(if $(HAS_GPU),$(comma)$(JAX_CUDA),)
 comma     := ,
 STAMP     := $(VENV)/.bench-installed
-# make test's pytest-xdist workers, one file per worker at a time (a file's module fixtures are built once);
-# TEST_WORKERS=0 runs the suite in one process.
-TEST_WORKERS ?= 2
+# make test in one process (as CI runs it); TEST_WORKERS=N: N pytest-xdist workers, a whole file each at a time
+# (a file's module fixtures are built once). docs/testing.md says what 2 workers gain and risk on 2 cores.
+TEST_WORKERS ?= 0
 PYTEST    := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 # make gpu-wheels: the wheels a lent GPU machine lacks, into .whl/ (ignored by git; it travels with the tree).
 # make gpu-check there (docs/gpu.md): the image's python3 (torch, jax with CUDA) with those wheels installed into
@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)  ## create/refresh .venv (CPU torch here; JAX_CUDA=cuda12|cuda13 on GPU hosts)
 
-test: $(STAMP)  ## run the whole test suite (CPU; CUDA tests skip without a GPU), on TEST_WORKERS=2 workers
+test: $(STAMP)  ## run the whole test suite (CPU; CUDA tests skip without a GPU); TEST_WORKERS=2: two workers
 	$(PYTEST)
 
 test-fast: $(STAMP)  ## tests without the slow end-to-end ones

@@ -182,29 +182,32 @@ def spawn_trial(cfg: BenchConfig, scenario: Scenario, run_id: str, results_dir: 
         payload.write_text(json.dumps(to_dict(cfg)))
         result = lambda r: Path(tmp) / f"result.{r}.json"
         procs: dict[int, subprocess.Popen] = {}
+        kill_all = lambda *_: [kill_session(p) for p in procs.values()]
+        limit = cfg.max_host_mem_mb
         with ExitStack() as stack:
-            for r in task.ranks:
-                log = stack.enter_context(open(log_path(r), "wb"))
-                procs[r] = subprocess.Popen(
-                    [sys.executable, "-m", TRIAL_MODULE, str(payload), str(result(r))],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env={**os.environ, **trial_env(cfg, scenario), **rank_env(cfg, task, r), **child_env(),
-                         RUN_ID_ENV: run_id},
-                    cwd=REPO,
-                    start_new_session=True,
-                )
-            kill_all = lambda *_: [kill_session(p) for p in procs.values()]
-            limit = cfg.max_host_mem_mb
-            dogs = {r: stack.enter_context(HostMemWatchdog(p.pid, limit, on_exceed=kill_all)) for r, p in procs.items()}
+            # An interrupt from the first process started on (Ctrl-C as a rank starts, or while the watchdogs
+            # start) stops what has started, and waits for it: no trial outlives the command
             try:
+                for r in task.ranks:
+                    log = stack.enter_context(open(log_path(r), "wb"))
+                    procs[r] = subprocess.Popen(
+                        [sys.executable, "-m", TRIAL_MODULE, str(payload), str(result(r))],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env={**os.environ, **trial_env(cfg, scenario), **rank_env(cfg, task, r), **child_env(),
+                             RUN_ID_ENV: run_id},
+                        cwd=REPO,
+                        start_new_session=True,
+                    )
+                dogs = {r: stack.enter_context(HostMemWatchdog(p.pid, limit, on_exceed=kill_all))
+                        for r, p in procs.items()}  # fmt: skip
                 timed_out, first_down = watch(procs, cfg.timeout_s, kill_all)
             except BaseException:  # Interrupted, KeyboardInterrupt: stop the trial first (then its temp folder goes)
                 kill_all()
                 for p in procs.values():
                     p.wait()
-                partial = result(min(procs))  # what the trial reported so far: a curve is kept, no row is written
-                if task.main and partial.exists():
+                partial = result(min(procs, default=0))  # what the trial reported so far: a curve is kept, no row
+                if task.main and procs and partial.exists():
                     scenario.save(results_dir, [{"run_id": run_id}], json.loads(partial.read_text()))
                 raise
         outs = {r: json.loads(result(r).read_text()) if result(r).exists() else {} for r in procs}

@@ -97,7 +97,9 @@ class Runner:
                 self.proc = None
 
     def stop(self) -> None:
-        """SIGTERM to the running command's group (`python -m bench` stops its trial and exits), then SIGKILL."""
+        """SIGTERM to the running command's group (`python -m bench` stops its trial and exits), then SIGKILL; once
+        the command is down, what it started and left in its group is killed and waited for (up to 5 s: a loaded
+        host takes a moment to end a process that was running), so that a stopped step has nothing left running."""
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
@@ -105,11 +107,18 @@ class Runner:
             try:
                 os.killpg(proc.pid, sig)
                 proc.wait(timeout=wait)
-                return
+                break
             except ProcessLookupError:
                 return
             except subprocess.TimeoutExpired:
                 continue
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader while a member is left
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
 
 def rows_note(folder: Path) -> str:
