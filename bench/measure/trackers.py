@@ -125,7 +125,7 @@ class _PeakSampler:
         self.read = read
         self.interval_s = interval_s
         self.peak: float | None = None
-        self.readings = 0  # how many reads have completed (tests wait on it rather than on a fixed sleep)
+        self.readings = 0  # reads completed (HostRssTracker.readings)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -245,6 +245,11 @@ class HostRssTracker(MemoryTracker):
         self._proc = psutil.Process()
         # 2 ms default: a BERT step takes tens of ms or more; psutil's read costs ~10 us, so <1% of a core.
         self._sampler = _PeakSampler(self._rss_mb, interval_s) if method == "rss_sampler" else None
+
+    @property
+    def readings(self) -> int | None:
+        """How many RSS readings the sampler has completed (None for rss_hwm, which reads the kernel's mark)."""
+        return None if self._sampler is None else self._sampler.readings
 
     def _rss_mb(self) -> float:
         return self._proc.memory_info().rss / MiB

@@ -55,10 +55,10 @@ def held_until_seen(t: HostRssTracker, mb: int) -> None:
     may have begun mid-fill); a sampler that never reads leaves its peak low and the caller's assertion fails.
     """
     a = touched(mb)
-    if t._sampler is not None:
-        seen = t._sampler.readings + 2
+    if t.readings is not None:
+        seen = t.readings + 2
         deadline = time.monotonic() + 5.0
-        while t._sampler.readings < seen and time.monotonic() < deadline:
+        while t.readings < seen and time.monotonic() < deadline:
             time.sleep(0.002)
     del a
 

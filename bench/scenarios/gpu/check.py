@@ -20,6 +20,7 @@ puts them together. How to run it on a lent machine and read its numbers: docs/g
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -97,27 +98,22 @@ class Runner:
                 self.proc = None
 
     def stop(self) -> None:
-        """SIGTERM to the running command's group (`python -m bench` stops its trial and exits), then SIGKILL; once
-        the command is down, what it started and left in its group is killed and waited for (up to 5 s: a loaded
-        host takes a moment to end a process that was running), so that a stopped step has nothing left running."""
+        """SIGTERM to the running command's group (`python -m bench` stops its trial and exits); after the grace,
+        SIGKILL to what is left of the group, the command or what it started, until the group is gone (up to 5 s:
+        a loaded host takes a moment to end a process that was running)."""
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
-        for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5)):
-            try:
-                os.killpg(proc.pid, sig)
-                proc.wait(timeout=wait)
-                break
-            except ProcessLookupError:
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=STOP_GRACE_S)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader while a member is left
+                os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 return
+            proc.poll()  # reap the command: the group lasts while any member is left, a dead unreaped one too
             time.sleep(0.05)
 
 
