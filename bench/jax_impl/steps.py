@@ -373,7 +373,9 @@ class Trainer:
         records the memory baseline, so what the compiler leaves resident (code, caches) is not counted as the
         step's memory; torch_impl's eager trainer has nothing to compile. A step of several programs (jvp: the
         coefficients and the update; MeZO: perturb, loss, update) has them traced one after the other and compiled
-        at the same time, on threads (XLA compiles without the GIL): jvp's first step 0.4-0.8 s sooner on 2 cores."""
+        at the same time, on threads (XLA compiles without the GIL). On 2 cores that gains nothing measurable, since
+        XLA:CPU compiles each program's kernels on every core already (benchmarks/, 7bc25c2's file); kept for hosts
+        with more cores, where the programs' sequential HLO passes (0.2-0.35 s each) can overlap."""
         step, mode, frozen = np.int32(0), self.spec.mode, self.frozen
         self.micro_batches = len(micro_batches)
         opt_state = None if mode == "inference" else jax.eval_shape(self.optimizer.init, self.params)
