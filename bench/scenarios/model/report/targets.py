@@ -212,7 +212,8 @@ class TargetsSection(Section):
             return []
         return ["## The training modes' targets", "",
                 "Per framework at the deepest model recorded (`+experiment=mode_targets` records BERT-base shapes at "
-                "8 and 12 layers); *MISSED* rows are explained in docs/methodology.md.", "",
+                "8 and 12 layers); *MISSED* rows are explained in docs/methodology.md (memory) and docs/speed.md "
+                "(speed).", "",
                 md_table(HEAD, cells(checks), "lllrrl"), ""]  # fmt: skip
 
 
@@ -229,11 +230,15 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         results = results_of(args.results)
         rows = view(results).rows
-        print(table(check(rows)))
+        checks = check(rows)
+        print(table(checks))
         speed = perf(rows, results.rows(OVERHEAD_CSV))
         if speed:
             print("\nSpeed (perf):")
             print(fixed_width(HEAD, cells(speed)))
+        if any(c.verdict == "MISSED" for c in checks + speed):
+            print("\nWhy a target is missed, and the best reached: docs/methodology.md (memory), docs/speed.md "
+                  "(speed).")
         return 0
 
     return run("targets", body)
