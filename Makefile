@@ -48,7 +48,7 @@ bench: $(STAMP)  ## default comparison: both frameworks x every mode, prints the
 	$(PY) -m bench -m +experiment=default_bench $(if $(HAS_GPU),model=bert_base,)
 
 # make perf: the speed targets' trials into results/ (measured afresh: the latest row of a configuration wins), then
-# the check. About 40 minutes on a 2-core CPU (docs/speed.md).
+# the check. 16-40 minutes on a 2-core CPU, by how busy the host is (docs/speed.md).
 perf: $(STAMP)  ## harness vs a plain loop, JAX's compile at 6 and 24 layers, the modes at bert_base; then the targets
 	$(PY) -m bench overhead $(if $(HAS_GPU),--model bert_base,)
 	$(PY) -m bench -m +experiment=compile_depth
