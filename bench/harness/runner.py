@@ -206,8 +206,8 @@ def spawn_trial(cfg: BenchConfig, scenario: Scenario, run_id: str, results_dir: 
                 kill_all()
                 for p in procs.values():
                     p.wait()
-                partial = result(min(procs)) if procs else None  # what the trial reported so far: a curve is
-                if task.main and partial is not None and partial.exists():  # kept, no row is written
+                # what the trial reported so far, if its main process started: its curve is kept, no row written
+                if task.main and procs and (partial := result(min(procs))).exists():
                     scenario.save(results_dir, [{"run_id": run_id}], json.loads(partial.read_text()))
                 raise
         outs = {r: json.loads(result(r).read_text()) if result(r).exists() else {} for r in procs}
