@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import hashlib
 import itertools
 import json
@@ -19,12 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.config import BenchConfig, resolve
-from bench.harness.preflight import compose_trials
+from bench.config import LAUNCH_ID, BenchConfig, resolve
+from bench.harness.preflight import compose_trials, preflight
+from bench.harness.runner import record_job, trial_env
+from bench.harness.scenario import RUN_ID_ENV
+from bench.harness.trial import outcome as trial_outcome
 from bench.parallel import expected_comm_bytes
 from bench.report.build import Report, build, results_of
 from bench.report.plots import Plot
-from bench.scenarios import REPORT_SECTIONS
+from bench.scenarios import REPORT_SECTIONS, SCENARIOS
 from bench.scenarios.model.columns import COLUMNS as MODEL_COLUMNS
 from bench.scenarios.model.report.plots import plan_plots
 from bench.scenarios.model.select import group_contexts, select
@@ -55,6 +59,38 @@ def bench(*args: str, results: Path | None = None, env: dict | None = None,
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def run_here(*args: str, results: Path, env: dict | None = None) -> list[dict]:
+    """`python -m bench [-m] ARGS results_dir=RESULTS` as the runner records it (preflight, rows, history, saved
+    config, W&B run, one sweep id), each trial measured in this process instead of its own: for a test whose subject
+    is what a trial measures and records, not the process it runs in (isolation, signals, a fresh process's memory,
+    the launchers: those start `bench`). `env` is set for the trials' time. Returns each trial's outcome."""
+    multirun = "-m" in args
+    overrides = [a for a in args if a != "-m"] + [f"results_dir={results}"]
+    preflight(overrides, multirun, SCENARIOS)
+    trials, _ = compose_trials(overrides, multirun)
+    saved = dict(os.environ)
+    outcomes = []
+    try:
+        os.environ.pop(LAUNCH_ID, None)  # one sweep id for these trials, a new one for the next call
+        os.environ.update(env or {})
+        for _, composed_cfg in trials:
+            cfg = resolve(composed_cfg)
+            outcomes.append(record_job(cfg, SCENARIOS[cfg.scenario], run_trial=measure_here))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return outcomes
+
+
+def measure_here(cfg: BenchConfig, scenario, run_id: str, results_dir: Path, task) -> dict:
+    """The runner's spawn_trial, in this process: the trial's outcome as its process would leave it."""
+    os.environ.update({**trial_env(cfg, scenario), RUN_ID_ENV: run_id})
+    try:
+        return trial_outcome(scenario, cfg, lambda partial: None)  # no process to die: nothing to leave behind
+    finally:
+        gc.unfreeze()  # the trial froze this process's objects out of the collector (for its timed steps)
 
 
 def rows(results: Path) -> list[dict]:

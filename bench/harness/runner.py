@@ -93,7 +93,9 @@ def outcomes(folder: Path) -> list[str]:
     return [json.loads(p.read_text())["status"] for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
 
 
-def record_job(cfg: BenchConfig, scenario: Scenario) -> dict:
+def record_job(cfg: BenchConfig, scenario: Scenario, run_trial=None) -> dict:
+    """Validate, skip (resume) or run one trial and record its rows. `run_trial` runs it (spawn_trial's
+    signature): spawn_trial, its own processes, unless a test measures in its own process (tests/support.py)."""
     validate(scenario, cfg)
     results_dir = Path(cfg.results_dir)
     csv_path = results_dir / scenario.results_file
@@ -116,7 +118,7 @@ def record_job(cfg: BenchConfig, scenario: Scenario) -> dict:
         print(f"{progress}: running ({run_id})", flush=True)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    outcome = spawn_trial(cfg, scenario, run_id, results_dir, task)
+    outcome = (run_trial or spawn_trial)(cfg, scenario, run_id, results_dir, task)
     if not task.main:  # another task of a multi-task job: the main one records the trial
         return {"run_id": run_id, "status": outcome["status"]}
     ids = {"run_id": run_id, "started_at": started, "wall_time_s": time.perf_counter() - t0,
