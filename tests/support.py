@@ -7,10 +7,12 @@ each other; fixtures live in conftest.py files.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import gc
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import cli
 from bench.config import LAUNCH_ID, BenchConfig, resolve
 from bench.harness.preflight import compose_trials, preflight
 from bench.harness.runner import record_job, trial_env
@@ -59,6 +62,27 @@ def bench(*args: str, results: Path | None = None, env: dict | None = None,
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def bench_here(*args: str, results: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m bench ARGS [results_dir=RESULTS]` for a command that ends before any trial starts (a refusal):
+    bench.cli.main in this process, with its exit code, stdout and stderr as the command's. The environment and
+    sys.argv it changes are put back."""
+    cmd = [*args, *([f"results_dir={results}"] if results is not None else [])]
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_argv = dict(os.environ), list(sys.argv)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli.main(cmd)
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.argv[:] = saved_argv
+    return subprocess.CompletedProcess(["python", "-m", "bench", *cmd], code, out.getvalue(), err.getvalue())
 
 
 def run_here(*args: str, results: Path, env: dict | None = None) -> list[dict]:

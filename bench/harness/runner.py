@@ -280,5 +280,8 @@ def trial_env(cfg: BenchConfig, scenario: Scenario) -> dict[str, str]:
 
 
 def log_tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
+    """The log's last n lines, after the interpreter's "Fatal Python error" line where the tail leaves it out
+    (faulthandler's dump of every thread and extension module can outrun the tail)."""
     lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    return " | ".join(lines[-n:]) or "(no output)"
+    fatal = [ln for ln in lines[:-n] if ln.startswith("Fatal Python error")][:1]
+    return " | ".join(fatal + lines[-n:]) or "(no output)"

@@ -167,7 +167,7 @@ def explain(events: list[dict], classify: Callable[[dict, tuple[str, ...]], str 
     by_cat = dict.fromkeys(CATEGORIES, 0.0)
     per_op: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     for start, end in windows:
-        inside = [o for o in ops if start <= o.start < end]
+        inside = [o for o in ops if o.start < end and o.start + o.dur > start]  # clipped to the step by shares
         for c, us in shares(inside, start, end).items():
             by_cat[c] += us
         for o in inside:

@@ -1,7 +1,10 @@
 """Bad input refused before anything runs, as a user meets it: `python -m bench ...` exits 2 with one line naming
 the option, the bad value and what is accepted (bench/harness/preflight.py), and no process starts, no row is
 written and no results file is touched. Options, results files and folders that cannot take the rows, and input a
-trial would only find bad once running (a malformed data file, a checkpoint of another shape)."""
+trial would only find bad once running (a malformed data file, a checkpoint of another shape).
+
+The command's main runs in the test's process (bench_here: a refusal ends before any process would start); a
+refusal that depends on who runs it (root's override capability dropped) runs as its own process under setpriv."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import FAST, REPO, bench, whole_rows
+from tests.support import FAST, REPO, bench_here, whole_rows
 
 
 @pytest.mark.parametrize(
@@ -42,7 +45,7 @@ from tests.support import FAST, REPO, bench, whole_rows
     ],
 )
 def test_bad_config_is_one_line_and_nothing_runs(tmp_path, args, expected):
-    proc = bench(*args, results=tmp_path, check=False)
+    proc = bench_here(*args, results=tmp_path)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bench: error: ") and expected in lines[0], proc.stderr
@@ -53,7 +56,7 @@ def test_bad_config_leaves_recorded_rows_alone(tmp_path):
     csv = tmp_path / "runs.csv"
     csv.write_text("run_id,status\nabc,ok\n")
     before = csv.read_bytes()
-    assert bench("mode=nope", results=tmp_path, check=False).returncode == 2
+    assert bench_here("mode=nope", results=tmp_path).returncode == 2
     assert csv.read_bytes() == before
 
 
@@ -63,12 +66,14 @@ def test_bad_config_leaves_recorded_rows_alone(tmp_path):
 
 def preflight_refuses(tmp_path: Path, *args: str, results: Path | None = None, as_user: bool = False) -> str:
     """Run `python -m bench` on a tiny trial; it must refuse before anything runs: exit 2, one line."""
-    cmd = [sys.executable, "-m", "bench", "framework=torch", *FAST, "logger=none", *args,
-           f"results_dir={results or tmp_path}"]  # fmt: skip
+    args = ("framework=torch", *FAST, "logger=none", *args)
     if as_user and os.geteuid() == 0:  # root writes anything: drop the capability that lets it (as CI runs)
         caps = "-dac_override,-dac_read_search"
-        cmd = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", *cmd]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+        cmd = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", sys.executable, "-m", "bench", *args,
+               f"results_dir={results or tmp_path}"]  # fmt: skip
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    else:
+        proc = bench_here(*args, results=results or tmp_path)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("bench: error: "), proc.stderr
     return lines[0]

@@ -1,6 +1,7 @@
 """A recorded trial can be run again from the config it kept (python -m bench rerun RUN_ID) and repeats its
 losses bit for bit, dropout on; a run_id that is not recorded, or whose config is missing or damaged, is one line
-and exit 2, and nothing runs."""
+and exit 2, and nothing runs. The trial is recorded in the test's process (run_here) and run again by the command,
+in a process of its own: the same losses either way."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.store.read import read_rows
+from tests.support import bench_here, run_here
 
 REPO = Path(__file__).resolve().parents[2]
 TRIAL = ["model=tiny", "batch_size=4", "seq_len=32", "steps=3", "warmup_steps=1", "data.num_train=64",
@@ -25,8 +27,8 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     results = tmp_path_factory.mktemp("rerun")
-    out = bench(*TRIAL, "framework=torch", "mode=jvp", f"results_dir={results}")
-    assert out.returncode == 0, out.stderr
+    (outcome,) = run_here(*TRIAL, "framework=torch", "mode=jvp", results=results)
+    assert outcome["status"] == "ok", outcome
     (row,) = read_rows(results / "runs.csv")
     return results, row["run_id"]
 
@@ -45,17 +47,17 @@ def test_a_rerun_repeats_the_losses_bit_for_bit(recorded):
 def test_bad_run_ids_and_configs_are_one_line_and_run_nothing(recorded, tmp_path):
     results, run_id = recorded
     before = len(read_rows(results / "runs.csv"))
-    out = bench("rerun", "20990101-000000-torch-jvp-nope", "--results", str(results))
+    out = bench_here("rerun", "20990101-000000-torch-jvp-nope", "--results", str(results))
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
     assert "run_id=20990101-000000-torch-jvp-nope: not recorded in" in out.stderr
     config = results / "configs" / f"{run_id}.json"
     saved = config.read_text()
     try:
         config.write_text(saved[: len(saved) // 2])  # cut off: not JSON
-        out = bench("rerun", run_id, "--results", str(results))
+        out = bench_here("rerun", run_id, "--results", str(results))
         assert out.returncode == 2 and "its config" in out.stderr and "is damaged" in out.stderr
         config.unlink()
-        out = bench("rerun", run_id, "--results", str(results))
+        out = bench_here("rerun", run_id, "--results", str(results))
         assert out.returncode == 2 and "is missing" in out.stderr and "nothing was run" in out.stderr
     finally:
         config.write_text(saved)

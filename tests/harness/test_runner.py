@@ -1,4 +1,7 @@
-"""The runner as a user drives it: `python -m bench ...` in a subprocess, results read back from the CSV."""
+"""The runner as a user drives it: `python -m bench ...` in a subprocess, results read back from the CSV. What the
+process is the point of (the CLI's sweep and its output, a memory limit, a crash, a timeout, resume, the launchers)
+runs as the user runs it; what a trial measures and records (W&B, max_timed_s, evaluation) is measured in the test's
+process by the same runner (run_here)."""
 
 from __future__ import annotations
 
@@ -8,10 +11,10 @@ import sys
 
 import pytest
 
-from bench.harness.runner import trial_env
+from bench.harness.runner import LOG_TAIL_LINES, log_tail, trial_env
 from bench.scenarios import SCENARIOS
 from bench.store.wandb import read_wandb_offline
-from tests.support import FAST, REPO, bench, composed, rows
+from tests.support import FAST, REPO, bench, composed, rows, run_here
 
 
 @pytest.mark.slow
@@ -48,7 +51,7 @@ def test_multirun_records_every_trial_ok_with_plausible_numbers(tmp_path):
 
 @pytest.mark.slow
 def test_wandb_offline_run_holds_the_logged_metrics(tmp_path):
-    bench("framework=torch", "mode=backprop", *FAST, "logger=wandb", results=tmp_path)
+    run_here("framework=torch", "mode=backprop", *FAST, "logger=wandb", results=tmp_path)
     (row,) = rows(tmp_path)
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
@@ -102,7 +105,7 @@ def test_timeout_is_recorded(tmp_path):
 
 @pytest.mark.slow
 def test_resume_skips_trials_recorded_ok(tmp_path):
-    bench("-m", "framework=torch", "mode=inference,backprop", *FAST, "logger=none", results=tmp_path)
+    run_here("-m", "framework=torch", "mode=inference,backprop", *FAST, "logger=none", results=tmp_path)
     assert [r["status"] for r in rows(tmp_path)] == ["ok", "ok"]
     out = bench(
         "-m", "framework=torch", "mode=inference,backprop,mezo", *FAST, "logger=none", "resume=true", results=tmp_path
@@ -136,15 +139,15 @@ def test_parallel_and_slurm_style_launchers_record_every_trial(tmp_path, launche
 
 @pytest.mark.slow
 def test_max_timed_s_stops_the_timed_steps_and_says_how_many_ran(tmp_path):
-    bench("framework=torch", "mode=backprop", *FAST, "steps=50", "max_timed_s=0", "logger=none", results=tmp_path)
+    run_here("framework=torch", "mode=backprop", *FAST, "steps=50", "max_timed_s=0", "logger=none", results=tmp_path)
     (row,) = rows(tmp_path)
     assert row["status"] == "ok" and row["steps_timed"] == "1" and row["steps"] == "50"
 
 
 @pytest.mark.slow
 def test_evaluate_and_gradient_cosine_are_recorded(tmp_path):
-    bench("-m", "framework=torch,jax", "mode=jvp", *FAST, "num_tangents=2", "evaluate=true", "eval_every=2",
-          "measure_grad_cosine=true", "logger=none", results=tmp_path)
+    run_here("-m", "framework=torch,jax", "mode=jvp", *FAST, "num_tangents=2", "evaluate=true", "eval_every=2",
+             "measure_grad_cosine=true", "logger=none", results=tmp_path)  # fmt: skip
     rs = rows(tmp_path)
     assert len(rs) == 2
     for r in rs:
@@ -164,3 +167,16 @@ def test_jax_trials_get_the_memory_minimising_xla_cpu_scheduler(monkeypatch):
     assert "XLA_FLAGS" not in env("torch")
     monkeypatch.setenv("XLA_FLAGS", f"{flag}=true")  # the user's own choice stands
     assert "XLA_FLAGS" not in env("jax")
+
+
+def test_a_crash_row_names_the_fatal_error_however_long_the_dump(tmp_path):
+    """faulthandler dumps every thread and extension module after its "Fatal Python error" line: with many
+    threads that line falls out of the log's tail, and the row must still say what killed the trial."""
+    log = tmp_path / "trial.log"
+    dump = [f'  File "x.py", line {i} in f' for i in range(40)]
+    log.write_text("\n".join(["setup", "Fatal Python error: Segmentation fault", "", *dump, "Extension modules: a"]))
+    tail = log_tail(log)
+    assert tail.startswith("Fatal Python error: Segmentation fault | ") and tail.endswith("Extension modules: a")
+    assert tail.count(" | ") == LOG_TAIL_LINES and "setup" not in tail
+    log.write_text("one\ntwo\n")
+    assert log_tail(log) == "one | two"  # no fatal line: the tail as it is

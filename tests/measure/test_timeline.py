@@ -59,6 +59,24 @@ def test_categories_add_up_to_the_step_and_overlap_is_shared():
     assert x.top_ops[0]["calls_per_step"] == 1
 
 
+def test_every_category_is_its_known_duration():
+    """A step of 200 us whose every category is known by construction, overhead included: a matmul that starts
+    before the step (only its part inside counts), an attention op holding an elementwise one, a random draw on a
+    second thread overlapping the attention (the 10 us both run split between them), an optimizer op, gaps
+    nothing runs in (overhead), and an op after the step that no category may count."""
+    events = [ev("step", 100, 200, cat="annotation"), ev("matmul.early", 80, 50), ev("attention.a", 150, 60),
+              ev("elementwise.in_attention", 160, 10), ev("random.r", 200, 30, tid=2),
+              ev("Optimizer.step", 260, 30, cat="annotation"), ev("elementwise.update", 265, 25),
+              ev("matmul.between_steps", 320, 40)]  # fmt: skip
+    x = explain(events, by_name).by_category_ms
+    # us: matmul 100-130 = 30; attention 60 less 10 nested = 50, less half of the 10 (200-210) it shares with the
+    # random draw = 45; elementwise 10; random 30 - 5 = 25; optimizer 25; collectives 0; overhead, where nothing
+    # runs: 130-150, 230-265 and 290-300 = 65
+    want = {"matmul": 30, "attention": 45, "elementwise": 10, "random": 25, "optimizer": 25, "collectives": 0,
+            "overhead": 65}  # fmt: skip
+    assert x == pytest.approx({c: us / 1e3 for c, us in want.items()})
+
+
 def test_a_trace_without_steps_is_refused(tmp_path):
     path = tmp_path / "t.json.gz"
     with gzip.open(path, "wt") as f:
