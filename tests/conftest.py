@@ -19,13 +19,6 @@ _XLA_CACHE = None
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _XLA_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-tests-xla-")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-# The tests' XLA programs compiled with LLVM's optimisations off: a tiny program's compile is mostly LLVM (a tiny
-# backprop trial's 3.1 -> 1.8 s), its run microseconds either way, and no test measures code quality or speed.
-# HLO (fusion, buffer assignment, what the memory tests read) is the same. Set before jax is imported, inherited
-# by every trial the tests start; a user's own XLA_FLAGS are kept, this one added unless they set it.
-_LLVM_OFF = "--xla_backend_optimization_level=0"
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_LLVM_OFF}".strip()
 
 
 def pytest_unconfigure(config):

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from bench.config import CONF_DIR
 from bench.data import data_spec, make_batches
-from bench.harness.preflight import preflight
+from bench.errors import ConfigError
+from bench.harness.preflight import compose_trials, expand_sweep, preflight
 from bench.harness.scenario import config_hash, scenario_of
 from bench.scenarios import SCENARIOS
 from bench.scenarios.model.select import OPTIMIZER_DEFAULTS, context_key
@@ -22,6 +24,40 @@ EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_experiment_composes_and_validates(name):
     assert preflight([f"+experiment={name}"], multirun=True, scenarios=SCENARIOS) >= 2  # each one is a sweep
+
+
+def plain_compose(combo: list[str]) -> dict:
+    """A trial's config as Hydra's compose API makes it, every file read and merged for it alone."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return OmegaConf.to_container(compose("config", overrides=combo))
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_preflight_composes_each_trial_as_hydra_does(name):
+    """Preflight composes the groups a trial chooses once per command line and applies each trial's values to a
+    copy (bench/harness/preflight.py): every trial must be the config Hydra's own compose gives it (here the
+    experiment's last trial, whose values differ most from the first's)."""
+    combo = expand_sweep([f"+experiment={name}"], multirun=True)[-1]
+    ((_, fast),), _ = compose_trials(combo, multirun=False)
+    assert OmegaConf.to_container(fast) == plain_compose(combo)
+
+
+def test_preflight_applies_values_as_hydra_does():
+    """The override forms a command line may hold, beside groups: a value that a case preset also sets (the
+    command line wins), a nested value, a list, a new key (+), and what Hydra refuses (a bad value, a deletion)."""
+    combo = ["case=jvp", "num_tangents=3", "optimizer=adamw", "optimizer.lr=0.5", "lora.targets=[query,value]",
+             "model=tiny", "+note=x"]  # fmt: skip
+    ((_, fast),), _ = compose_trials(combo, multirun=False)
+    assert OmegaConf.to_container(fast) == plain_compose(combo)
+    # trials sharing their groups share one composition: the first's values must not reach the second
+    (_, first), (second_combo, second) = compose_trials(["model=tiny", "num_tangents=3,1"], multirun=True)[0]
+    assert first.num_tangents == 3 and second.num_tangents == 1
+    assert OmegaConf.to_container(second) == plain_compose(second_combo)
+    assert fast.num_tangents == 3 and fast.optimizer.lr == 0.5 and fast.note == "x"
+    with pytest.raises(ConfigError, match="batch_size"):
+        compose_trials(["model=tiny", "batch_size=abc"], multirun=False)
+    with pytest.raises(ConfigError, match="Could not delete from config. 'sweep_id' does not exist"):
+        compose_trials(["model=tiny", "~sweep_id"], multirun=False)  # null: nothing to delete, as Hydra says
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml")))
