@@ -1,25 +1,32 @@
 """The W&B views (bench/report/dashboard.py) and what the runs carry for them (bench/store/wandb.py, the
 scenarios' W&B runs): one small sweep, offline, shared by the slow tests; the dashboard's spec is read back and
-every key a panel plots is looked up in the runs' own files. No test talks to a W&B server."""
+every key a panel plots is looked up in the runs' own files. No test talks to a W&B server. What a run carries is
+recorded where the runner records it, so the trials are measured in the test's process (run_here) and the
+commands' mains run here too (bench_here)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.types import RunMode
+from hydra.utils import instantiate
 
+from bench.config import CONF_DIR, LAUNCH_ID, register_configs
 from bench.report.dashboard import SECTIONS, Group, check_sections, ready
 from bench.report.panels import Panel
 from bench.scenarios import COLUMNS
 from bench.scenarios.model.columns import COLUMNS as CSV_COLUMNS
 from bench.store.read import read_rows
 from bench.store.wandb import DEVICES, OPS_TABLE, REPORT_PLOTS, SWEEP_TABLE, geomean_key, offline_runs
-from tests.support import FAST, REPO
+from tests.support import FAST, bench_here, run_here
 
 MARKER = "bench-marker-" + "5e" * 20  # the API key in the environment: it must reach no file
 # What a single-device model sweep without evaluate / measure_grad_cosine (and one ops trial) does not log: the
@@ -28,39 +35,57 @@ NOT_FILLED = {"eval_loss", "eval_accuracy", "grad_cosine", "comm_bytes_per_step"
               "steps_to_target", "wall_to_target_s", "mib_s_to_target",  # trials without a target
               *(f"{DEVICES}/{i}/peak_mem_mb" for i in range(1, 8)),
               *(["budget_mb"] if "budget_mb" in CSV_COLUMNS else [])}  # fmt: skip (budget_mb: no probe ran under one)
-OPS = ["scenario=ops", "framework=torch", "ops.names=[exp,matmul]", "ops.sizes=[8]", "ops.repeats=2",
+SWEEP = ["-m", "framework=torch,jax", "mode=backprop,jvp", *FAST, "logger=wandb"]
+OPS = ["scenario=ops", "framework=torch", "ops.names=[exp,matmul]", "ops.sizes=[8]", "ops.shapes=[]", "ops.repeats=2",
        "ops.min_sample_s=0"]  # fmt: skip
 
 
-def run(*args: str, env: dict, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=900)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def wandb_env(tmp: Path) -> dict:
+def use_wandb_env(mp: pytest.MonkeyPatch, tmp: Path) -> None:
     """Offline, quiet, a marker API key in the environment, W&B's own folders kept in the test's."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    return {**env, "WANDB_API_KEY": MARKER, "WANDB_SILENT": "true", "WANDB_CONFIG_DIR": str(tmp / "wandb-config"),
-            "WANDB_CACHE_DIR": str(tmp / "wandb-cache"), "WANDB_DATA_DIR": str(tmp / "wandb-data")}  # fmt: skip
+    for k in [k for k in os.environ if k.startswith("WANDB_")]:
+        mp.delenv(k)
+    env = {"WANDB_API_KEY": MARKER, "WANDB_SILENT": "true", "WANDB_CONFIG_DIR": str(tmp / "wandb-config"),
+           "WANDB_CACHE_DIR": str(tmp / "wandb-cache"), "WANDB_DATA_DIR": str(tmp / "wandb-data")}  # fmt: skip
+    for k, v in env.items():
+        mp.setenv(k, v)
+
+
+def sweep_ends(*args: str, results: Path) -> None:
+    """What Hydra does around a multirun's jobs (hydra/_internal/hydra.py, multirun): the callbacks conf/config.yaml
+    names, given the sweep's config, at its start and its end. bench's writes the sweep-level W&B run."""
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = GlobalHydra.instance().hydra.compose_config("config", [a for a in args if a != "-m"] + [
+            f"results_dir={results}"], run_mode=RunMode.MULTIRUN, with_log_configuration=False)  # fmt: skip
+        callbacks = [instantiate(c) for c in cfg.hydra.callbacks.values()]
+        for callback in callbacks:
+            callback.on_multirun_start(config=cfg, config_name="config")
+        for callback in reversed(callbacks):
+            callback.on_multirun_end(config=cfg, config_name="config")
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    """The sweep, its sweep-level run, one ops trial, `make report` with W&B on, and the dashboard's spec."""
+    """The sweep (its trials measured in this process: what they record is the subject, W&B's runs among it), its
+    sweep-level run, one ops trial, `bench report` with W&B on, and the dashboard's spec."""
     tmp = tmp_path_factory.mktemp("dashboard")
-    results, env = tmp / "results", wandb_env(tmp)
-    out = run("-m", "bench", "-m", "framework=torch,jax", "mode=backprop,jvp", *FAST, "logger=wandb",
-              f"results_dir={results}", env=env).stdout  # fmt: skip
-    # the sweep wrote its sweep-level run (bench/harness/sweep.py), and the report writes its own (W&B on: the
-    # results hold offline runs)
-    run("-m", "bench", *OPS, "logger=wandb", f"results_dir={results}", env=env)
-    run("-m", "bench", "report", str(results / "runs.csv"), "--out", str(results), env=env)
-    spec_path = results / "dashboard-spec.json"
-    dash = run("-m", "bench", "dashboard", "--results", str(results), "--dry-run", str(spec_path), env=env)
+    results, out = tmp / "results", io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        use_wandb_env(mp, tmp)
+        with contextlib.redirect_stdout(out):
+            outcomes = run_here(*SWEEP, results=results)
+            mp.setenv(LAUNCH_ID, outcomes[0]["row"]["sweep_id"])  # the launch's id, as the command sets it for all
+            sweep_ends(*SWEEP, results=results)
+        outcomes += run_here(*OPS, "logger=wandb", results=results)
+        assert [o["status"] for o in outcomes] == ["ok"] * 5, outcomes  # the command would have exited 0
+        # the report writes its own run (W&B on: the results hold offline runs)
+        report = bench_here("report", str(results / "runs.csv"), "--out", str(results))
+        assert report.returncode == 0, report.stderr
+        spec_path = results / "dashboard-spec.json"
+        dash = bench_here("dashboard", "--results", str(results), "--dry-run", str(spec_path))
+        assert dash.returncode == 0, dash.stderr
     runs = offline_runs(results)  # read_wandb_offline of each: W&B's own datastore, record by record
-    return {"results": results, "env": env, "stdout": out, "runs": runs, "dashboard": dash,
+    return {"results": results, "stdout": out.getvalue(), "runs": runs, "dashboard": dash,
             "spec": json.loads(spec_path.read_text())}  # fmt: skip
 
 
@@ -84,8 +109,9 @@ def test_panels_name_only_keys_the_suite_logs():
     check_sections(COLUMNS, (*SECTIONS, later))
 
 
-def test_no_runs_is_one_line_and_exit_2(tmp_path):
-    proc = run("-m", "bench", "dashboard", "--results", str(tmp_path / "none"), env=wandb_env(tmp_path), check=False)
+def test_no_runs_is_one_line_and_exit_2(tmp_path, monkeypatch):
+    use_wandb_env(monkeypatch, tmp_path)
+    proc = bench_here("dashboard", "--results", str(tmp_path / "none"))
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("bench dashboard: error: no W&B runs under")
     assert not (tmp_path / "none").exists()  # nothing written
@@ -97,8 +123,9 @@ def test_no_runs_is_one_line_and_exit_2(tmp_path):
     (["--title", "t" * 129], "--title: 129 characters; accepted at most 128"),
     (["--online", "--dry-run", "x.json"], "--online with --dry-run: accepted one of them"),
 ])  # fmt: skip
-def test_bad_options_are_one_line_and_exit_2(tmp_path, args, expected):
-    proc = run("-m", "bench", "dashboard", "--results", str(tmp_path), *args, env=wandb_env(tmp_path), check=False)
+def test_bad_options_are_one_line_and_exit_2(tmp_path, monkeypatch, args, expected):
+    use_wandb_env(monkeypatch, tmp_path)
+    proc = bench_here("dashboard", "--results", str(tmp_path), *args)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and expected in proc.stderr, proc.stderr
 
 
@@ -165,7 +192,7 @@ def test_the_dashboard_refers_only_to_what_the_runs_carry(sweep):
 @pytest.mark.slow
 def test_runs_are_named_grouped_tagged_and_keyed_as_the_csv(sweep):
     rows = {r["run_id"]: r for r in read_rows(sweep["results"] / "runs.csv")}
-    labels = set(re.findall(r"^\[\d/4\] (.+): running", sweep["stdout"], re.M))
+    labels = set(re.findall(r"^\[\d/\d\] (.+): running", sweep["stdout"], re.M))
     trials = trial_runs(sweep)
     assert len(trials) == 4 and {t["run"]["name"] for t in trials} == labels
     for t in trials:

@@ -12,7 +12,7 @@ import pytest
 
 from bench.scenarios.capacity.search import Probe, search
 from bench.store.read import read_rows
-from tests.support import REPO
+from tests.support import REPO, bench_here
 
 
 def synthetic(base: float, per_item: float, fails_above: float | None = None, log: list | None = None):
@@ -72,9 +72,12 @@ def test_a_probe_that_errors_ends_the_search_as_failed():
     assert s.verdict == "failed" and s.probes[-1].status == "error"
 
 
+SMALL = ["framework=torch", "model=tiny", "seq_len=512", "steps=1", "warmup_steps=1", "data.num_train=256",
+         "logger=none"]  # fmt: skip
+
+
 def capacity(*args: str, tmp_path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "bench", "capacity", *args, "framework=torch", "model=tiny", "seq_len=512", "steps=1",
-           "warmup_steps=1", "data.num_train=256", "logger=none", f"results_dir={tmp_path}"]  # fmt: skip
+    cmd = [sys.executable, "-m", "bench", "capacity", *args, *SMALL, f"results_dir={tmp_path}"]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
 
 
@@ -122,6 +125,6 @@ def test_a_budget_too_small_for_one_example_is_a_result(tmp_path):
     ],
 )
 def test_bad_input_is_one_line(tmp_path, args, expected):
-    out = capacity(*args, tmp_path=tmp_path)
+    out = bench_here("capacity", *args, *SMALL, results=tmp_path)  # refused before any probe: no process needed
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and expected in out.stderr, out.stderr
     assert not (tmp_path / "runs.csv").exists()

@@ -4,9 +4,6 @@ tests/frameworks/test_ops.py."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from bench.ops_spec import OP_NAMES
@@ -15,7 +12,7 @@ from bench.scenarios.ops.columns import COLUMNS as OPS_CSV_COLUMNS
 from bench.scenarios.ops.report import OpsSection, summary_table
 from bench.store.csv import CsvSink
 from bench.store.read import read_rows
-from tests.support import REPO, bench
+from tests.support import bench, bench_here
 
 # ---------------------------------------------------------------------------------------------------------------
 # the trial, as a user runs it
@@ -78,7 +75,7 @@ def test_a_crash_keeps_the_finished_rows(tmp_path):
     ],
 )
 def test_bad_ops_config_is_one_line_and_nothing_runs(tmp_path, args, expected):
-    proc = bench(*args, f"results_dir={tmp_path}", check=False)
+    proc = bench_here(*args, results=tmp_path)  # refused before any trial: the command's main, in this process
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bench: error: ") and expected in lines[0], proc.stderr
@@ -127,8 +124,7 @@ def test_ops_report_draws_every_plot(tmp_path):
 
 def test_ops_report_cli(tmp_path):
     """The ops section is part of the one report: `python -m bench report RESULTS` reads the folder's ops.csv."""
-    run = lambda *a: subprocess.run([sys.executable, "-m", "bench", "report", *a], cwd=REPO, capture_output=True,
-                                    text=True, timeout=120)  # fmt: skip
+    run = lambda *a: bench_here("report", *a)  # the command's main in this process: no trial to isolate
     missing = run(str(tmp_path / "none.csv"))
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no such file" in missing.stderr
     csv = tmp_path / "ops.csv"
