@@ -17,7 +17,7 @@ import pytest
 
 from bench.config import model_preset
 from bench.spec import param_shapes
-from tests.support import FAST, REPO, composed, rows
+from tests.support import FAST, REPO, composed, rows, run_here
 
 # Dropout off, as the torch tests need it (each rank draws its own masks). JAX would match with dropout on too
 # (threefry keys are partitionable: an element's mask bit depends on its index in the global batch, not on which
@@ -40,25 +40,28 @@ def label(row: dict) -> str:
 
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory) -> dict[str, list[dict]]:
-    """Every mode three ways: on two devices (ddp, fsdp: batch_size 4 each) and on one (batch_size 8). The two
-    sweeps run side by side (each trial compiles on one core most of the time)."""
+    """Every mode three ways: on two devices (ddp, fsdp: batch_size 4 each), a sweep of trial processes each (JAX
+    fixes its device count when it starts), side by side; meanwhile on one (batch_size 8) in this process: what is
+    compared with it is its losses, not its process."""
     root = tmp_path_factory.mktemp("parallel_jax")
-    cmds = {
-        "two": ["-m", f"case={CASES}", *TINY, "parallel=ddp,fsdp", "devices=2"],
-        "one": ["-m", f"case={CASES}", *TINY, "batch_size=8"],
-    }
     procs = {
-        name: subprocess.Popen([sys.executable, "-m", "bench", *args, f"results_dir={root / name}"], cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for name, args in cmds.items()
+        p: subprocess.Popen([sys.executable, "-m", "bench", "-m", f"case={CASES}", *TINY, f"parallel={p}", "devices=2",
+                             f"results_dir={root / p}"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+        for p in ("ddp", "fsdp")
     }  # fmt: skip
-    for p in procs.values():
-        out, _ = p.communicate(timeout=900)
-        assert p.returncode == 0, out
-    found = {name: rows(root / name) for name in cmds}
+    try:
+        run_here("-m", f"case={CASES}", *TINY, "batch_size=8", results=root / "none")
+        logs = {name: p.communicate(timeout=900)[0] for name, p in procs.items()}
+    finally:
+        for p in procs.values():
+            p.kill()  # a no-op for one that ended
+    for name, p in procs.items():
+        assert p.returncode == 0, logs[name]
+    found = {"two": rows(root / "ddp") + rows(root / "fsdp"), "one": rows(root / "none")}
     for r in found["two"] + found["one"]:
         assert r["status"] == "ok", (label(r), r["parallel"], r["error"])
-        r["history"] = history(root / ("one" if r["parallel"] == "none" else "two"), r)
+        r["history"] = history(root / r["parallel"], r)
     assert len(found["two"]) == 12 and len(found["one"]) == 6
     return found
 

@@ -9,14 +9,23 @@ anything starts."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.support import FAST, bench, composed, rows
+from bench.config import resolve, to_dict
+from bench.harness.launch import child_env
+from bench.harness.preflight import compose_trials, preflight
+from bench.harness.runner import record_job, trial_env
+from bench.scenarios import SCENARIOS
+from tests.support import FAST, REPO, bench, bench_here, composed, rows
 
 # Dropout off: each rank draws its masks over its own rows, so with dropout on only the distribution (not the
 # values) matches one device's. AdamW: the optimizer state is what fsdp shards beside the parameters; its lr given,
@@ -24,19 +33,47 @@ from tests.support import FAST, bench, composed, rows
 TINY = [*FAST, "framework=torch", "device=cpu", "model.dropout=0", "optimizer=adamw", "optimizer.lr=5e-5",
         "logger=none"]  # fmt: skip
 TWO = ["devices=2", "batch_size=4"]  # FAST's batch_size, per device
-# The two-device trials, sweep by sweep. jvp_impl=lazy at K=2 is the other way jvp exchanges its derivatives (the
-# coefficients path, tangents drawn tensor by tensor); dual and naive differ from func on one device only.
+# Start to end through `python -m bench`, one trial per strategy: the runner starts both ranks, watches them and
+# records the row. The sweeps below run the same way of measuring (bench.harness.trial) in one pair of ranks.
+END_TO_END = ["case=backprop", "parallel=ddp,fsdp", *TWO]
+# The other two-device trials, sweep by sweep. jvp_impl=lazy at K=2 is the other way jvp exchanges its derivatives
+# (the coefficients path, tangents drawn tensor by tensor); dual and naive differ from func on one device only.
 SWEEPS = {
     # remat under DDP is DDP's backprop with recomputation inside the module; under FSDP2 it meets resharding
-    "ddp": ["case=inference,backprop,jvp,jacfwd_head,mezo", "parallel=ddp", *TWO],
-    "fsdp": ["case=inference,backprop,backprop_remat,mezo", "parallel=fsdp", *TWO],
+    "ddp": ["case=inference,jvp,jacfwd_head,mezo", "parallel=ddp", *TWO],
+    "fsdp": ["case=inference,backprop_remat,mezo", "parallel=fsdp", *TWO],
     # under FSDP2 the tangent is attached module by module to the parameters each unit gathered (jvp_impl=lazy)
     "jvp_lazy": ["mode=jvp", "jvp_impl=lazy", "num_tangents=2", "parallel=ddp,fsdp", *TWO],
     "fsdp_shard_grad_op": ["mode=backprop", "parallel=fsdp", "fsdp_reshard_after_forward=false", *TWO],
 }
-# Three sweeps at a time: each trial is mostly two processes importing torch; more side by side would hold too
-# much memory on a small CI host (~0.45 GiB per process).
-SIDE_BY_SIDE = 3
+
+# One rank of a two-process group that takes the trials in turn, each as its own trial process would
+# (bench.harness.trial.outcome: start the group, measure, gather, close it); rank 0 picks each trial's rendezvous
+# port as it starts it, as the runner does. Two processes per trial would import torch 20 times instead of twice.
+RANK = """
+import json, os, sys, time
+from pathlib import Path
+from bench.config import from_dict
+from bench.harness.launch import adopt, free_port
+from bench.harness.trial import outcome, write_result
+from bench.scenarios import SCENARIOS
+
+adopt()  # dies with the test
+rank = os.environ["RANK"]
+for trial in sys.argv[1:]:  # TRIAL.json the payload; each file written whole (write_result: TRIAL.*.tmp, renamed)
+    port = Path(f"{trial}.port.json")
+    if rank == "0":
+        write_result(str(port), free_port())
+    deadline = time.monotonic() + 300
+    while not port.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.environ["MASTER_PORT"] = port.read_text()
+    cfg = from_dict(json.loads(Path(f"{trial}.json").read_text()))
+    out = outcome(SCENARIOS[cfg.scenario], cfg, lambda partial: None)
+    write_result(f"{trial}.rank{rank}.json", out)
+    if out["status"] != "ok":
+        sys.exit(1)
+"""
 
 
 def history(results: Path, row: dict) -> dict:
@@ -48,20 +85,63 @@ def label(row: dict) -> str:
     return f"{row['mode']} K={row['num_tangents']}" if row["mode"] == "jvp" else row["mode"]
 
 
+def measure_in_two_ranks(root: Path) -> list:
+    """Every trial of SWEEPS measured in one pair of rank processes; returns (config, rank 0's outcome) each."""
+    trials = []
+    for name, args in SWEEPS.items():
+        overrides = [*TINY, *args, f"results_dir={root / name}"]
+        preflight(overrides, True, SCENARIOS)
+        trials += [resolve(c) for _, c in compose_trials(overrides, True)[0]]
+    stems = [root / f"trial{i}" for i in range(len(trials))]
+    for stem, cfg in zip(stems, trials, strict=True):
+        Path(f"{stem}.json").write_text(json.dumps(to_dict(cfg)))
+    env = {**os.environ, **trial_env(trials[0], SCENARIOS["model"]), **child_env(), "MASTER_ADDR": "127.0.0.1",
+           "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}  # fmt: skip
+    logs = [root / f"rank{r}.log" for r in range(2)]
+    procs = []
+    for r, log in enumerate(logs):
+        with log.open("w") as out:
+            cmd = [sys.executable, "-c", RANK, *map(str, stems)]
+            rank = {"RANK": str(r), "LOCAL_RANK": str(r)}
+            procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**env, **rank}))
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and None in [p.poll() for p in procs]:
+        if any(p.poll() not in (None, 0) for p in procs):
+            break  # a rank that failed leaves the other waiting in a collective: stop it at once
+        time.sleep(0.1)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(log.read_text()[-3000:] for log in logs)
+    return [(cfg, json.loads(Path(f"{stem}.rank0.json").read_text())) for cfg, stem in zip(trials, stems, strict=True)]
+
+
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory) -> dict[str, list[dict]]:
     root = tmp_path_factory.mktemp("parallel_torch")
-
-    def run(name: str) -> list[dict]:
-        bench("-m", *TINY, *SWEEPS[name], results=root / name)  # the sweep's batch_size over FAST's
-        found = rows(root / name)
-        for r in found:
+    with ThreadPoolExecutor(1) as pool:  # side by side: each is mostly processes importing torch
+        end_to_end = pool.submit(bench, "-m", *TINY, *END_TO_END, results=root / "end_to_end")
+        measured = measure_in_two_ranks(root)
+        end_to_end.result()
+    saved = dict(os.environ)
+    try:  # recorded as the runner records a trial it spawned: rows, history, saved config
+        for cfg, out in measured:
+            assert out["status"] == "ok", (cfg.parallel, cfg.mode, out.get("error"))
+            record_job(cfg, SCENARIOS["model"], run_trial=lambda *_, out=out: out)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    found = {}
+    for name in [*SWEEPS, "end_to_end"]:
+        found[name] = rows(root / name)
+        for r in found[name]:
             assert r["status"] == "ok", (name, label(r), r["error"])
             r["history"] = history(root / name, r)
-        return found
-
-    with ThreadPoolExecutor(SIDE_BY_SIDE) as pool:  # the longest sweeps first
-        return dict(zip(SWEEPS, pool.map(run, SWEEPS)))
+    assert sorted(r["parallel"] for r in found["end_to_end"]) == ["ddp", "fsdp"]
+    for r in found.pop("end_to_end"):  # each strategy's backprop, beside its sweep's other modes
+        found[r["parallel"]].append(r)
+    return found
 
 
 def two_device_rows(sweeps) -> list[dict]:
@@ -213,7 +293,7 @@ def test_a_rank_over_its_host_memory_limit_is_oom(tmp_path):
     ],
 )
 def test_what_torch_cannot_run_is_one_line_and_nothing_runs(tmp_path, args, expected):
-    proc = bench("framework=torch", "device=cpu", "parallel=fsdp", "devices=2", *args, results=tmp_path, check=False)
+    proc = bench_here("framework=torch", "device=cpu", "parallel=fsdp", "devices=2", *args, results=tmp_path)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bench: error: ") and expected in lines[0], proc.stderr
@@ -228,4 +308,3 @@ def test_a_process_group_of_another_size_is_refused(monkeypatch):
     with pytest.raises(ValueError, match=r"parallel=ddp: 3 process\(es\) started \(WORLD_SIZE\), devices=2 x "
                                          r"nodes=1 = 2 expected"):  # fmt: skip
         start(cfg)
-

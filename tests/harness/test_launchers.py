@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.support import FAST, bench, rows
+from tests.support import FAST, bench, bench_here, rows, run_here
 
 TINY = [*FAST, "model.dropout=0", "logger=none"]
 
@@ -24,7 +24,8 @@ def test_a_two_task_submitit_job_writes_one_row_per_trial(tmp_path):
     assert sorted(r["framework"] for r in rs) == ["jax", "torch"], out.stdout + out.stderr
     assert all(r["status"] == "ok" for r in rs), [r["error"] for r in rs]
     assert {r["world_size"] for r in rs} == {"2"} and {r["global_batch_size"] for r in rs} == {"8"}
-    bench("-m", "framework=torch,jax", "mode=backprop", *TINY, "batch_size=8", results=tmp_path / "one")
+    # the single-device reference in this process: what is compared is its losses, not its process
+    run_here("-m", "framework=torch,jax", "mode=backprop", *TINY, "batch_size=8", results=tmp_path / "one")
     single = {r["framework"]: r for r in rows(tmp_path / "one")}
     for r in rs:
         losses = json.loads((tmp_path / "history" / f"{r['run_id']}.json").read_text())["loss"]
@@ -44,6 +45,6 @@ def test_a_two_task_submitit_job_writes_one_row_per_trial(tmp_path):
     ],
 )  # fmt: skip
 def test_a_launcher_that_cannot_start_the_trial_is_refused(tmp_path, args, expected):
-    proc = bench("-m", "framework=torch", "mode=backprop", *TINY, *args, results=tmp_path, check=False)
+    proc = bench_here("-m", "framework=torch", "mode=backprop", *TINY, *args, results=tmp_path)  # before any trial
     assert proc.returncode == 2 and proc.stderr.strip().startswith(f"bench: error: {expected}"), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs.csv").exists()

@@ -22,6 +22,7 @@ import pytest
 
 from bench.harness.launch import TRIAL_MODULE
 from bench.store.read import read_rows
+from tests.support import bench_here, run_here
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["model=tiny", "batch_size=4", "seq_len=32", "warmup_steps=1", "data.num_train=64", "data.num_eval=16",
@@ -75,7 +76,7 @@ def test_no_trial_outlives_its_launcher(surface, sig, tmp_path):
         proc.wait(timeout=30)
         if sig == signal.SIGHUP:  # handled: the trial stopped, one line, 128 + SIGHUP
             assert proc.returncode == 129 and "interrupted (SIGHUP)" in proc.stderr.read()
-        subprocess.run([sys.executable, "-m", "bench", "targets", str(tmp_path)], cwd=REPO, capture_output=True)
+        bench_here("targets", str(tmp_path))  # any command of the suite first removes what killed launches left
         assert not list(Path(tempfile.gettempdir()).glob(f"bench-{proc.pid}-*"))  # the next command removed it
     finally:
         for p in trials_of(proc.pid):
@@ -95,8 +96,7 @@ def test_a_huge_learning_rate_is_diverged_not_ok(framework, tmp_path):
 
 
 def test_a_nan_learning_rate_is_refused(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "bench", *TINY, "optimizer.lr=nan", f"results_dir={tmp_path}"],
-                         cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    out = bench_here(*TINY, "optimizer.lr=nan", results=tmp_path)  # refused before any trial starts
     assert out.returncode == 2 and out.stderr.strip() == "bench: error: optimizer.lr=nan: accepted a finite number > 0"
     assert not (tmp_path / "runs.csv").exists()
 
@@ -120,9 +120,10 @@ def test_perf_interrupted_is_one_line_and_130(tmp_path):
 
 
 def test_a_results_file_that_cannot_grow_gets_no_partial_row(tmp_path):
-    first = subprocess.run([sys.executable, "-m", "bench", *TINY, "steps=2", f"results_dir={tmp_path}"], cwd=REPO,
-                           capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert first.returncode == 0, first.stderr
+    # the row the file starts with, recorded as the runner records it (its trial measured in this process); the
+    # file-size limit is the second command's process's own
+    (first,) = run_here(*TINY, "steps=2", results=tmp_path)
+    assert first["status"] == "ok", first["row"].get("error")
     csv = tmp_path / "runs.csv"
     row = csv.read_text().splitlines(keepends=True)[1]
     with open(csv, "a") as f:  # larger than any other file the next trial writes (its log, history, Hydra's files)
