@@ -24,7 +24,7 @@ GPU_PYTHON ?= $(if $(GPU_CHECK_DRY),$(PY),python3)
 GPU_SITE   ?= /tmp/bench-gpu-site
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast bench perf sweep ops ops-report report dashboard docs lint gpu-wheels gpu-check clean
+.PHONY: help setup test test-fast bench perf sweep ops ops-report report dashboard docs lint gpu-wheels gpu-check gpu-lease clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -76,7 +76,7 @@ lint: $(STAMP)  ## ruff, and the import contracts in pyproject.toml (layers, no 
 	$(PY) -m ruff check bench tests
 	$(VENV)/bin/lint-imports
 
-gpu-wheels: $(STAMP)  ## the wheels a lent GPU machine lacks (hydra, submitit, the vocabulary) -> .whl/ (docs/gpu.md)
+gpu-wheels: $(STAMP)  ## the wheels a lent GPU machine lacks (hydra, submitit, the vocabulary) and the commit -> .whl/ (docs/gpu.md)
 	$(PY) bench/scenarios/gpu/wheels.py fetch --dest $(GPU_WHEELS)
 
 # The wheels are installed first, by path (importing bench needs hydra, which they bring), then the check runs with
@@ -85,6 +85,11 @@ gpu-check: $(if $(GPU_CHECK_DRY),$(STAMP))  ## on a GPU host: CUDA tests + the G
 	$(GPU_PYTHON) bench/scenarios/gpu/wheels.py install --wheels $(GPU_WHEELS) --site $(GPU_SITE)
 	PYTHONPATH=$(GPU_SITE):$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(GPU_PYTHON) -m bench gpu-check \
 	  $(if $(GPU_CHECK_DRY),--dry-run) --wheels $(GPU_WHEELS) --site $(GPU_SITE) $(ARGS)
+
+# One device call of a lease, pasted as it is (docs/gpu.md): the check's --lease reads $OUT from the environment the
+# device tool sets, so nothing here needs quoting (make would read $OUT in ARGS as $(O)UT). ARGS adds options.
+gpu-lease: $(if $(GPU_CHECK_DRY),$(STAMP))  ## on a lent GPU: one device call, most valuable first, streamed into $OUT, done before its 10 min (docs/gpu.md)
+	@$(MAKE) --no-print-directory gpu-check ARGS="--lease $(ARGS)"
 
 clean:  ## remove results, Hydra outputs and caches (keeps .venv)
 	rm -rf results outputs multirun .pytest_cache .ruff_cache

@@ -94,7 +94,14 @@ def jaxlib_at_least(*version: int) -> bool:
         return False
 
 
+# The commit of a tree that travelled without .git (a lent GPU machine's copy): `make gpu-check` sets it from what
+# `make gpu-wheels` recorded beside the wheels (bench/scenarios/gpu/wheels.py), so every row still names its commit.
+GIT_SHA_ENV = "BENCH_GIT_SHA"
+
+
 def git_sha() -> str:
+    """The checkout's commit (12 hex, "-dirty" with uncommitted changes to tracked files); $BENCH_GIT_SHA where
+    git has no answer (no .git, no git), else ""."""
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
@@ -106,9 +113,11 @@ def git_sha() -> str:
             text=True,
             timeout=10,
         ).stdout.strip()
-        return f"{sha}-dirty" if sha and dirty else sha
     except (OSError, subprocess.SubprocessError):
-        return ""
+        sha, dirty = "", ""
+    if not sha:
+        return os.environ.get(GIT_SHA_ENV, "")
+    return f"{sha}-dirty" if dirty else sha
 
 
 def thread_env(threads: str) -> dict[str, str]:

@@ -1,44 +1,109 @@
-"""`make gpu-check` cannot rot: its dry run (tiny shapes on the CPU) runs every step of the GPU check or skips it
-with a reason, and writes the summary, the report and the archive; every command it would run on a GPU passes
-preflight here; a step past its budget is stopped; the wheels it carries are exactly what the GPU image lacks."""
+"""`make gpu-lease` and `make gpu-check` cannot rot: one dry lease (tiny shapes on the CPU, streamed into a $OUT of
+its own) runs every step of the GPU check or skips it with a reason, and streams the console, the archive and the
+summary; what a kill at a chosen second leaves there holds every row written until then and rebuilds the summary;
+every row names the commit recorded beside the wheels where git has no answer; every command ends by the deadline,
+stopped or not; an archive over the device tool's limit keeps the rows. What the commands are, test_gpu_steps.py."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
+import contextlib
 import json
+import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import time
-import zipfile
+import types
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from bench.harness.preflight import preflight
-from bench.scenarios import SCENARIOS
-from bench.scenarios.capacity import run as capacity
-from bench.scenarios.gpu import check, steps, wheels
+from bench.scenarios.gpu import check, steps, stream, wheels
+from bench.store.read import read_rows
 from tests.support import REPO
+
+RECORDED = "c0ffee123456-dirty"  # what `make gpu-wheels` recorded, as git_sha writes it
+OUT_FILES = {stream.CONSOLE_NAME, stream.ARCHIVE_NAME, stream.SUMMARY_NAME}
+
+
+def run_ids(out: Path) -> set[str]:
+    """Every whole row's run_id in a results folder's steps."""
+    return {r["run_id"] for f in out.glob("*/runs.csv") for r in read_rows(f)}
+
+
+def archived_run_ids(archive: Path, into: Path) -> set[str]:
+    """Unpack the archive into `into` (it must be a whole .tar.gz) and read its rows."""
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return run_ids(into / "out")
+
+
+def lease_command(tmp: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "bench", "gpu-check", "--lease", "--dry-run", "--out", str(tmp / "out"),
+            "--wheels", str(tmp / "wheels"), *args]  # fmt: skip
+
+
+def lease_env(tmp: Path) -> dict[str, str]:
+    """The device tool's $OUT; no git (GIT_DIR names nothing: the tree travels without .git), the commit recorded
+    beside the wheels as `make gpu-wheels` does."""
+    (tmp / "wheels").mkdir()
+    wheels.record_commit(tmp / "wheels", RECORDED)
+    return {**os.environ, "OUT": str(tmp / "OUT"), "GIT_DIR": str(tmp / "no_git")}
+
+
+@dataclass
+class Lease:
+    proc: subprocess.Popen
+    tmp: Path
+    seconds: float
+    first_row_s: float  # when the first row landed, from the start
+    before: set[str]  # the rows on disk then
+    killed: Path  # $OUT as a kill POLL_S + 2 s later leaves it (copied while the lease runs on)
+
+
+def first_row(proc: subprocess.Popen, out: Path, timeout_s: float) -> tuple[float, set[str]]:
+    start = time.monotonic()
+    while not run_ids(out):
+        assert proc.poll() is None and time.monotonic() - start < timeout_s, "no row before the lease ended"
+        time.sleep(0.2)
+    return time.monotonic() - start, run_ids(out)
+
+
+def snapshot(folder: Path, into: Path) -> None:
+    """Each file of `folder` as it is now; one renamed away meanwhile (a pack's .part) was not there."""
+    into.mkdir()
+    for file in folder.iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            shutil.copyfile(file, into / file.name)
 
 
 @pytest.fixture(scope="module")
-def dry_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path, float]:
-    """One dry run of the whole check, shared by the tests that read it (about 100 s on 2 cores)."""
-    tmp = tmp_path_factory.mktemp("gpu_check")
+def lease(tmp_path_factory) -> Lease:
+    """One dry lease of every step, as `make gpu-lease` runs it there (about 75 s on 2 cores). What a kill leaves in
+    $OUT is whatever lies there at that second: it is copied POLL_S + 2 s after the first row lands."""
+    tmp = tmp_path_factory.mktemp("gpu_lease")
+    env = lease_env(tmp)
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "bench", "gpu-check", "--dry-run", "--out", str(tmp / "out"),
-                           "--wheels", str(tmp / "no_wheels"), "--archive", str(tmp / "gpu_check.tar.gz")],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)  # fmt: skip
-    return proc, tmp, time.monotonic() - start
+    with open(tmp / "stdout", "w") as stdout, open(tmp / "stderr", "w") as stderr:
+        proc = subprocess.Popen(lease_command(tmp), cwd=REPO, env=env, stdout=stdout, stderr=stderr)
+        try:
+            at, before = first_row(proc, tmp / "out", 300)
+            time.sleep(stream.POLL_S + 2)
+            snapshot(tmp / "OUT", tmp / "killed")
+            proc.wait(timeout=600)
+        finally:
+            proc.kill()
+    return Lease(proc, tmp, time.monotonic() - start, at, before, tmp / "killed")
 
 
-def test_the_dry_run_runs_every_step_or_says_why_not(dry_run):
-    proc, tmp, seconds = dry_run
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    summary = json.loads((tmp / "out" / "summary.json").read_text())
+def test_the_dry_lease_runs_every_step_or_says_why_not(lease):
+    out = lease.tmp / "out"
+    assert lease.proc.returncode == 0, (lease.tmp / "stdout").read_text()[-4000:] + (lease.tmp / "stderr").read_text()
+    summary = json.loads((out / "summary.json").read_text())
     by_name = {s["name"]: s for s in summary["steps"]}
     assert list(by_name) == ["install", "facts", *steps.NAMES, "report"]  # every step, in the table's order
     for name, s in by_name.items():
@@ -56,13 +121,16 @@ def test_the_dry_run_runs_every_step_or_says_why_not(dry_run):
     assert "skipped" in by_name["cuda_tests"]["result"]  # no GPU here: every CUDA test skips
     assert "losses identical, bit for bit" in by_name["repro"]["result"]  # the deterministic trial, rerun
     assert "1 search(es)" in by_name["what_fits"]["result"]
-    print(f"dry run: {seconds:.0f} s")
+    print(f"dry lease: {lease.seconds:.0f} s, its first row at {lease.first_row_s:.0f} s")
 
 
-def test_the_dry_run_leaves_the_summary_the_report_and_the_archive(dry_run):
-    _, tmp, _ = dry_run
-    out = tmp / "out"
+def test_the_dry_lease_streams_the_console_the_archive_and_the_summary(lease, tmp_path):
+    out, sent = lease.tmp / "out", lease.tmp / "OUT"
+    assert {p.name for p in sent.iterdir()} == OUT_FILES  # three files, at the top: the device tool brings them
+    console = (sent / stream.CONSOLE_NAME).read_text()
+    assert "gpu-check: [modes_fp32] ok" in console and "| report | ok |" in console and "packed into" in console
     md = (out / "summary.md").read_text()
+    assert (sent / stream.SUMMARY_NAME).read_text() == md
     assert "**Dry run**" in md and "torch 2" in md  # the device facts: versions (no GPU here)
     for name in ("install", "facts", *steps.NAMES, "report"):
         assert re.search(rf"^\| {name} \| (ok|skipped) \|", md, flags=re.M), name
@@ -72,44 +140,87 @@ def test_the_dry_run_leaves_the_summary_the_report_and_the_archive(dry_run):
     assert list((out / "benchmarks").glob("*.md"))  # the dated copy for benchmarks/
     for name in ("study", "modes_fp32", "repro"):
         assert (out / name / "runs.csv").exists() and "$ python -m bench" in (out / name / "step.log").read_text()
-    with tarfile.open(tmp / "gpu_check.tar.gz") as tar:
+    with tarfile.open(sent / stream.ARCHIVE_NAME) as tar:
         names = tar.getnames()
     assert "out/summary.md" in names and "out/report/report.md" in names and "out/study/runs.csv" in names
-    # the archives of several calls unpacked into one folder: the report and the summary again, from every step
-    (out / "summary.md").unlink()
-    (out / "report" / "report.md").unlink()
-    assert check.main(["--summarize", "--out", str(out)]) == 0
-    assert (out / "report" / "report.md").exists() and "| what_fits | ok |" in (out / "summary.md").read_text()
+    assert archived_run_ids(sent / stream.ARCHIVE_NAME, tmp_path) == run_ids(out)
 
 
-def gpu_commands(tmp_path: Path) -> list[tuple[str, list[str]]]:
-    """Every step's first command as the GPU host would run it (two GPUs, so that scale_out is not skipped)."""
-    return [(s.name, s.command(steps.Context(False, tmp_path / s.name, 2, None))) for s in steps.STEPS]
+def test_every_row_names_the_commit_recorded_beside_the_wheels(lease):
+    """The tree had no git: the rows, the device facts and the dated copy name what `make gpu-wheels` recorded."""
+    rows = [r for f in (lease.tmp / "out").glob("*/runs.csv") for r in read_rows(f)]
+    assert rows and {r["git_sha"] for r in rows} == {RECORDED}
+    (facts,) = (lease.tmp / "out" / "facts").glob("device-*.json")
+    assert json.loads(facts.read_text())["git_sha"] == RECORDED
+    assert [p.name for p in (lease.tmp / "out" / "benchmarks").glob("*.md")][0].endswith(f"_{RECORDED}.md")
 
 
-@pytest.mark.parametrize("name", [s.name for s in steps.STEPS])
-def test_every_gpu_command_passes_preflight(name, tmp_path):
-    """The GPU's own values (bert_base, B8 T128, the full sweeps), validated here as any trial would be: only
-    device=cuda becomes cpu (this host has no GPU)."""
-    argv = dict(gpu_commands(tmp_path))[name]
-    assert "device=cuda" in argv or argv[:2] == ["-m", "pytest"]
-    args = ["device=cpu" if a == "device=cuda" else a for a in argv[2:]]
-    if argv[:2] == ["-m", "pytest"]:
-        files = [a for a in args if a.startswith("tests/")]
-        assert files and all((REPO / f).is_file() for f in files)
-    elif args[0] == "capacity":
-        capacity.prepare(capacity.parse(args[1:]))
-    else:
-        overrides = [a for a in args if not a.startswith("-")]
-        assert preflight(overrides, "-m" in args, SCENARIOS) >= 1
+def test_a_kill_at_a_chosen_second_leaves_every_row_written_so_far(lease, tmp_path):
+    """$OUT as a kill POLL_S + 2 s after the first row would leave it: a whole archive with every row on disk at
+    that row's landing, from which `--summarize` makes the summary and the report here."""
+    assert lease.first_row_s < 60, lease.first_row_s
+    names = {p.name for p in lease.killed.iterdir()}
+    assert stream.ARCHIVE_NAME in names and names <= OUT_FILES | {stream.ARCHIVE_NAME + ".part"}
+    assert archived_run_ids(lease.killed / stream.ARCHIVE_NAME, tmp_path) >= lease.before
+    assert check.main(["--summarize", "--out", str(tmp_path / "out")]) == 0
+    assert "| modes_fp32 | ok |" in (tmp_path / "out" / "summary.md").read_text()
+    assert "## Framework × mode" in (tmp_path / "out" / "report" / "report.md").read_text()
 
 
-def test_every_step_fits_one_device_call():
-    """A device command is cut at 10 minutes: install, facts, any one step and the report fit in one, so a call
-    that names one step gives it its whole budget. The whole check does not fit a lease (measured on an H100: JAX
-    compiles for minutes), so a call resumes what the last one left (docs/gpu.md)."""
-    for step in steps.STEPS:
-        assert 2 * check.SETUP_BUDGET_S + step.budget_s + steps.REPORT_BUDGET_S <= 600, step.name
+@pytest.mark.slow
+def test_a_lease_killed_for_real_leaves_its_rows_and_no_process(tmp_path):
+    """SIGKILL to the lease's process group, as the device tool's timeout does, in the study after the first row:
+    the rows so far come back, and the steps' own process groups end with the check (they die with their parent)."""
+    env = lease_env(tmp_path)
+    proc = subprocess.Popen(lease_command(tmp_path, "--steps", "modes_fp32,study"), cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        _, before = first_row(proc, tmp_path / "out", 300)
+        time.sleep(stream.POLL_S + 2)
+        assert proc.poll() is None, "the lease ended before the kill: kill it sooner"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert archived_run_ids(tmp_path / "OUT" / stream.ARCHIVE_NAME, tmp_path / "unpacked") >= before
+    assert (tmp_path / "OUT" / stream.CONSOLE_NAME).read_text().startswith("gpu-check: dry run")
+    deadline = time.monotonic() + 20
+    while left := [p for p in Path("/proc").glob("[0-9]*") if str(tmp_path).encode() in read_cmdline(p)]:
+        assert time.monotonic() < deadline, [read_cmdline(p) for p in left]
+        time.sleep(0.2)
+
+
+def read_cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_a_lease_ends_by_its_deadline_when_every_command_is_stopped(tmp_path, monkeypatch):
+    """The worst case on a clock of our own: every command runs until it is stopped at its budget and its stop
+    takes the whole STOP_S. The last one still ends ARCHIVE_S before the deadline; later steps are skipped."""
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr(check, "time", types.SimpleNamespace(monotonic=lambda: clock.now))
+    monkeypatch.setattr(check, "install", lambda *a: None)
+    monkeypatch.setattr(check, "facts", lambda *a: clock.__setattr__("now", 2 * check.SETUP_BUDGET_S))
+
+    class StoppedAtItsBudget:  # a Runner whose every command records a row, then runs until it is stopped
+        env: dict = {}
+
+        def __call__(self, argv, log, timeout_s):
+            (log.parent / "runs.csv").write_text("run_id,status\nr1,ok\n")
+            clock.now += timeout_s + check.STOP_S
+            return None
+
+    stopped_at_its_budget = StoppedAtItsBudget()
+    args = types.SimpleNamespace(dry_run=False)
+    check.run_steps(args, list(steps.NAMES), tmp_path, stopped_at_its_budget, check.LEASE_S, None, lambda: None)
+    check.report(tmp_path, stopped_at_its_budget, check.time_left(check.LEASE_S))
+    assert clock.now <= check.LEASE_S - check.ARCHIVE_S
+    records = {p.parent.name: json.loads(p.read_text()) for p in tmp_path.glob("*/step.json")}
+    assert records["modes_fp32"]["status"] == "timeout"
+    assert "left before --deadline-s" in records["study"]["reason"]
+    assert "--summarize" in records["report"]["reason"]
 
 
 def test_a_step_past_its_budget_is_stopped(tmp_path):
@@ -131,42 +242,25 @@ def test_an_unknown_step_is_one_line(tmp_path, capsys):
         + ",".join(steps.NAMES)  # fmt: skip
 
 
-def test_the_carried_wheels_are_what_the_gpu_image_lacks():
-    """Every dependency in pyproject.toml is on the GPU image, carried, or left behind with a reason."""
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    names = {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower() for d in deps}
-    classified = set(wheels.IMAGE) | set(wheels.CARRIED) | set(wheels.NOT_CARRIED)
-    assert names <= classified, names - classified
-    assert not set(wheels.IMAGE) & set(wheels.CARRIED)
+def test_a_lease_without_out_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("OUT", raising=False)
+    assert check.main(["--lease", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == "bench gpu-check: error: --lease: $OUT is not set, so there is no " \
+        "folder to stream into; accepted: --stream DIR, or OUT=DIR (the device tool sets it)"  # fmt: skip
 
 
-def test_a_slimmed_wheel_is_whole_and_says_so(tmp_path):
-    src = tmp_path / "pkg-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(src, "w") as z:
-        z.writestr("pkg/__init__.py", "x = 1\n")
-        z.writestr("pkg/model/weights.bin", b"\0" * 1000)
-        z.writestr("pkg/model/vocab.txt", "[PAD]\n")
-        z.writestr("pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")
-        z.writestr("pkg-1.0.dist-info/RECORD", "stale\n")
-    out = wheels.slim(src, ("weights.bin",), tmp_path)
-    assert out.name == "pkg-1.0+vocab-py3-none-any.whl"
-    with zipfile.ZipFile(out) as z:
-        files = set(z.namelist())
-        assert files == {"pkg/__init__.py", "pkg/model/vocab.txt", "pkg-1.0+vocab.dist-info/METADATA",
-                         "pkg-1.0+vocab.dist-info/RECORD"}  # fmt: skip
-        assert "Version: 1.0+vocab" in z.read("pkg-1.0+vocab.dist-info/METADATA").decode()
-        for line in z.read("pkg-1.0+vocab.dist-info/RECORD").decode().splitlines():
-            path, digest, size = line.split(",")
-            if digest:  # RECORD lists itself without a hash
-                data = z.read(path)
-                want = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-                assert digest == f"sha256={want}" and int(size) == len(data)
-
-
-def test_the_docs_list_every_step_with_its_budget():
-    text = (REPO / "docs" / "gpu.md").read_text()
-    budgets = {"install": check.SETUP_BUDGET_S, "facts": check.SETUP_BUDGET_S, "report": steps.REPORT_BUDGET_S,
-               **{s.name: s.budget_s for s in steps.STEPS}}  # fmt: skip
-    for name, budget in budgets.items():
-        assert re.search(rf"^\| {name} \| {budget} \|", text, flags=re.M), name
+def test_an_archive_over_the_limit_keeps_the_rows(tmp_path, monkeypatch):
+    """The device tool brings back no file over ARCHIVE_LIMIT_MB: the archive is packed again with the rows, the
+    records and each step's log, without the trials' own logs and histories."""
+    out = tmp_path / "out"
+    (out / "modes_fp32" / "logs").mkdir(parents=True)
+    (out / "modes_fp32" / "runs.csv").write_text("run_id,status\nr1,ok\nr2,o")  # r2 still being written
+    (out / "modes_fp32" / "step.log").write_text("$ python -m bench ...\n")
+    (out / "modes_fp32" / "logs" / "r1.log").write_bytes(os.urandom(300_000))
+    monkeypatch.setattr(stream, "ARCHIVE_LIMIT_MB", 0.1)
+    said = stream.archive(out, tmp_path / "OUT" / "a.tar.gz")
+    assert "without the trials' logs" in said and "still over" not in said
+    with tarfile.open(tmp_path / "OUT" / "a.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["out/modes_fp32/runs.csv", "out/modes_fp32/step.log"]
+        assert tar.extractfile("out/modes_fp32/runs.csv").read() == b"run_id,status\nr1,ok\n"
+    assert [p.name for p in (tmp_path / "OUT").iterdir()] == ["a.tar.gz"]

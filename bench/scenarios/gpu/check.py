@@ -1,6 +1,8 @@
 """`make gpu-check`: everything a GPU can tell the suite, in one command, on a host that reaches no network.
 
     python -m bench gpu-check [--out DIR] [--steps a,b] [--deadline-s S] [--archive FILE] [--ag-news DIR]
+    python -m bench gpu-check --lease              one device call (`make gpu-lease`): within LEASE_S, streamed
+                                                   into $OUT (stream.py), into results_gpu/lease
     python -m bench gpu-check --dry-run            (or GPU_CHECK_DRY=1): every step, tiny, on the CPU
     python -m bench gpu-check --summarize --out DIR   the report and summary again, from DIR's steps
 
@@ -9,8 +11,14 @@
 3. the steps (steps.py), most valuable first, each the suite's own commands in their own process group under the
    step's time budget (past it the step is stopped; the rows it recorded stay), its output in <step>/step.log;
 4. report: `python -m bench report` over every step's folder -> report/report.md, report/plots/, and a dated copy
-   in benchmarks/;
-5. summary.md and summary.json: the device facts, and each step's status, duration, budget, exit code and rows.
+   in benchmarks/; under a deadline, only with the time the steps left (`--summarize` makes it from the rows);
+5. summary.md and summary.json: the device facts, and each step's status, duration, budget, exit code and rows,
+   written again as each step ends.
+
+With a deadline, every command is stopped early enough that its stop (STOP_S) and the last summary and archive
+(ARCHIVE_S) still end by it. With --stream (--lease: $OUT), the console, the archive and the summary are written
+into that folder as the check goes (stream.py), so a call killed at any second brings back every row recorded
+until then.
 
 Everything lands in one folder, default results_gpu/<date>_<host>/. A step that fails or runs out of time never
 stops the next one. Each step writes <step>/step.json and the summary is made from those, so the archives of
@@ -29,23 +37,32 @@ import re
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.errors import ConfigError
 from bench.harness.command import OneLineParser, run
 from bench.harness.launch import child_env
-from bench.measure.system import REPO, cpu_name, cuda_device_count, git_sha, host_slug, nvidia_smi
+from bench.measure.system import GIT_SHA_ENV, REPO, cpu_name, cuda_device_count, git_sha, host_slug, nvidia_smi
+from bench.scenarios.gpu import wheels
 from bench.scenarios.gpu.steps import NAMES, REPORT_BUDGET_S, STEPS, Context, Step, bench
+from bench.scenarios.gpu.stream import Stream, archive
 from bench.store.read import read_rows
 
 SETUP_BUDGET_S = 60  # install (a few small wheels); facts (two Python processes that import a framework, 30 s each)
 STOP_GRACE_S = 30  # SIGTERM to a step's process group, then SIGKILL: `python -m bench` stops its trial in seconds
+STOP_S = STOP_GRACE_S + 5  # the most a stopped command takes to end: the grace, then Runner.stop's SIGKILL loop
+ARCHIVE_S = 10  # after the last command: the summary and the last archive (a pack of a few MiB takes a second)
 MIN_STEP_S = 20  # a step given less than this by --deadline-s is skipped: no trial finishes in it
-ARCHIVE_LIMIT_MB = 16  # the largest file the device tool brings back (docs/gpu.md)
+# --lease's deadline, from the check's start. The device tool kills a command at its timeout_s, at most 600 s;
+# before the check starts, make installs the carried wheels and Python imports bench (seconds: 7 small wheels,
+# no index). 600 - 540 = 60 s: up to 15 s for those, the rest for what no one foresaw (a slow disk, a stop that
+# takes longer). What runs inside the deadline ends by it by construction (STOP_S, ARCHIVE_S).
+LEASE_S = 540
+LEASE_OUT = "results_gpu/lease"  # one name for every lease: carried back, the next lease resumes it
 TORCH_PROBE = ("import json, torch; c = torch.cuda.is_available(); print(json.dumps({'torch': torch.__version__, "
                "'torch_cuda': torch.version.cuda, 'cudnn': torch.backends.cudnn.version() if c else None, "
                "'torch_sees': [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}))")
@@ -56,17 +73,21 @@ JAX_PROBE = ("import json, jax; from importlib import metadata as m; print(json.
 
 
 def parse(argv: list[str] | None):
-    p = OneLineParser("gpu-check", "python -m bench gpu-check [--dry-run] [--out DIR] [--steps a,b] "
-                      "[--deadline-s S] [--archive FILE] [--ag-news DIR] [--summarize]",
+    p = OneLineParser("gpu-check", "python -m bench gpu-check [--lease] [--dry-run] [--out DIR] [--steps a,b] "
+                      "[--deadline-s S] [--stream DIR] [--archive FILE] [--ag-news DIR] [--summarize]",
                       description=(__doc__ or "").splitlines()[0])  # fmt: skip
     p.add_argument("--dry-run", action="store_true", default=os.environ.get("GPU_CHECK_DRY", "") not in ("", "0"),
                    help="every step at tiny shapes on the CPU, so the check cannot rot (also GPU_CHECK_DRY=1)")
     p.add_argument("--out", help="the output folder (default results_gpu/<date>_<host>, _dry for a dry run)")
     p.add_argument("--steps", default=",".join(NAMES), help=f"which steps, in this order: {','.join(NAMES)} (default "
                    "all); install, facts and the report always run")  # fmt: skip
-    p.add_argument("--deadline-s", type=float, help="stop starting steps so that the whole check, its report "
-                   "included, ends within this many seconds (a lease's 10-minute command: 570)")  # fmt: skip
-    p.add_argument("--archive", help="also pack the output folder into this .tar.gz (the device tool's $OUT)")
+    p.add_argument("--deadline-s", type=float, help="stop every step early enough that the whole check ends within "
+                   f"this many seconds; the report only with the time they leave (--lease: {LEASE_S})")  # fmt: skip
+    p.add_argument("--archive", help="also pack the output folder into this .tar.gz at the end")
+    p.add_argument("--stream", metavar="DIR", help="write console.log, the archive and summary.md into DIR as the "
+                   "check goes: the archive whenever a row lands, at least every minute (stream.py)")  # fmt: skip
+    p.add_argument("--lease", action="store_true", help=f"one device call: --deadline-s {LEASE_S} unless given, "
+                   f"--out {LEASE_OUT} unless given, --stream $OUT (the device tool's folder) unless given")
     p.add_argument("--ag-news", help="a folder with AG News' train.csv and test.csv for the study (else synthetic)")
     p.add_argument("--wheels", default=".whl", help="the carried wheels (default .whl, from `make gpu-wheels`)")
     p.add_argument("--site", default="/tmp/bench-gpu-site", help="where the wheels are installed (default %(default)s)")
@@ -155,7 +176,7 @@ def run_step(step: Step, ctx: Context, runner: Runner, time_left: float) -> dict
     base = {"name": step.name, "what": step.what, "budget_s": step.budget(ctx.dry), "note": step.note(ctx)}
     reason = step.skip(ctx)
     if reason is None and budget < MIN_STEP_S:
-        reason = f"{time_left:.0f} s left before --deadline-s, less than a step needs ({MIN_STEP_S} s)"
+        reason = f"{max(time_left, 0):.0f} s left before --deadline-s, less than a step needs ({MIN_STEP_S} s)"
     if reason is not None:
         shown = " ".join(["python", *step.command(ctx)])
         return record(folder, **base, status="skipped", reason=reason, commands=[shown])
@@ -189,13 +210,13 @@ def install(args, out: Path, runner: Runner) -> dict:
     gpu-check` has run the same before this module could import (hydra is among them); run again, it reinstalls
     the same in seconds and records what this check ran with. Without wheels (a host that has the suite's
     dependencies, the dry run here) nothing is installed, but pip must be there to run the command it shows."""
-    folder, wheels = out / "install", sorted(Path(args.wheels).glob("*.whl"))
+    folder, found = out / "install", sorted(Path(args.wheels).glob("*.whl"))
     folder.mkdir(parents=True, exist_ok=True)
     start, argv = time.monotonic(), [str(WHEELS), "install", "--wheels", args.wheels, "--site", args.site]
     code = runner(argv, folder / "step.log", SETUP_BUDGET_S)
-    if code == 0 and wheels:
+    if code == 0 and found:
         runner.env["PYTHONPATH"] = os.pathsep.join([args.site, runner.env["PYTHONPATH"]])
-    status = "timeout" if code is None else "failed" if code else "ok" if wheels else "skipped"
+    status = "timeout" if code is None else "failed" if code else "ok" if found else "skipped"
     said = [ln for ln in (folder / "step.log").read_text().splitlines() if ln.startswith("gpu-wheels: ")]
     said = (said or [""])[-1].removeprefix("gpu-wheels: ")
     return record(folder, name="install", what=f"the wheels carried in {args.wheels} -> {args.site}",
@@ -223,7 +244,7 @@ def facts(out: Path, dry: bool, env: dict[str, str]) -> dict:
     cuda = re.search(r"CUDA Version:\s*([\d.]+)", nvidia_smi())
     found = {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "dry_run": dry,
              "host": platform.node(), "cpu": cpu_name(), "python": platform.python_version(),
-             "git_sha": git_sha() or os.environ.get("BENCH_GIT_SHA", ""), "gpus": gpus,
+             "git_sha": git_sha() or env.get(GIT_SHA_ENV, ""), "gpus": gpus,
              "nvidia_smi": "found" if query else "not found: no NVIDIA driver here",
              "driver_cuda": cuda.group(1) if cuda else None, **probe(TORCH_PROBE, env)}  # fmt: skip
     jax = probe(JAX_PROBE, env)
@@ -249,13 +270,21 @@ def device_line(f: dict) -> str:
 
 
 def report(out: Path, runner: Runner, time_left: float) -> dict:
+    """The report over every step's folder, in the time left (a deadline's: what the steps left of it)."""
     folders = [out / s.name for s in STEPS if (out / s.name / "runs.csv").exists()]
+
+    def skip(ctx: Context) -> str | None:
+        if not folders:
+            return "no step recorded a trial"
+        if time_left < MIN_STEP_S:
+            return (f"{max(time_left, 0):.0f} s left before --deadline-s, less than a step needs ({MIN_STEP_S} s): "
+                    "`python -m bench gpu-check --summarize --out DIR` makes it from the rows")  # fmt: skip
+        return None
+
     step = Step("report", "python -m bench report over every step's folder -> report/report.md, plots/",
                 REPORT_BUDGET_S, lambda ctx: bench("report", *map(str, folders), "--out", str(out / "report"),
-                                                   "--benchmarks", str(out / "benchmarks")),
-                skip=lambda ctx: None if folders else "no step recorded a trial")  # fmt: skip
-    return run_step(step, Context(dry=False, folder=out / "report", gpus=0, ag_news=None), runner,
-                    max(time_left, MIN_STEP_S))
+                                                   "--benchmarks", str(out / "benchmarks")), skip=skip)  # fmt: skip
+    return run_step(step, Context(dry=False, folder=out / "report", gpus=0, ag_news=None), runner, time_left)
 
 
 def summarize(out: Path) -> str:
@@ -284,43 +313,56 @@ def summarize(out: Path) -> str:
     return text
 
 
-def archive(out: Path, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w:gz") as tar:
-        tar.add(out, arcname=out.name)
-    size = path.stat().st_size / 2**20
-    warn = f" (over {ARCHIVE_LIMIT_MB} MiB: the device tool will not bring it back)" if size > ARCHIVE_LIMIT_MB else ""
-    print(f"gpu-check: {out} packed into {path}, {size:.1f} MiB{warn}", flush=True)
-
-
 # ---------------------------------------------------------------------------------------------------------- main
 
 
-def run_steps(args, names: list[str], out: Path, runner: Runner, deadline: float, ag_news: Path | None) -> None:
-    """install, facts, then the chosen steps in the table's order, each within its budget and the deadline (less
-    the report's budget, kept for the end)."""
+def time_left(deadline: float) -> float:
+    """What a command started now may run before it is stopped, so that its stop (STOP_S) and the last summary and
+    archive (ARCHIVE_S) still end by the deadline (a time.monotonic())."""
+    return deadline - time.monotonic() - STOP_S - ARCHIVE_S
+
+
+def run_steps(args, names: list[str], out: Path, runner: Runner, deadline: float, ag_news: Path | None,
+              ended: Callable[[], None]) -> None:  # fmt: skip
+    """install, facts, then the chosen steps in the table's order, each within its budget and the deadline;
+    `ended` after each (the summary, the streamed archive)."""
     gpus = cuda_device_count()
     chosen = [s for s in STEPS if s.name in names]
     total = 2 * SETUP_BUDGET_S + sum(s.budget(args.dry_run) for s in chosen) + REPORT_BUDGET_S
+    within = "" if math.isinf(deadline) else f", within {deadline - time.monotonic():.0f} s"
     print(f"gpu-check: {'dry run, tiny on the CPU' if args.dry_run else f'{gpus} GPU(s)'}; steps "
-          f"{', '.join(s.name for s in chosen)}; budgets {total / 60:.1f} min in all; -> {out}", flush=True)
+          f"{', '.join(s.name for s in chosen)}; budgets {total / 60:.1f} min in all{within}; -> {out}", flush=True)
     install(args, out, runner)
     facts(out, args.dry_run, runner.env)
+    ended()
     for step in chosen:
-        left = deadline - time.monotonic() - REPORT_BUDGET_S
-        run_step(step, Context(args.dry_run, out / step.name, gpus, ag_news), runner, left)
+        run_step(step, Context(args.dry_run, out / step.name, gpus, ag_news), runner, time_left(deadline))
+        ended()
+
+
+def lease_defaults(args) -> None:
+    """--lease: the deadline, the folder and $OUT, each unless given."""
+    if not args.lease:
+        return
+    args.deadline_s = LEASE_S if args.deadline_s is None else args.deadline_s
+    args.out = args.out or (LEASE_OUT + ("_dry" if args.dry_run else ""))
+    args.stream = args.stream or os.environ.get("OUT")
+    if not args.stream:
+        raise ConfigError("--lease: $OUT is not set, so there is no folder to stream into; accepted: --stream DIR, "
+                          "or OUT=DIR (the device tool sets it)")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
-    deadline = time.monotonic() + (args.deadline_s if args.deadline_s is not None else math.inf)
     env = {**os.environ, **child_env(), "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
            "XLA_PYTHON_CLIENT_PREALLOCATE": "false",  # as every trial runs (harness/runner.py): tests, probes too
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}  # fmt: skip
     runner = Runner(env)
 
     def body() -> int:
+        lease_defaults(args)
+        deadline = time.monotonic() + (args.deadline_s if args.deadline_s is not None else math.inf)
         unknown = [s for s in steps if s not in NAMES]
         if unknown:
             raise ConfigError(f"--steps={','.join(unknown)}: no such step; accepted: {','.join(NAMES)}")
@@ -329,19 +371,37 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--ag-news={ag_news}: no train.csv and test.csv there; accepted: AG News' folder")
         default = f"results_gpu/{datetime.now(timezone.utc):%Y-%m-%d}_{host_slug()}{'_dry' if args.dry_run else ''}"
         out = Path(args.out or default).resolve()
-        if args.summarize:
-            if not out.is_dir():
-                raise ConfigError(f"--out={out}: no such folder; accepted: a gpu-check's output folder")
+        if args.summarize and not out.is_dir():
+            raise ConfigError(f"--out={out}: no such folder; accepted: a gpu-check's output folder")
+        folder = Path(args.stream).resolve() if args.stream else None
+        if folder is not None and (folder == out or out in folder.parents):
+            raise ConfigError(f"--stream={folder}: inside --out, it would pack itself; accepted: a folder outside "
+                              "it (the device tool's $OUT)")  # fmt: skip
+        # a tree that travelled without .git: the commit `make gpu-wheels` recorded names every row (git_sha)
+        recorded = wheels.recorded_commit(Path(args.wheels))
+        if recorded and not git_sha():
+            runner.env[GIT_SHA_ENV] = recorded
+
+        def ended() -> None:
+            summarize(out)
+            if stream is not None:
+                stream.step_ended()
+
+        stream = Stream(out, folder) if folder is not None else None
         try:
+            if stream is not None:
+                stream.start()
             if not args.summarize:
-                run_steps(args, steps, out, runner, deadline, ag_news)
-            report(out, runner, deadline - time.monotonic())
+                run_steps(args, steps, out, runner, deadline, ag_news, ended)
+            report(out, runner, time_left(deadline))
             print(summarize(out), flush=True)
         finally:  # whatever happened, what was recorded travels back
+            if stream is not None:
+                stream.close()
             if args.archive and out.is_dir():
-                archive(out, Path(args.archive))
-        ended = [json.loads(p.read_text())["status"] for p in out.glob("*/step.json")]
-        return 1 if any(s in ("failed", "timeout") for s in ended) else 0
+                print(f"gpu-check: {archive(out, Path(args.archive))}", flush=True)
+        ended_as = [json.loads(p.read_text())["status"] for p in out.glob("*/step.json")]
+        return 1 if any(s in ("failed", "timeout") for s in ended_as) else 0
 
     return run("gpu-check", body, first=runner.stop,
                interrupted="the running step was stopped; the steps that ended are in their folders")

@@ -1,10 +1,10 @@
-"""What `make gpu-check` runs on a GPU host, step by step, most valuable first: each step one or more of the
-suite's own commands (`python -m bench ...`, `python -m pytest ...`), its time budget, and the tiny CPU shapes of
-its dry run. The driver that runs them, with their budgets, logs and summary, is check.py.
+"""What `make gpu-lease` and `make gpu-check` run on a GPU host, step by step, most valuable first: each step one
+or more of the suite's own commands (`python -m bench ...`, `python -m pytest ...`), its time budget, and the tiny
+CPU shapes of its dry run. The driver that runs them, with their budgets, logs and summary, is check.py.
 
 A step's overrides are written once, for the GPU; the dry run (`--dry-run`) keeps the same keys and replaces
 their values (DRY, and a step's own `dry`: None drops a key), so the dry run on a CPU runs the very commands the
-GPU would, at tiny shapes.
+GPU would, at tiny shapes (of the modes steps, the first sweep: the others are the same command, other cases).
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from bench.config import CONF_DIR
 from bench.measure.system import REPO
 from bench.store.read import read_rows
 
@@ -25,13 +28,22 @@ BERT = {"model": "bert_base", "batch_size": "8", "seq_len": "128"}
 DRY = {"device": "cpu", "model": "tiny", "batch_size": "4", "seq_len": "32", "steps": "2", "warmup_steps": "1",
        "data.num_train": "64", "data.num_eval": "16", "timeout_s": "120"}  # fmt: skip
 DRY_BUDGET_S = 150  # a dry step's cap: its few tiny trials take 10-40 s on 2 shared cores
-# Every mode, the order pairs the frameworks mode by mode (case outer, framework inner): a step cut short by its
-# budget still has whole pairs; the study's two modes first, jacfwd (the slowest) last.
-CASES = "backprop,jvp,inference,mezo,backprop_remat,jacfwd_head"
+# Every mode, in the order of what a lease measures first (the framework inner, so a step cut short still has whole
+# pairs of frameworks): the cells the first lease left empty, jvp and MeZO, each beside the mode it is compared with
+# (backprop, inference); then remat and jacfwd[head], JAX's (empty) before torch's (measured), each its own sweep.
+PAIRED_CASES = "jvp,backprop,mezo,inference"
+LATER_CASES = "backprop_remat,jacfwd_head"
+# Every mode a step compares at one learning rate, so that its rows share one report context and its ratios pair:
+# the rate case=jvp|mezo bring (SGD's 1e-3 diverged their estimates on the H100), as conf/experiment/ does since
+# a2e6056. Read from the case, so the two cannot drift apart.
+PAIRED = {"optimizer.lr": str(OmegaConf.load(CONF_DIR / "case" / "jvp.yaml").optimizer.lr)}
 TRIAL_TIMEOUT_S = "360"  # a JAX jvp or mezo trial on bert_base: up to 4 min on an H100, most of it compiling
 # A timed trial on bert_base: 20 steps (at most 20 s of them) after 3 warm-up ones
-TIMED = {**BERT, "steps": "20", "warmup_steps": "3", "max_timed_s": "20", "timeout_s": TRIAL_TIMEOUT_S}
-CALL_STEP_S = 420  # what one 10-minute device call leaves a step after setup (2 x 60 s) and the report (60 s)
+TIMED = {**BERT, "steps": "20", "warmup_steps": "3", "max_timed_s": "20", "timeout_s": TRIAL_TIMEOUT_S, **PAIRED}
+# The most a step may take: what a lease's call (check.py's LEASE_S, 540 s) leaves after setup's two budgets (120 s)
+# and the margins for a stopped command's end and the last archive (45 s); what the setup leaves unused goes to the
+# next step by value
+CALL_STEP_S = 375
 
 
 @dataclass(frozen=True)
@@ -78,10 +90,12 @@ def bench(*args: str) -> list[str]:
 
 
 def study(ctx: Context) -> list[str]:
+    # JAX's column first: torch's was measured by the first lease (docs/gpu.md); a trial may take the whole step
     data = {"data": "ag_news", "data.path": str(ctx.ag_news)} if ctx.ag_news else {}
-    return bench("-m", *overrides(ctx, {"+experiment": "seed_agnews", **data, "timeout_s": "420"},
+    return bench("-m", *overrides(ctx, {"+experiment": "seed_agnews", "framework": "jax,torch", **data,
+                                        "timeout_s": str(CALL_STEP_S)},
                                   dry={"epochs": "1", "data.num_train": "16", "data.num_eval": "8", "eval_every": "2",
-                                       "framework": "torch,jax", "mode": "backprop"}))  # fmt: skip
+                                       "mode": "backprop"}))  # fmt: skip
 
 
 def study_data(ctx: Context) -> str:
@@ -91,14 +105,24 @@ def study_data(ctx: Context) -> str:
             "study's 1000 training and 100 held-out samples")  # fmt: skip
 
 
-def modes(dtype: str) -> Callable[[Context], list[str]]:
-    def command(ctx: Context) -> list[str]:
-        return bench("-m", *overrides(ctx, {"case": CASES, "framework": "torch,jax", **TIMED, "dtype": dtype},
+def modes(dtype: str) -> tuple[Callable[[Context], list[str]], Callable[[Context], list[list[str]]]]:
+    """Every mode in `dtype`, both frameworks: the paired modes first (one sweep), then remat and jacfwd[head],
+    JAX's then torch's (a sweep each). The dry run runs the first sweep alone, narrowed to one trial: the others
+    are the same command with other cases, and pass preflight at the GPU's values in the tests."""
+
+    def sweep(ctx: Context, case: str, framework: str) -> list[str]:
+        return bench("-m", *overrides(ctx, {"case": case, "framework": framework, **TIMED, "dtype": dtype},
                                       # one framework each: the study's dry run has both
                                       dry={"case": "inference", "framework": "jax"} if dtype == "fp32" else
                                       {"case": "backprop", "framework": "torch"}))  # fmt: skip
 
-    return command
+    def first(ctx: Context) -> list[str]:
+        return sweep(ctx, PAIRED_CASES, "torch,jax")
+
+    def then(ctx: Context) -> list[list[str]]:
+        return [] if ctx.dry else [sweep(ctx, LATER_CASES, "jax"), sweep(ctx, LATER_CASES, "torch")]
+
+    return first, then
 
 
 def torch_compile(ctx: Context) -> list[str]:
@@ -166,14 +190,20 @@ def one_gpu(ctx: Context) -> str | None:
 
 # Budgets from the first H100 run (2026-11-25, benchmarks/2026-11-25_1gpu-h100_e8d831ad0470.md): a torch trial
 # takes 20-60 s (jacfwd[head] 2 min), a JAX trial 50 s (inference) to 4 min (jvp, mezo: compiling is 30-230 s on
-# XLA:GPU), so no step but cuda_tests ends within one 10-minute call: each takes what a call can give it, and the
-# next call (or lease) carries results_gpu/ and resumes it. The pytest step first: 21 s there, every CUDA path.
+# XLA:GPU, before the encoder was a scan), so no step but cuda_tests ends within one 10-minute call: each takes
+# what a call can give it, and the next call (or lease) carries results_gpu/ and resumes it.
+# The order is the value of what each step measures to the suite (issue 42): the cells of the GPU table the first
+# lease left empty (fp32: jvp, MeZO, JAX's remat and jacfwd[head]), then bf16 (all empty), the study's JAX
+# column, then the rest.
+FP32, BF16 = modes("fp32"), modes("bf16")
 STEPS: tuple[Step, ...] = (
-    Step("cuda_tests", "the CUDA-marked tests (pytest -m cuda): trackers, ops on cuda", 90, cuda_tests),
-    Step("modes_fp32", "every mode on bert_base B8 T128 in fp32, both frameworks", CALL_STEP_S, modes("fp32")),
+    Step("modes_fp32", "every mode on bert_base B8 T128 in fp32, both frameworks", CALL_STEP_S, FP32[0],
+         then=FP32[1]),
+    Step("modes_bf16", "every mode on bert_base B8 T128 in mixed bf16, both frameworks", CALL_STEP_S, BF16[0],
+         then=BF16[1]),
     Step("study", "the UMass study's table (+experiment=seed_agnews): BERT-base B8, 1000 samples, 5 epochs, "
-         "backprop vs jvp, both frameworks", CALL_STEP_S, study, note=study_data),
-    Step("modes_bf16", "every mode on bert_base B8 T128 in mixed bf16, both frameworks", CALL_STEP_S, modes("bf16")),
+         "backprop vs jvp, both frameworks (JAX first)", CALL_STEP_S, study, note=study_data),
+    Step("cuda_tests", "the CUDA-marked tests (pytest -m cuda): trackers, ops on cuda", 90, cuda_tests),
     Step("torch_compile", "torch.compile (compile=true) of inference, backprop and MeZO on bert_base B8 T128, fp32",
          300, torch_compile),
     Step("pathology", "+experiment=jvp_pathology at 12 layers: torch jvp naive vs func vs dual vs lazy vs backprop",

@@ -9,6 +9,9 @@ those, at the versions installed here (the ones the suite's tests pass with), fo
 x86_64, with the device tool's own pip flags; `install` puts them into a folder for PYTHONPATH, with no index and
 no dependencies (the image has them). The wheels travel with the working tree, whose copy is limited to 64 MiB.
 
+`fetch` also records the commit of this checkout beside the wheels (COMMIT_FILE): the tree travels without .git,
+and `make gpu-check` hands the record to every trial there (BENCH_GIT_SHA), so each row names the commit it ran.
+
 Run by its path, not as `-m bench...`: on the GPU host it runs before hydra is there, and importing any bench
 package would import hydra (bench/scenarios/__init__.py). So: the standard library only.
 """
@@ -54,6 +57,8 @@ TARGET = ["--python-version", "3.12", "--implementation", "cp", "--platform", "m
           "manylinux_2_27_x86_64", "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
           "--platform", "manylinux1_x86_64"]  # fmt: skip
 MiB = 2**20
+REPO = Path(__file__).resolve().parents[3]
+COMMIT_FILE = "COMMIT"  # in the wheels' folder: the commit `fetch` ran at, one line (git_sha's form, "-dirty" too)
 
 
 def pip(*args: str, quiet: bool = True) -> subprocess.CompletedProcess:
@@ -121,7 +126,34 @@ def fetch(dest: Path) -> int:
         print(f"  {w.name:<64} {w.stat().st_size / MiB:6.2f} MiB")
     total = sum(w.stat().st_size for w in wheels) / MiB
     print(f"gpu-wheels: {len(wheels)} wheels, {total:.2f} MiB in {dest} (not carried: {', '.join(NOT_CARRIED)})")
+    print(f"gpu-wheels: {record_commit(dest, this_commit())}")
     return 0
+
+
+def this_commit() -> str:
+    """bench's own git_sha (bench/measure/system.py), asked of a process: this file imports nothing of bench."""
+    out = subprocess.run([sys.executable, "-c", "from bench.measure.system import git_sha; print(git_sha())"],
+                         cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def record_commit(dest: Path, sha: str) -> str:
+    """Write `sha` into dest/COMMIT_FILE, for the rows of a tree that travels without .git; says what it did."""
+    path = dest / COMMIT_FILE
+    if not sha:
+        path.unlink(missing_ok=True)  # an older commit's record would be worse than none
+        return f"no commit recorded in {path}: git has no answer here"
+    path.write_text(sha + "\n")
+    how = " (uncommitted changes: the rows will say -dirty)" if sha.endswith("-dirty") else ""
+    return f"commit {sha} recorded in {path}{how}: run this again after a commit, before the lease"
+
+
+def recorded_commit(folder: Path) -> str:
+    """The commit `fetch` recorded beside the wheels in `folder`, or "" without a record."""
+    try:
+        return (folder / COMMIT_FILE).read_text().strip()
+    except OSError:
+        return ""
 
 
 def install_args(wheels: list[Path], site: Path) -> list[str]:

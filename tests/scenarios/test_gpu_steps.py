@@ -1,0 +1,172 @@
+"""What `make gpu-lease` and `make gpu-check` would run on a GPU, checked here without one: every command passes
+preflight at the GPU's values; the modes each step compares share one report context (the learning rate
+included), and the empty cells of the GPU table come first; every step's cap fits one device call; every row can
+name its commit where the tree has no git; the wheels it carries are exactly what the GPU image lacks; the docs
+show each step's budget and the call to paste. The dry lease itself is test_gpu_check.py's."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from bench.config import resolve
+from bench.harness.preflight import compose_trials, preflight
+from bench.measure import system
+from bench.scenarios import SCENARIOS
+from bench.scenarios.capacity import run as capacity
+from bench.scenarios.gpu import check, steps, wheels
+from bench.scenarios.model.scenario import make_row
+from bench.scenarios.model.select import comparison, context_key, variant
+from tests.support import REPO
+
+NOWHERE = Path("/nonexistent")  # a results folder with no rows: a step's commands before it ran
+
+
+def test_every_step_fits_one_device_call():
+    """A device command is cut at 600 s: the lease's deadline leaves make's wheel install and Python's start before
+    it, and install, facts, any one step at its cap, a stop and the archive fit inside it."""
+    assert check.LEASE_S <= 600 - 60
+    for step in steps.STEPS:
+        assert 2 * check.SETUP_BUDGET_S + step.budget_s + check.STOP_S + check.ARCHIVE_S <= check.LEASE_S, step.name
+
+
+def gpu_commands(root: Path) -> list[tuple[str, list[str]]]:
+    """Every step's commands as the GPU host would run them, in order (two GPUs, so that scale_out is not skipped);
+    the ones a step makes from its rows (reruns) are none before it ran."""
+    found = []
+    for s in steps.STEPS:
+        ctx = steps.Context(False, root / s.name, 2, None)
+        found += [(s.name, argv) for argv in (s.command(ctx), *s.then(ctx))]
+    return found
+
+
+def overrides_of(argv: list[str]) -> list[str]:
+    args = argv[2:]
+    return capacity.parse(args[1:]).overrides if args[0] == "capacity" else [a for a in args if not a.startswith("-")]
+
+
+@functools.cache
+def rows_of(argv: tuple[str, ...]) -> list[dict]:
+    """Every trial of a GPU command, composed as preflight composes it, as the row it would record."""
+    trials, _ = compose_trials(overrides_of(list(argv)), multirun=True)
+    return [make_row(resolve(cfg), {}, {}) for _, cfg in trials]
+
+
+# each command's name in the tests: its step's, and +1, +2 for the ones after its first
+COMMAND_IDS = [f"{n}+{i}" if i else n for k, (n, _) in enumerate(gpu_commands(NOWHERE))
+               for i in [sum(m == n for m, _ in gpu_commands(NOWHERE)[:k])]]  # fmt: skip
+
+
+@pytest.mark.parametrize("index", range(len(COMMAND_IDS)), ids=COMMAND_IDS)
+def test_every_gpu_command_passes_preflight(index, tmp_path):
+    """The GPU's own values (bert_base, B8 T128, the full sweeps), validated here as any trial would be: only
+    device=cuda becomes cpu (this host has no GPU)."""
+    argv = gpu_commands(tmp_path)[index][1]
+    assert "device=cuda" in argv or argv[:2] == ["-m", "pytest"]
+    args = ["device=cpu" if a == "device=cuda" else a for a in argv[2:]]
+    if argv[:2] == ["-m", "pytest"]:
+        files = [a for a in args if a.startswith("tests/")]
+        assert files and all((REPO / f).is_file() for f in files)
+    elif args[0] == "capacity":
+        capacity.prepare(capacity.parse(args[1:]))
+    else:
+        overrides = [a for a in args if not a.startswith("-")]
+        assert preflight(overrides, "-m" in args, SCENARIOS) >= 1
+
+
+# The comparisons the GPU steps record: each is one report context (torch.compile's rows sit beside modes_fp32's
+# eager ones; a capacity search varies the batch; scale_out compares one trial beyond one device and on it).
+COMPARISONS = {("modes_fp32", "torch_compile"): (), ("modes_bf16",): (), ("study",): (), ("pathology",): (),
+               ("what_fits",): ("batch_size",), ("repro",): ()}  # fmt: skip
+
+
+def test_the_modes_each_gpu_step_compares_share_one_report_context():
+    """Every trial of every GPU command, composed as preflight composes it and made into its row: the rows of one
+    comparison fall into one context (the learning rate included: case=jvp|mezo bring their own), so the report's
+    ratios and targets pair them; and no two trials share a cell."""
+    rows: dict[str, list[dict]] = {}
+    for name, argv in gpu_commands(NOWHERE):
+        if argv[:2] != ["-m", "pytest"]:
+            rows.setdefault(name, []).extend(rows_of(tuple(argv)))
+    assert set(rows) == {n for names in COMPARISONS for n in names} | {"scale_out"}
+    for names, drop in COMPARISONS.items():
+        compared = [r for n in names for r in rows[n]]
+        assert len({context_key(r, drop=drop) for r in compared}) == 1, names
+        cells = [(r["framework"], variant(r), r.get("batch_size")) for r in compared]
+        assert len(cells) == len(set(cells)) > 1, names
+    assert len({comparison(context_key(r)) for r in rows["scale_out"]}) == 1
+
+
+def test_the_lease_measures_the_empty_cells_first():
+    """The GPU table's empty cells first (issue 42): jvp and MeZO in both frameworks, each beside the mode it is
+    compared with, then JAX's remat and jacfwd[head] before torch's; then bf16; then the study's JAX column."""
+    assert steps.NAMES[:3] == ("modes_fp32", "modes_bf16", "study")
+    order = [f"{r['framework']} {variant(r)}" for name, argv in gpu_commands(NOWHERE)
+             if name == "modes_fp32" for r in rows_of(tuple(argv))]  # fmt: skip
+    assert order == ["torch jvp", "jax jvp", "torch backprop", "jax backprop", "torch mezo", "jax mezo",
+                     "torch inference", "jax inference", "jax backprop+remat", "jax jacfwd[head]",
+                     "torch backprop+remat", "torch jacfwd[head]"]  # fmt: skip
+    (study,) = [argv for name, argv in gpu_commands(NOWHERE) if name == "study"]
+    assert "framework=jax,torch" in study
+
+
+def test_git_sha_falls_back_to_the_recorded_commit(tmp_path, monkeypatch):
+    monkeypatch.setattr(system, "REPO", tmp_path)  # no .git there
+    monkeypatch.delenv(system.GIT_SHA_ENV, raising=False)
+    assert system.git_sha() == ""
+    monkeypatch.setenv(system.GIT_SHA_ENV, "c0ffee123456-dirty")
+    assert system.git_sha() == "c0ffee123456-dirty"
+    monkeypatch.undo()
+    assert wheels.this_commit() == system.git_sha()  # what `make gpu-wheels` records: bench's own answer
+    assert wheels.record_commit(tmp_path, "abc123def456").startswith("commit abc123def456 recorded in")
+    assert wheels.recorded_commit(tmp_path) == "abc123def456"
+    assert "no commit recorded" in wheels.record_commit(tmp_path, "")  # an old record is not left behind
+    assert wheels.recorded_commit(tmp_path) == ""
+
+
+def test_the_carried_wheels_are_what_the_gpu_image_lacks():
+    """Every dependency in pyproject.toml is on the GPU image, carried, or left behind with a reason."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower() for d in deps}
+    classified = set(wheels.IMAGE) | set(wheels.CARRIED) | set(wheels.NOT_CARRIED)
+    assert names <= classified, names - classified
+    assert not set(wheels.IMAGE) & set(wheels.CARRIED)
+
+
+def test_a_slimmed_wheel_is_whole_and_says_so(tmp_path):
+    src = tmp_path / "pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(src, "w") as z:
+        z.writestr("pkg/__init__.py", "x = 1\n")
+        z.writestr("pkg/model/weights.bin", b"\0" * 1000)
+        z.writestr("pkg/model/vocab.txt", "[PAD]\n")
+        z.writestr("pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")
+        z.writestr("pkg-1.0.dist-info/RECORD", "stale\n")
+    out = wheels.slim(src, ("weights.bin",), tmp_path)
+    assert out.name == "pkg-1.0+vocab-py3-none-any.whl"
+    with zipfile.ZipFile(out) as z:
+        files = set(z.namelist())
+        assert files == {"pkg/__init__.py", "pkg/model/vocab.txt", "pkg-1.0+vocab.dist-info/METADATA",
+                         "pkg-1.0+vocab.dist-info/RECORD"}  # fmt: skip
+        assert "Version: 1.0+vocab" in z.read("pkg-1.0+vocab.dist-info/METADATA").decode()
+        for line in z.read("pkg-1.0+vocab.dist-info/RECORD").decode().splitlines():
+            path, digest, size = line.split(",")
+            if digest:  # RECORD lists itself without a hash
+                data = z.read(path)
+                want = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                assert digest == f"sha256={want}" and int(size) == len(data)
+
+
+def test_the_docs_list_every_step_with_its_budget():
+    text = (REPO / "docs" / "gpu.md").read_text()
+    budgets = {"install": check.SETUP_BUDGET_S, "facts": check.SETUP_BUDGET_S, "report": steps.REPORT_BUDGET_S,
+               **{s.name: s.budget_s for s in steps.STEPS}}  # fmt: skip
+    for name, budget in budgets.items():
+        assert re.search(rf"^\| {name} \| {budget} \|", text, flags=re.M), name
+    assert '{"command": "make gpu-lease", "carry": [".whl"], "timeout_s": 600}' in text  # the call to paste
