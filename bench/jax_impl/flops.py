@@ -67,8 +67,11 @@ _COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) \(.*\{$")  # "%fused_comput
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (.*)$")  # "  ROOT %dot.3 = f32[4,4]{1,0} dot(%a, %b), ..."
 _ARRAY = re.compile(r"\w+\[([\d,]*)\]")
 _OPERAND = re.compile(r"(?:(\w+\[[\d,]*\])\S* )?%([\w.\-]+)")  # "%a", or "f32[4,4]{1,0} %a" where shapes are printed
-_CALLED = re.compile(r"\b(calls|body|true_computation|false_computation)=%?([\w.\-]+)")
-_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
+# What an instruction runs: a fusion's or async op's `calls=`, a while's `body=`, a call's `to_apply=` (XLA:GPU's
+# command buffers are calls; a reduction's combiner is a to_apply too, holding no matmul), a conditional's branches,
+# a custom call's `called_computations={...}`.
+_CALLED = re.compile(r"\b(calls|body|to_apply|true_computation|false_computation)=%?([\w.\-]+)")
+_BRANCHES = re.compile(r"(?:branch_computations|called_computations)=\{([^}]*)\}")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _DOT_DIMS = re.compile(r'lhs_contracting_dims=\{([\d,]*)\}|"lhs_contracting_dimensions":\[([^\]]*)\]')
 _GEMMS = ('custom_call_target="__cublas$gemm"', 'custom_call_target="__cublas$lt$matmul"')  # XLA:GPU's dots
@@ -115,7 +118,7 @@ def hlo_matmul_flops(text: str) -> tuple[float, int]:
 
     Each dot counts 2 x its result's elements x its lhs contracting dimensions' product; each computation as
     often as it runs: the entry once, a while body its known_trip_count times (once where XLA did not annotate
-    one), a fusion's, call's or branch's computation as often as the instruction that calls it."""
+    one), a fusion's, call's, custom call's or branch's computation as often as the instruction that calls it."""
     computations: dict[str, list[tuple[str, str, str]]] = {}  # name -> (instruction, shape, "opcode(...), ...")
     entry, current = None, None
     for line in text.splitlines():
@@ -137,7 +140,7 @@ def hlo_matmul_flops(text: str) -> tuple[float, int]:
             opcode = tail.split("(", 1)[0]
             if opcode == "dot" or (opcode == "custom-call" and any(g in tail for g in _GEMMS)):
                 total += _matmul_flops(shape, tail, shapes)
-            called = _CALLED.findall(tail)  # a loop's condition and a reduction's combiner hold no matmul
+            called = _CALLED.findall(tail)  # a loop's condition holds no matmul
             called += [("branch", c.strip().lstrip("%")) for b in _BRANCHES.findall(tail) for c in b.split(",")]
             for kind, computation in called:
                 runs = 1

@@ -102,6 +102,37 @@ def test_loops_count_at_their_trip_counts():
     assert jf.cost_flops(loop) < 2 * 2 * 64**3  # XLA's cost_analysis: the body once
 
 
+# XLA:GPU wraps a step's kernels into command buffers: a `call` whose computation holds the cuBLAS GEMMs (and a
+# reduction's combiner is a to_apply too, holding no matmul). Hand-written, as a CPU compile never makes one.
+COMMAND_BUFFER_HLO = """\
+HloModule step
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(f32[] %a, f32[] %b)
+}
+
+%command_buffer (p0: f32[8,16], p1: f32[16,4]) -> f32[8,4] {
+  %p0 = f32[8,16]{1,0} parameter(0)
+  %p1 = f32[16,4]{1,0} parameter(1)
+  ROOT %dot.1 = f32[8,4]{1,0} dot(f32[8,16]{1,0} %p0, f32[16,4]{1,0} %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (x: f32[8,16], w: f32[16,4]) -> f32[] {
+  %x = f32[8,16]{1,0} parameter(0)
+  %w = f32[16,4]{1,0} parameter(1)
+  %call = f32[8,4]{1,0} call(f32[8,16]{1,0} %x, f32[16,4]{1,0} %w), to_apply=%command_buffer
+  %zero = f32[] constant(0)
+  ROOT %total = f32[] reduce(f32[8,4]{1,0} %call, f32[] %zero), dimensions={0,1}, to_apply=%add
+}
+"""
+
+
+def test_matmuls_inside_a_command_buffer_count():
+    assert flops("jax").hlo_matmul_flops(COMMAND_BUFFER_HLO) == (2 * 8 * 4 * 16, 0)
+
+
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_matmul_peak(framework, dtype):
