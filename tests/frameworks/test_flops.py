@@ -116,7 +116,7 @@ HloModule step
 %command_buffer (p0: f32[8,16], p1: f32[16,4]) -> f32[8,4] {
   %p0 = f32[8,16]{1,0} parameter(0)
   %p1 = f32[16,4]{1,0} parameter(1)
-  ROOT %dot.1 = f32[8,4]{1,0} dot(f32[8,16]{1,0} %p0, f32[16,4]{1,0} %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %dot.1 = f32[8,4]{1,0} dot(f32[8,16] %p0, f32[16,4] %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
 }
 
 ENTRY %main (x: f32[8,16], w: f32[16,4]) -> f32[] {
