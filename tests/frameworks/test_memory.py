@@ -14,6 +14,8 @@ training):
 from __future__ import annotations
 
 import dataclasses
+import functools
+import gc
 
 import pytest
 
@@ -26,6 +28,20 @@ from bench.weights import build_weights
 FRAMEWORKS = ("torch", "jax")
 SMALL, _ = model_preset("tiny", dropout=0.1)  # hidden 32, 4 heads, intermediate 64
 SGD = OptimizerSpec(name="sgd", lr=1e-3)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def collector_thawed_after():
+    yield
+    gc.unfreeze()  # what breakdown() froze goes back to the collector
+
+
+def breakdown(framework, trainer, micro) -> dict:
+    """The framework's breakdown of one step, the process's objects frozen out of the collector first as a trial
+    freezes them: torch's two gc.collect() calls then walk what the step made, not the whole test process (~0.2 s
+    each). Only the step's own tensors are counted either way."""
+    gc.freeze()
+    return implementation(framework, "memory").breakdown(trainer, micro)
 
 
 def spec_with(layers: int):
@@ -41,7 +57,13 @@ def held(framework, mode="backprop", layers=2, batch_size=4, seq_len=32, **kw):
     micro = trainer.to_device(batch)
     trainer.compile(micro)
     trainer.sync(trainer.step(micro))
-    return implementation(framework, "memory").breakdown(trainer, micro), trainer, ss
+    return breakdown(framework, trainer, micro), trainer, ss
+
+
+@functools.cache
+def backprop(framework, layers=2, batch_size=4) -> dict:
+    """held()'s breakdown of plain backprop (SGD), built once for the several tests that read it."""
+    return held(framework, layers=layers, batch_size=batch_size)[0]
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -55,14 +77,13 @@ def test_parameters_gradients_and_optimizer_state_are_exact(framework):
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_saved_activations_grow_linearly_with_batch_and_depth(framework):
-    shapes = [(4, 1), (4, 2), (4, 3), (2, 3)]
-    saved = {(B, L): held(framework, layers=L, batch_size=B)[0]["saved"] for B, L in shapes}
+    by = {(B, L): backprop(framework, L, B)["saved"] for B, L in [(4, 1), (4, 2), (4, 3), (2, 3)]}
     # each layer adds the same bytes; doubling the batch doubles what depends on it (all but a few constants)
-    assert saved[4, 3] - saved[4, 2] == saved[4, 2] - saved[4, 1] > 0
-    assert saved[4, 3] == pytest.approx(2 * saved[2, 3], rel=0.02)
+    assert by[4, 3] - by[4, 2] == by[4, 2] - by[4, 1] > 0
+    assert by[4, 3] == pytest.approx(2 * by[2, 3], rel=0.02)
     # remat keeps each layer's input, not its activations: below one plain layer's even at three layers
     remat = held(framework, layers=3, remat=True)[0]["saved"]
-    assert remat < saved[4, 2] - saved[4, 1]
+    assert remat < by[4, 2] - by[4, 1]
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -77,22 +98,22 @@ def test_modes_without_a_backward_pass_save_nothing(framework, mode):
 def test_naive_jvp_saves_more_than_backprop_and_func_nothing():
     """The forward-AD study's pathology in numbers: with parameters that require grad, autograd records the dual
     computation for a backward that never comes."""
-    backprop = held("torch")[0]["saved"]
+    plain = backprop("torch")["saved"]
     naive, func = held("torch", "jvp", jvp_impl="naive")[0], held("torch", "jvp", jvp_impl="func")[0]
-    assert naive["saved"] > 2 * backprop and func["saved"] == 0
+    assert naive["saved"] > 2 * plain and func["saved"] == 0
     assert naive["directions"] == func["directions"]
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_frozen_scopes_save_less_than_all(framework):
-    every = held(framework, layers=3)[0]["saved"]
+    every = backprop(framework, layers=3)["saved"]
     for scope in ("head", "bias", "last_k"):
         assert held(framework, layers=3, trainable=scope)[0]["saved"] < every, scope
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_the_breakdown_is_deterministic(framework):
-    first, second = held(framework)[0], held(framework)[0]
+    first, second = backprop(framework), held(framework)[0]  # two builds of the same step
     assert first == second
 
 
@@ -109,7 +130,7 @@ def test_the_model_predicts_what_torch_holds(kw):
     batch = data.make_batches(data.data_spec(num_train=64, num_eval=8), 4, 64, 0, "train")[:1]
     micro = trainer.to_device(batch)
     trainer.step(micro)
-    b = implementation("torch", "memory").breakdown(trainer, micro)
+    b = breakdown("torch", trainer, micro)
     p = predict(spec, ss, 4, 64, framework="torch")
     for category in ("saved", "grads", "directions"):
         # remat: torch's checkpoint also keeps a few small tensors per layer beside the layer's input (13 % here,

@@ -166,9 +166,10 @@ def _jax_grads(model, batch, *, jit=True, dropout_key=None):
 
     # Test speed only: XLA:CPU compiles the whole program in seconds, eager jax.grad of the plain model
     # compiles every op separately and is slower still; a remat model runs eagerly fast (each checkpointed
-    # layer is one compiled unit), so it skips a second whole-program compile.
-    f = jax.value_and_grad(lambda p: loss_of(p, batch, dropout_key))
-    loss, grads = (jax.jit(f) if jit else f)(params)
+    # layer is one compiled unit), so it skips a second whole-program compile. The key is an argument: one
+    # compiled program serves every key.
+    f = jax.value_and_grad(lambda p, key: loss_of(p, batch, key))
+    loss, grads = (jax.jit(f) if jit else f)(params, dropout_key)
     return float(loss), jax_export_weights(nnx.merge(graphdef, grads, rest))  # HF names and order, torch layout
 
 
@@ -280,10 +281,10 @@ def test_dropout_only_when_not_deterministic():
         plain(*args, deterministic=False)
 
     # Under remat the recomputed forward must draw the very same dropout masks, or the gradients would be
-    # wrong.
+    # wrong. (Compiled once for both keys: with dropout, cheaper than two eager passes.)
     _, g_plain = _jax_grads(plain, batch, dropout_key=key(3))
-    _, g_remat = _jax_grads(remat, batch, dropout_key=key(3), jit=False)
-    _, g_other = _jax_grads(remat, batch, dropout_key=key(4), jit=False)
+    _, g_remat = _jax_grads(remat, batch, dropout_key=key(3))
+    _, g_other = _jax_grads(remat, batch, dropout_key=key(4))
     for name in g_plain:
         np.testing.assert_allclose(g_remat[name], g_plain[name], REMAT_RTOL, REMAT_ATOL, err_msg=name)
     # ... and the masks matter at this tolerance: another key gives other gradients.

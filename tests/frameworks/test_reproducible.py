@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import numpy as np
 import pytest
 
@@ -24,21 +23,10 @@ MODES = {"backprop": {}, "backprop+remat": {"remat": True}, "jvp": {}, "jacfwd":
          "mezo": {}}  # fmt: skip
 
 
-@pytest.fixture(scope="module", autouse=True)
-def compile_cache(tmp_path_factory):
-    """A second JAX trainer of the same program reads it from XLA's compilation cache instead of compiling it
-    again: the test builds each trainer anew, as a trial does, without paying the compile twice."""
-    saved = {k: getattr(jax.config, k) for k in ("jax_compilation_cache_dir",
-                                                 "jax_persistent_cache_min_compile_time_secs")}  # fmt: skip
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla_cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    yield
-    for k, v in saved.items():
-        jax.config.update(k, v)
-
-
 def losses(framework: str, mode: str, seed: int, build: int = 0) -> list[float]:
-    """The losses of three steps of a trainer built afresh (`build` tells builds apart for the cache below)."""
+    """The losses of three steps of a trainer built afresh (`build` tells builds apart for the cache below). A second
+    JAX trainer of the same program reads it from the session's XLA compilation cache (tests/conftest.py): built
+    anew, as a trial builds it, without paying the compile twice."""
     return steps_of(framework, mode, seed, build)
 
 

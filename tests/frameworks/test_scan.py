@@ -8,6 +8,8 @@ directions drawn layer by layer that keep a forward gradient's memory flat in de
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -48,27 +50,34 @@ LABELS = np.array([0, 1, 2], np.int32)
 def _grads(model, args, key=None, labels=LABELS):
     graphdef, params = nnx.split(model, nnx.Param)
 
-    def loss(p):
+    def loss(p, key):  # the key an argument, not a constant: one program for every key
         logits = nnx.merge(graphdef, p)(*args, deterministic=key is None, rngs=None if key is None else
                                         nnx.Rngs(dropout=key))  # fmt: skip
         return -jax.nn.log_softmax(logits)[np.arange(3), labels].mean()
 
-    return to_hf(jax.jit(jax.grad(loss))(params))
+    return to_hf(jax.jit(jax.grad(loss))(params, key))
+
+
+@functools.cache
+def _unrolled():
+    """The unrolled model's hidden states, logits and gradients on _args: the reference every layout is held to."""
+    spec = _spec()
+    weights = build_weights(spec, 0)
+    model, args = build_model(spec, weights, scan_layers=False), _args(spec)
+    return spec, weights, model(*args, output_hidden_states=True), _grads(model, args)
 
 
 @pytest.mark.parametrize("stacks", [(3,), (2, 1), (1, 1, 1)])
 def test_scanned_model_computes_the_unrolled_one(stacks):
-    spec = _spec()
-    weights = build_weights(spec, 0)
-    unrolled = build_model(spec, weights, scan_layers=False)
+    spec, weights, a, ga = _unrolled()
     scanned = build_model(spec, weights, stacks=stacks)
     args = _args(spec)
-    a, b = unrolled(*args, output_hidden_states=True), scanned(*args, output_hidden_states=True)
+    b = scanned(*args, output_hidden_states=True)
     assert len(b.hidden_states) == spec.num_layers + 1
     for i, (x, y) in enumerate(zip(a.hidden_states, b.hidden_states, strict=True)):
         np.testing.assert_allclose(y, x, rtol=0, atol=ATOL, err_msg=f"hidden state {i}")
     np.testing.assert_allclose(b.logits, a.logits, rtol=0, atol=ATOL)
-    ga, gb = _grads(unrolled, args), _grads(scanned, args)
+    gb = _grads(scanned, args)
     assert set(gb) == set(ga) == set(param_shapes(spec))  # every layer's gradient, under its own HF name
     for name in ga:
         np.testing.assert_allclose(gb[name], ga[name], rtol=1e-5, atol=ATOL, err_msg=name)
@@ -201,9 +210,10 @@ def test_the_layer_by_layer_update_is_the_whole_one(optimizer):
     spec = OptimizerSpec(name=optimizer, lr=0.1, momentum=0.9 if optimizer == "sgd" else 0.0, weight_decay=0.01)
     opt = make_optimizer(spec)
     coeffs = jnp.array([0.5, -2.0], jnp.float32)
-    a = b = (params, opt.init(params))
+    a = b = jax.device_put((params, opt.init(params)), jax.devices()[0])  # placed as the program's results are
+    update = jax.jit(lambda p, s, st: directions.seeded_update(opt, p, s, coeffs, 5, st))  # one program, two steps
     for step in (0, 1):
-        a = jax.jit(lambda p, s, st: directions.seeded_update(opt, p, s, coeffs, 5, st))(*a, step)
+        a = update(*a, step)
         g = directions.seeded_gradient(b[0], coeffs, 5, step)
         updates, state = opt.update(g, b[1], b[0])
         b = (optax.apply_updates(b[0], updates), state)

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
 
 import jax
@@ -64,6 +65,12 @@ def make(framework, mode="backprop", spec=TINY, weights=WEIGHTS, **kw):
     return implementation(framework, "steps").make_trainer(spec, weights, ss, "cpu")
 
 
+def stepped(trainer, micro_batches) -> list[float]:
+    """One step per micro-batch, compiled first as a trial compiles it (jax_impl: its timed programs, once)."""
+    trainer.compile(trainer.to_device(micro_batches[:1]))
+    return [float(trainer.step(trainer.to_device([b]))) for b in micro_batches]
+
+
 def as_hf(framework, grads) -> dict[str, np.ndarray]:
     """A gradient or estimate of either framework as {hf_name: numpy, torch layout}."""
     if framework == "torch":
@@ -100,6 +107,13 @@ def shapes(framework, trainer):
     return {n: a.shape for n, a in params_hf(framework, trainer).items()}
 
 
+@functools.cache
+def exact(framework, trainable="all", narrow=False):
+    """(loss, gradient) of plain backprop at the start weights: the reference several tests read, computed once."""
+    spec, weights = (NARROW, NARROW_WEIGHTS) if narrow else (TINY, WEIGHTS)
+    return gradient(framework, make(framework, "backprop", spec, weights, trainable=trainable))
+
+
 def loss_at(framework, trainer, params_np, micro=BATCH):
     """The mean loss at the given trainable parameters (HF names, torch layout), the trainer's own model."""
     if framework == "torch":
@@ -125,10 +139,10 @@ def assert_grads_close(a, b, rtol):
 @pytest.mark.parametrize("trainable", ["head", "bias"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_jacfwd_equals_backprop(framework, trainable):
-    loss_b, exact = gradient(framework, make(framework, "backprop", trainable=trainable))
+    loss_b, backprop = exact(framework, trainable)
     loss_j, jac = gradient(framework, make(framework, "jacfwd", trainable=trainable, jacfwd_chunk=100))
     assert loss_j == pytest.approx(loss_b, rel=1e-6)
-    assert_grads_close(jac, exact, rtol=1e-5)
+    assert_grads_close(jac, backprop, rtol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -137,10 +151,10 @@ def test_jacfwd_equals_backprop(framework, trainable):
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_jvp_directional_derivative_is_grad_dot_v_and_a_finite_difference(framework):
-    _, exact = gradient(framework, make(framework, "backprop"))
+    _, g = exact(framework)
     t = make(framework, "jvp")
     v = random_tangent(shapes(framework, t))
-    grad_dot_v = sum(float(np.vdot(exact[n].astype(np.float64), v[n])) for n in v)
+    grad_dot_v = sum(float(np.vdot(g[n].astype(np.float64), v[n])) for n in v)
     # K = 1 with a supplied tangent: the estimate is d * v, so d is read off any nonzero entry
     loss, est = gradient(framework, t, tangents=[tangent_for(framework, t, v)])
     d = float(
@@ -215,18 +229,19 @@ def test_forward_gradient_is_unbiased(framework, directions):
     parameters, K = 1024: expected ~sqrt(K / (K + n)) = 0.87, a biased estimate would stay near its bias's
     cosine), for N(0, I) and for +-1 (Rademacher) tangents alike: both have E[v v^T] = I."""
     K = 1024
-    _, exact = gradient(framework, make(framework, "backprop", NARROW, NARROW_WEIGHTS, trainable="head"))
+    _, g = exact(framework, "head", narrow=True)
     t = make(framework, "jvp", NARROW, NARROW_WEIGHTS, trainable="head", num_tangents=K, directions=directions)
     _, est = gradient(framework, t)
-    a = np.concatenate([est[n].ravel() for n in exact]).astype(np.float64)
-    b = np.concatenate([exact[n].ravel() for n in exact]).astype(np.float64)
+    a = np.concatenate([est[n].ravel() for n in g]).astype(np.float64)
+    b = np.concatenate([g[n].ravel() for n in g]).astype(np.float64)
     cos = a @ b / np.linalg.norm(a) / np.linalg.norm(b)
     assert cos > 0.8, cos
     # one tangent is an unbiased but noisy estimate: far from the gradient's direction
-    _, one = gradient(framework, make(framework, "jvp", NARROW, NARROW_WEIGHTS, trainable="head",
-                                      directions=directions))
-    c1 = np.concatenate([one[n].ravel() for n in exact]) @ b / np.linalg.norm(b)
-    assert abs(c1) / np.linalg.norm(np.concatenate([one[n].ravel() for n in exact])) < 0.5
+    _, one = gradient(
+        framework, make(framework, "jvp", NARROW, NARROW_WEIGHTS, trainable="head", directions=directions)
+    )
+    c1 = np.concatenate([one[n].ravel() for n in g]) @ b / np.linalg.norm(b)
+    assert abs(c1) / np.linalg.norm(np.concatenate([one[n].ravel() for n in g])) < 0.5
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -237,8 +252,7 @@ def test_jvp_keeps_or_redraws_its_tangent_and_takes_the_same_steps(framework):
     for how in ("keep", "redraw"):
         t = make(framework, "jvp", jvp_tangent=how)
         assert keeps_tangent(t.spec, framework) == (how == "keep")
-        for b in batches(2):
-            t.step(t.to_device([b]))
+        stepped(t, batches(2))
         after[how] = params_hf(framework, t)
     moved = max(float(np.abs(after["keep"][n] - WEIGHTS[n]).max()) for n in after["keep"])
     assert moved > 1e-4  # the steps did something
@@ -287,6 +301,7 @@ def test_mezo_step_restores_theta_inside_its_update(framework):
     opt = OptimizerSpec(name="sgd", lr=1e-2, momentum=0.9, weight_decay=0.01)
     fused, apart = (make(framework, "mezo", optimizer=opt, grad_accum=2) for _ in range(2))
     micro = fused.to_device(BATCH * 2)
+    fused.compile(micro)  # the timed programs, as a trial compiles them
     for _ in range(2):
         loss = float(fused.step(micro))
         ref, g = apart.gradient(micro)
@@ -333,8 +348,7 @@ def test_frozen_parameters_are_bit_identical_after_steps(framework, mode):
         jacfwd_chunk=128,
         optimizer=OptimizerSpec(name="adamw", lr=1e-2, weight_decay=0.1),
     )
-    for b in batches(2):
-        t.step(t.to_device([b]))
+    stepped(t, batches(2))
     after = t.weights()
     for name, w in WEIGHTS.items():
         if is_trainable(name, "bias", TINY.num_layers):
@@ -346,7 +360,7 @@ def test_frozen_parameters_are_bit_identical_after_steps(framework, mode):
 @pytest.mark.parametrize("trainable", ["all", "bias", "head"])  # frozen parameters: nnx.remat once failed on them
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_remat_gives_the_same_gradient_as_plain_backprop(framework, trainable):
-    loss_p, plain = gradient(framework, make(framework, "backprop", trainable=trainable))
+    loss_p, plain = exact(framework, trainable)
     trainer = make(framework, "backprop", remat=True, trainable=trainable)
     if framework == "torch":  # the HF model really checkpoints its layers (JAX: test_parity counts the regions)
         model = trainer.model
@@ -377,7 +391,7 @@ def test_fifty_backprop_steps_lower_the_loss(framework):
     # BERT from a random init sits on the ln(4) plateau for ~35 steps before the topic words take hold.
     t = make(framework, "backprop", optimizer=OptimizerSpec(name="adamw", lr=3e-3))
     spec = data.data_spec(num_train=64, num_eval=16)
-    losses = [float(t.step(t.to_device([b]))) for b in data.make_batches(spec, 8, 32, 0, "train", epochs=7)[:50]]
+    losses = stepped(t, data.make_batches(spec, 8, 32, 0, "train", epochs=7)[:50])
     first, last = np.mean(losses[:5]), np.mean(losses[-5:])
     assert first == pytest.approx(np.log(4), abs=0.05)
     assert last < first - 0.1, (first, last)
