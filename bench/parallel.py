@@ -22,27 +22,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bench.config import BenchConfig, bert_spec
+from bench import estimators
+from bench.config import BenchConfig, bert_spec, step_spec
+from bench.estimators.base import CommContext
 from bench.spec import Batch, is_trainable, param_shapes
 
 STRATEGIES = ("none", "ddp", "fsdp")
 FP32_BYTES = 4
-
-# (framework, parallel) -> the modes it runs, and why the others are refused.
-SUPPORTED = {
-    ("torch", "ddp"): ("inference", "backprop", "jvp", "jacfwd", "mezo"),
-    # forward-mode AD through FSDP2's DTensor parameters fails in torch 2.x (aten._has_same_storage_numel has no
-    # sharding strategy): jvp runs with its tangent attached module by module to the parameters each unit has
-    # gathered (jvp_impl=lazy); jacfwd's vmapped jvp over the whole parameter set cannot, and is refused
-    ("torch", "fsdp"): ("inference", "backprop", "jvp", "mezo"),
-    ("jax", "ddp"): ("inference", "backprop", "jvp", "jacfwd", "mezo"),
-    ("jax", "fsdp"): ("inference", "backprop", "jvp", "jacfwd", "mezo"),
-}
-REFUSED_WHY = {
-    ("torch", "fsdp", "jacfwd"): "forward-mode AD through FSDP2's sharded (DTensor) parameters is not supported by "
-    "torch (aten._has_same_storage_numel has no sharding strategy); use parallel=ddp, or framework=jax",
-}
-
 
 def world_size(cfg: BenchConfig) -> int:
     return cfg.devices * cfg.nodes
@@ -72,7 +58,7 @@ def shard_batches(micro_batches: Sequence[Batch], index: int, count: int) -> lis
     return [shard_rows(b, index, count) for b in micro_batches]
 
 
-def expected_comm_bytes(cfg: BenchConfig, n_trainable: int, n_sharded: int) -> int:
+def expected_comm_bytes(cfg: BenchConfig, n_trainable: int, n_sharded: int) -> int | None:
     """What the way of differentiating should exchange per step per device, in bytes, by its definition (fp32;
     bf16_pure: 2-byte parameters and gradients, the scalars still fp32):
     the size of each collective's buffer (all-reduce: the tensor; all-gather: the gathered output; reduce-scatter:
@@ -92,27 +78,24 @@ def expected_comm_bytes(cfg: BenchConfig, n_trainable: int, n_sharded: int) -> i
     With grad_accum > 1: torch's DDP and FSDP2 reduce the gradient once per update (no_sync), FSDP2 still gathers
     per micro-batch; JAX exchanges everything per micro-batch. A world of one device exchanges nothing. Measured
     against these (tests/frameworks/test_parallel_*.py): XLA's backprop all-reduces 4(P - T)H bytes less than 4n
-    (the position embeddings' rows past seq_len have no gradient, which it knows)."""
+    (the position embeddings' rows past seq_len have no gradient, which it knows). Each mode's exchanges are its
+    estimator's terms (bench/estimators/); None where it has none."""
     if cfg.parallel == "none" or world_size(cfg) == 1:
         return 0
-    mode, k, s, ga, torch = cfg.mode, cfg.num_tangents, FP32_BYTES, cfg.grad_accum, cfg.framework == "torch"
+    ga, torch = cfg.grad_accum, cfg.framework == "torch"
     p = 2 if cfg.dtype == "bf16_pure" else FP32_BYTES  # a parameter's (and its gradient's) bytes
-    loss = s  # the loss and the directional derivatives stay fp32 in every dtype
-    if cfg.parallel == "ddp":
-        per_update = {"inference": loss, "backprop": p * n_trainable + loss, "jacfwd": p * n_trainable + loss,
-                      "jvp": s * (k + 1), "mezo": 2 * s}[mode]  # fmt: skip
-        return per_update if torch else ga * per_update
-    gather = p * (padded_params(cfg) if torch else n_sharded)
-    reduce_scatter = p * (padded_params(cfg, trainable=True) if torch else n_trainable)
-    if mode == "inference":
-        per_micro, per_update = gather, loss
-    elif mode == "mezo":
-        per_micro, per_update = 2 * gather, 2 * s
-    elif mode == "jvp":
-        per_micro, per_update = (k if torch else 1) * gather, s * (k + 1)
-    else:  # backprop, jacfwd
-        regather = torch and mode == "backprop" and cfg.fsdp_reshard_after_forward
-        per_micro, per_update = gather * (2 if regather else 1), reduce_scatter + loss
+    fsdp = cfg.parallel == "fsdp"
+    context = CommContext(
+        step=step_spec(cfg), framework=cfg.framework, parallel=cfg.parallel,
+        scalar=FP32_BYTES,  # the loss and the directional derivatives stay fp32 in every dtype
+        gather=p * (padded_params(cfg) if torch else n_sharded) if fsdp else 0,
+        gradient=p * (padded_params(cfg, trainable=True) if torch and fsdp else n_trainable),
+        regathers=torch and fsdp and cfg.fsdp_reshard_after_forward,
+    )
+    terms = estimators.get(cfg.mode).comm(context)
+    if terms is None:
+        return None
+    per_micro, per_update = terms.per_micro, terms.per_update
     return ga * per_micro + per_update if torch else ga * (per_micro + per_update)
 
 

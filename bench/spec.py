@@ -31,7 +31,6 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}  # as a reader knows them
 # and a matmul probe of the device's achievable rate). A process imports only the modules it needs: an ops trial
 # never loads BERT.
 IMPL_MODULES = ("device", "parallel", "directions", "steps", "memory", "ops", "plain", "profile", "flops")
-MODES = ("inference", "backprop", "jvp", "jacfwd", "mezo")
 TRAINABLE_SCOPES = ("all", "head", "bias", "last_k", "classifier", "lora")
 HEAD_ONLY = ("head", "classifier")  # scopes that train nothing before the pooler: the trunk runs once, untangented
 OPTIMIZERS = ("sgd", "adamw")

@@ -34,6 +34,7 @@ import optax
 from flax import nnx
 from jax.flatten_util import ravel_pytree
 
+from bench import estimators
 from bench.jax_impl.device import resolve_device, use_fp32
 from bench.jax_impl.directions import (
     displaced,
@@ -291,11 +292,12 @@ class Trainer:
         every_param = (self.params, nnx.filter_state(self.frozen, nnx.Param))
         self.n_trainable, self.n_params = count(self.params), count(every_param)
         self.n_sharded = count([x for x in jax.tree.leaves(every_param) if not x.sharding.is_fully_replicated])
-        # Dropout on for the training modes; inference and MeZO run deterministic (as torch_impl).
-        self.train = s.mode in ("backprop", "jvp", "jacfwd")
+        # Dropout where the estimator trains with it; inference and MeZO run deterministic (as torch_impl).
+        estimator = estimators.get(s.mode)
+        self.train = estimator.dropout
         self.gather = whole if self.world is None else self.world.gather_whole  # parameters whole, in a program
         self.loss_of, self.trunk = self._loss_fns(self.frozen)
-        self.optimizer = None if s.mode == "inference" else make_optimizer(s.optimizer)
+        self.optimizer = make_optimizer(s.optimizer) if estimator.updates else None
         platform = "cuda" if self.device.platform == "gpu" else "cpu"
         self.jacfwd_chunk = jacfwd_chunk_for(s.jacfwd_chunk, "jax", platform)
         # Created by the first update, as torch.optim creates its state lazily: in both frameworks the optimizer

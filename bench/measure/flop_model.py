@@ -72,15 +72,15 @@ What the frameworks run (predict's `framework`), measured with their own counter
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from bench import estimators
+from bench.estimators.base import FlopContext
 from bench.measure.timing import timed
 from bench.spec import (
     FRAMEWORKS,
-    HEAD_ONLY,
     BertSpec,
     LoraSpec,
     StepSpec,
@@ -194,7 +194,7 @@ class Flops:
 
 
 def predict(spec: BertSpec, step: StepSpec, batch_size: int, seq_len: int, *, jacfwd_chunk: int | None = None,
-            framework: str | None = None) -> Flops:  # fmt: skip
+            framework: str | None = None) -> Flops | None:  # fmt: skip
     """The model's matmul FLOPs of one optimizer step of `step` on `step.grad_accum` micro-batches of
     `batch_size` x `seq_len` (the module docstring has the formulas). `jacfwd_chunk`: the basis directions per
     pass (the trainer's, `Trainer.jacfwd_chunk`), needed where step.jacfwd_chunk is "auto".
@@ -202,7 +202,7 @@ def predict(spec: BertSpec, step: StepSpec, batch_size: int, seq_len: int, *, ja
     `framework` None: the maths as bench/*/steps.py write it, the same for both. "torch" or "jax": what that
     framework's program does beyond it in the forward modes (the module docstring's "What the frameworks run");
     inference, backprop and MeZO come out the same in all three (XLA:CPU's remat runs a little less: not
-    modelled)."""
+    modelled). The mode's terms are its estimator's (bench/estimators/); None where it has none."""
     if framework is not None and framework not in FRAMEWORKS:
         raise ValueError(f"framework={framework!r}: accepted None, {', '.join(FRAMEWORKS)}")
     mm = matmuls(spec, step.trainable, batch_size, seq_len, step.last_k, step.adapters)
@@ -213,35 +213,17 @@ def predict(spec: BertSpec, step: StepSpec, batch_size: int, seq_len: int, *, ja
     trunk = sum(m.flops for m in mm if m.layer is not None)
     pooler = next(m.flops for m in mm if m.name == "bert.pooler.dense")
     hoists = framework == "jax" and not step.scan_layers  # XLA hoists the primal out of the tangents' loop
-    forward = backward = recompute = tangent = 0.0
-    if step.mode == "inference":
-        forward = every
-    elif step.mode == "backprop":
-        forward, backward = every, derivative
-        if step.remat:
-            with_backward = {m.layer for m in mm if m.carrying and m.layer is not None}
-            recompute = sum(m.flops for m in mm if m.layer in with_backward)
-    elif step.mode == "jvp":
-        K = step.num_tangents
-        forward = every if hoists else K * every
-        tangent = K * (derivative + zero_terms)
-    elif step.mode == "jacfwd":
-        chunk = jacfwd_chunk if jacfwd_chunk is not None else step.jacfwd_chunk
-        if not isinstance(chunk, int):
-            raise ValueError(f"jacfwd_chunk={chunk!r}: pass predict(..., jacfwd_chunk=trainer.jacfwd_chunk)")
-        n = count_params(spec, step.trainable, step.last_k, step.lora)
-        chunks = math.ceil(n / min(chunk, n))
-        if hoists or (framework == "jax" and step.trainable in HEAD_ONLY):  # the (head's) primal out of the loop
-            forward = every
-        elif step.trainable in HEAD_ONLY:  # the trunk once, untangented; the head's primal once per chunk
-            forward = trunk + chunks * (every - trunk) + (pooler if framework == "torch" else 0)
-        else:
-            forward = chunks * every
-        tangent = n * derivative + chunks * zero_terms  # a zero tangent is not batched: once per chunk
-    elif step.mode == "mezo":
-        forward = 2 * every
-    else:
-        raise ValueError(f"mode={step.mode!r}: no FLOP model")
+    with_backward = {m.layer for m in mm if m.carrying and m.layer is not None}  # remat recomputes these layers
+    context = FlopContext(
+        step=step, framework=framework, every=every, derivative=derivative, zero_terms=zero_terms, trunk=trunk,
+        pooler=pooler, recompute=sum(m.flops for m in mm if m.layer in with_backward), hoists=hoists,
+        n=count_params(spec, step.trainable, step.last_k, step.lora),
+        jacfwd_chunk=jacfwd_chunk if jacfwd_chunk is not None else step.jacfwd_chunk,
+    )
+    terms = estimators.get(step.mode).flops(context)
+    if terms is None:
+        return None
+    forward, backward, recompute, tangent = terms.forward, terms.backward, terms.recompute, terms.tangent
     m = step.grad_accum
     parts = [m * x for x in (forward, backward, recompute, tangent)]
     return Flops(*parts, total=sum(parts))

@@ -32,7 +32,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from bench.spec import HEAD_ONLY, BertSpec, StepSpec, is_trainable, keeps_tangent, param_shapes
+from bench import estimators
+from bench.estimators.base import MemoryContext
+from bench.spec import BertSpec, StepSpec, is_trainable, param_shapes
 
 FP32 = 4
 
@@ -59,20 +61,22 @@ def mask_bytes(framework: str, device: str) -> int:
 
 
 def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, framework: str, device: str = "cpu",
-            world: int = 1, sharded: bool = False, jacfwd_chunk: int = 1) -> Memory:  # fmt: skip
+            world: int = 1, sharded: bool = False, jacfwd_chunk: int = 1) -> Memory | None:  # fmt: skip
     """The model's bytes per category on one device, for a step of `s` on a `batch_size` x `seq_len` micro-batch;
     `sharded`: parameters, gradients and optimizer state split over `world` devices (parallel=fsdp).
 
     One set of formulas; where the frameworks keep different buffers for the same maths, `framework` and `device`
     say which (each such fact is named where it is used): the dropout mask's bytes, and how a forward-mode pass
-    holds its tangent (torch's make_dual copies each tangent onto its parameter; XLA draws each where it is used)."""
+    holds its tangent (torch's make_dual copies each tangent onto its parameter; XLA draws each where it is used).
+    The mode's own categories are its estimator's terms (bench/estimators/); None where it has none."""
+    estimator = estimators.get(s.mode)
     mask = mask_bytes(framework, device)
     # bytes of a parameter (and of its gradient, direction and optimizer moments) and of an activation
     P = 2 if s.dtype == "bf16_pure" else FP32
     X = 2 if s.dtype in ("bf16", "bf16_pure") else FP32
     H, I, A, L = spec.hidden_size, spec.intermediate_size, spec.num_heads, spec.num_layers  # noqa: E741
     T, tokens = seq_len, batch_size * seq_len
-    d = 1 if spec.dropout > 0 and s.mode in ("backprop", "jvp", "jacfwd") else 0  # dropout runs in training modes
+    d = 1 if spec.dropout > 0 and estimator.dropout else 0  # dropout runs where the estimator trains with it
     shapes = param_shapes(spec, s.adapters)  # trainable=lora: the adapters too
     trainable = {k: v for k, v in shapes.items() if is_trainable(k, s.trainable, L, s.last_k)}
     n = sum(int(np.prod(v)) for v in trainable.values())
@@ -98,55 +102,22 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
     # working memory of one layer's forward: the attention scores and probabilities beside Q, K, V and the
     # context, or the intermediate and its GELU beside the layer's input and output, whichever is larger
     forward_temp = tokens * X * max(2 * A * T + 4 * H, 2 * I + 2 * H)
+    # bf16 copies of the Linear weights (not the embeddings'), which autocast keeps for a backward pass
+    linear = sum(int(np.prod(v)) for k, v in trainable.items() if len(v) == 2 and not k.startswith("bert.embeddings."))
 
     opt = s.optimizer
-    optimizer = {"adamw": 2 * P * n, "sgd": P * n if opt.momentum else 0}[opt.name] // share
+    optimizer = {"adamw": 2 * P * n, "sgd": P * n if opt.momentum else 0}[opt.name] // share if estimator.updates else 0
     params = P * n_all // share
-    grads = directions = saved = temp = 0
-    if s.mode == "inference":
-        temp = forward_temp
-    elif s.mode == "backprop":
-        grads = P * n // share
-        if s.remat:
-            # each layer keeps its input across the step; its own activations are recomputed during its
-            # backward, one layer at a time, as working memory (torch's checkpoint and JAX's remat hold them
-            # apart from the saved tensors)
-            saved = tokens * (trained_layers * X * H + embeddings + head)
-            temp = forward_temp + tokens * layer * bool(trained_layers)
-        else:
-            saved = tokens * (trained_layers * layer + embeddings + head)
-            temp = forward_temp
-        if s.dtype == "bf16":  # bf16 copies of the Linear weights (not the embeddings'), kept for the backward
-            saved += 2 * sum(int(np.prod(v)) for k, v in trainable.items()
-                             if len(v) == 2 and not k.startswith("bert.embeddings.")) // share  # fmt: skip
-    elif s.mode == "jvp":
-        temp = 2 * forward_temp  # primal and tangent activations, dropped as the pass goes
-        if framework == "jax" and keeps_tangent(s, framework):
-            directions = P * n  # jvp_tangent=keep: the pass returns its tangent whole for the update
-        elif framework == "jax":
-            # XLA draws each leaf's tangent just before the pass reaches it and frees it after: about the
-            # largest leaf (the word embeddings) beside one layer's
-            directions = min(P * n, largest + P * layer_params)
-        else:
-            directions = P * n if s.jvp_impl != "lazy" else largest
-            # torch's make_dual returns a view of the parameter, so the tangent is copied onto the parameter's
-            # base (zeros, then the view's part): a second tangent-sized buffer, per dual made
-            temp += directions
-        if s.jvp_impl == "naive":
-            # autograd records the primal and the tangent computations for a backward that never comes: 2.5x
-            # backprop's saved activations (measured, torch on CPU, BERT at 2 and 4 layers: 2.51x)
-            saved = 5 * tokens * (trained_layers * layer + embeddings + head) // 2
-    elif s.mode == "jacfwd":
-        grads = P * n
-        directions = P * n * jacfwd_chunk
-        if s.trainable in HEAD_ONLY:  # the trunk runs once, untangented; the head's rows carry the chunk's tangents
-            temp = forward_temp + 2 * jacfwd_chunk * batch_size * X * H
-        else:  # every activation carries the chunk's tangents beside its primal
-            temp = 2 * forward_temp * jacfwd_chunk
-    elif s.mode == "mezo":
-        directions = largest  # one tensor's direction at a time, in the perturbation and in the update
-        temp = forward_temp
-    else:
-        raise ValueError(f"mode={s.mode!r}: no memory model")
+    context = MemoryContext(
+        step=s, framework=framework, param_bytes=P, activation_bytes=X, hidden=H, batch_size=batch_size, n=n,
+        share=share, largest=largest, layer_params=layer_params, forward_temp=forward_temp,
+        one_layer=tokens * layer * bool(trained_layers), saved=tokens * (trained_layers * layer + embeddings + head),
+        layer_inputs=tokens * (trained_layers * X * H + embeddings + head), bf16_weight_copies=2 * linear // share,
+        jacfwd_chunk=jacfwd_chunk,
+    )
+    terms = estimator.memory(context)
+    if terms is None:
+        return None
+    grads, directions, saved, temp = terms.grads, terms.directions, terms.saved, terms.temp
     return Memory(params, grads, optimizer, directions, saved, temp, optimizer + grads + directions + saved + temp)
 

@@ -36,6 +36,7 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch.func import functional_call, jvp, vmap
 
+from bench import estimators
 from bench.spec import HEAD_ONLY, JVP_IMPLS, BertSpec, StepSpec, is_trainable, jacfwd_chunk_for, keeps_tangent
 from bench.torch_impl.device import resolve_device, use_fp32
 from bench.torch_impl.directions import (
@@ -314,14 +315,15 @@ class Trainer:
         num_layers = model.config.num_hidden_layers
         trainable = [n for n, _ in model.named_parameters() if is_trainable(hf_name(n), s.trainable, num_layers,
                                                                             s.last_k)]  # fmt: skip
-        # Only the naive jvp and backprop need autograd to track anything. Everything else runs with every
+        # Only a backward pass (and the naive jvp) needs autograd to track anything. Everything else runs with every
         # parameter detached, so no graph is ever recorded (frozen parameters never get a gradient either way).
-        track = s.mode == "backprop" or (s.mode == "jvp" and s.jvp_impl == "naive")
+        estimator = estimators.get(s.mode)
+        track = estimator.records_graph(s)
         for n, p in model.named_parameters():
             p.requires_grad_(track and n in trainable)
-        # Dropout is on for the training modes; inference and MeZO run the model in eval mode (MeZO's reference
-        # implementation does, so that the two perturbed passes see the same function).
-        model.train(s.mode in ("backprop", "jvp", "jacfwd"))
+        # Dropout where the estimator trains with it; inference and MeZO run the model in eval mode (MeZO's
+        # reference implementation does, so that the two perturbed passes see the same function).
+        model.train(estimator.dropout)
         # dtype=bf16: torch.autocast around every forward pass (matmuls in bf16 on the fp32 parameters, LayerNorm
         # and softmax in fp32), never around a backward one, as torch's AMP recipe has it; jax_impl's model
         # mirrors the same casts. bf16_pure: the parameters themselves are bf16 (make_trainer).
@@ -348,7 +350,7 @@ class Trainer:
         self.n_params = sum(p.numel() for p in named.values())
         self.n_trainable = sum(p.numel() for p in self.params.values())
         self.n_sharded = sum(p.numel() for p in named.values() if sharded(p))
-        self.optimizer = None if s.mode == "inference" else make_optimizer(self.params, s.optimizer)
+        self.optimizer = make_optimizer(self.params, s.optimizer) if estimator.updates else None
         self.jacfwd_chunk = jacfwd_chunk_for(s.jacfwd_chunk, "torch", self.device.type)
         self.step_count = 0
 

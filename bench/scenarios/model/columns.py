@@ -53,5 +53,6 @@ EXTRA_COLUMNS = (
     "lora_rank", "lora_alpha", "lora_dropout", "lora_targets",  # trainable=lora's adapters (docs/lora.md)
     "scan_layers",  # JAX: the encoder as a lax.scan over stacked layers, or unrolled (docs/speed.md)
     "aot_compile_s",  # JAX: the ahead-of-time compile alone, before the first step (torch: nothing to compile)
+    "model_note",  # which models (memory, FLOP, communication) have no term for the mode: their cells are empty
 )  # fmt: skip
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS

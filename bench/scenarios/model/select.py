@@ -24,12 +24,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from bench import estimators
 from bench.config import default, optimizer_presets
 from bench.parallel import STRATEGIES
 from bench.report.section import RUNS_CSV, Results
 from bench.report.tables import fixed_width, num
 from bench.scenarios.model.columns import REQUIRED_COLUMNS
-from bench.spec import FRAMEWORKS, JVP_IMPLS, LORA_DEFAULT_TARGETS, LORA_TARGETS, MODES, TRAINABLE_SCOPES
+from bench.spec import FRAMEWORKS, JVP_IMPLS, LORA_DEFAULT_TARGETS, LORA_TARGETS, TRAINABLE_SCOPES
 from bench.store.read import DAMAGED, latest, started
 
 STUDY_EXPERIMENT = "seed_agnews"  # conf/experiment/seed_agnews.yaml: the UMass forward-AD study's AG-News experiment
@@ -394,7 +395,7 @@ def mode_order(row: dict) -> tuple:
     impl = row.get("jvp_impl") if row.get("framework") == "torch" and mode == "jvp" else "func"
     scope = row.get("trainable") or "all"
     return (
-        MODES.index(mode) if mode in MODES else len(MODES),
+        estimators.names().index(mode) if mode in estimators.names() else len(estimators.names()),
         TRAINABLE_SCOPES.index(scope) if scope in TRAINABLE_SCOPES else len(TRAINABLE_SCOPES),
         str(row.get("remat")).lower() == "true",
         JVP_IMPLS.index(impl) if impl in JVP_IMPLS else len(JVP_IMPLS),

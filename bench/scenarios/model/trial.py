@@ -280,7 +280,8 @@ def flop_columns(cfg: BenchConfig, trainer, batches, step_s: float, device, kind
     published = published_peak(implementation(cfg.framework, "device").device_name(device), cfg.dtype) \
         if kind == "cuda" else None  # fmt: skip
     return {"flops_per_step": counted["flops_per_step"], "flops_method": counted["flops_method"],
-            "flops_predicted": predicted.total, "flops_per_s": rate, "matmul_peak_flops_per_s": peak,
+            "flops_predicted": predicted.total if predicted else None, "flops_per_s": rate,
+            "matmul_peak_flops_per_s": peak,
             "utilisation": rate / peak if peak else None, "peak_flops_per_s": published,
             "mfu": rate / published if published else None}  # fmt: skip
 
@@ -395,6 +396,7 @@ def merge(cfg: BenchConfig, results: list[dict]) -> dict:
     out["host_peak_rss_mb"] = max(r["host_peak_rss_mb"] or 0 for r in results) or None
     out["world_size"] = len(devices)
     out["comm_bytes_expected"] = expected_comm_bytes(cfg, main["n_trainable"], main["n_sharded"])
+    out["model_note"] = unmodelled(cfg, out)
     if out.get("seconds_to_target") is not None and out["excess_mem_mb"] is not None:
         out["mib_s_to_target"] = out["excess_mem_mb"] * out["seconds_to_target"]  # memory held x time it is held
     return out
@@ -405,9 +407,22 @@ def predicted_columns(cfg: BenchConfig, main: dict, world: int) -> dict:
     category the breakdown measures."""
     p = predict(bert_spec(cfg.model), step_spec(cfg), cfg.batch_size, cfg.seq_len, framework=cfg.framework,
                 device=main["device"], world=world, sharded=cfg.parallel == "fsdp",
-                jacfwd_chunk=main["jacfwd_chunk"]).mib()  # fmt: skip
+                jacfwd_chunk=main["jacfwd_chunk"])  # fmt: skip
+    p = p.mib() if p is not None else dict.fromkeys(("excess", "saved", "grads", "directions", "temp"))
     return {"mem_predicted_mb": p["excess"],
             **{f"mem_predicted_{k}_mb": p[k] for k in ("saved", "grads", "directions", "temp")}}  # fmt: skip
+
+
+def unmodelled(cfg: BenchConfig, row: dict) -> str | None:
+    """A note naming the models that have no term for this trial's mode (bench/estimators/): its model cells are
+    empty, what was measured stands."""
+    missing = [name for name, column in (("memory", "mem_predicted_mb"), ("FLOP", "flops_predicted"),
+                                         ("communication", "comm_bytes_expected"))
+               if column in row and row[column] is None and (name != "communication" or cfg.parallel != "none")]
+    if not missing:
+        return None
+    models = " and ".join(missing) + (" models" if len(missing) > 1 else " model")
+    return f"mode={cfg.mode}: no term in the {models}; those cells are empty, the measurements stand"
 
 
 def cosine(a, b) -> float:

@@ -10,7 +10,7 @@ import os
 from dataclasses import fields
 from pathlib import Path
 
-from bench import data
+from bench import data, estimators
 from bench.config import (
     TRACES,
     BenchConfig,
@@ -25,7 +25,7 @@ from bench.config import (
     shown,
 )
 from bench.errors import ConfigError
-from bench.parallel import REFUSED_WHY, STRATEGIES, SUPPORTED, global_batch_size, timed_steps, world_size
+from bench.parallel import STRATEGIES, global_batch_size, timed_steps, world_size
 from bench.spec import (
     ATTN_IMPLEMENTATIONS,
     DIRECTIONS,
@@ -33,7 +33,6 @@ from bench.spec import (
     JVP_IMPLS,
     JVP_TANGENTS,
     LORA_TARGETS,
-    MODES,
     OPTIMIZERS,
     TRAINABLE_SCOPES,
     count_params,
@@ -46,7 +45,7 @@ def validate(cfg: BenchConfig) -> None:
     if cfg.threads != "all":
         raise ConfigError(f"threads={cfg.threads}: applies to scenario=ops only; the model scenario accepts all")
     m = cfg.model
-    choice("mode", cfg.mode, MODES)
+    choice("mode", cfg.mode, estimators.names())
     choice("trainable", cfg.trainable, TRAINABLE_SCOPES)
     choice("optimizer", cfg.optimizer.name, OPTIMIZERS)
     choice("jvp_impl", cfg.jvp_impl, JVP_IMPLS)
@@ -172,8 +171,7 @@ def validate_parallel(cfg: BenchConfig) -> None:
                 f"devices={cfg.devices} nodes={cfg.nodes}: parallel=none runs on one device; accepted: "
                 "parallel=ddp|fsdp for more"
             )
-    elif mode not in SUPPORTED[(fw, p)]:
-        why = REFUSED_WHY.get((fw, p, mode), "not supported")
+    elif why := estimators.get(mode).refuses(fw, p):
         raise ConfigError(f"mode={mode} with parallel={p}, framework={fw}: {why}")
     elif (fw, p, mode) == ("torch", "fsdp", "jvp") and cfg.jvp_impl != "lazy":
         raise ConfigError(

@@ -1,0 +1,34 @@
+"""The ways of differentiating, as plug-ins: one framework-neutral module each (bench/estimators/<name>.py, which
+`mode=<name>` selects), found by name; base.py says what a module declares. Adding a module here is what makes a
+mode known: nothing lists them elsewhere (docs/estimators.md says how to add one)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+
+from bench.estimators.base import Estimator
+
+_NOT_ESTIMATORS = {"base"}
+# The order reports and tables list them in: the baseline, the exact gradients, then the estimates; a module
+# this list does not name comes after these, alphabetically.
+ORDER = ("inference", "backprop", "jvp", "jacfwd", "mezo")
+
+
+@functools.cache
+def names() -> tuple[str, ...]:
+    """Every estimator's name (its module's), in ORDER."""
+    found = [m.name for m in pkgutil.iter_modules(__path__) if m.name not in _NOT_ESTIMATORS]
+    return tuple(sorted(found, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n)))
+
+
+@functools.cache
+def get(name: str) -> Estimator:
+    """The estimator `mode=name` runs (ValueError naming the accepted ones for another name)."""
+    if name not in names():
+        raise ValueError(f"mode={name}: accepted {' | '.join(names())}")
+    estimator = importlib.import_module(f"{__name__}.{name}").ESTIMATOR
+    if not isinstance(estimator, Estimator) or estimator.name != name:
+        raise TypeError(f"bench/estimators/{name}.py: ESTIMATOR must be an Estimator named {name!r}")
+    return estimator

@@ -1,0 +1,122 @@
+"""What a way of differentiating declares, framework-neutral: the interface every estimator module implements.
+
+An estimator is one module here (bench/estimators/<name>.py, `mode=<name>`) holding an `ESTIMATOR`, an instance of
+a subclass of `Estimator`: what the harness, the models of memory, FLOPs and communication, and the config's checks
+need to know about it without importing a framework. Its gradient lives in the framework packages.
+
+The models call an estimator's terms with a context of what they computed from the shapes (the model's byte and
+FLOP sums, named here once so every estimator reads the same quantities); a term an estimator does not define
+returns None, and the trial's row is `ok` with the model's cells empty and a note (a new method is measured before
+anyone has modelled it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.spec import StepSpec
+
+
+@dataclass(frozen=True)
+class MemoryContext:
+    """What the memory model (bench/measure/memory_model.py) hands an estimator: bytes on one device."""
+
+    step: StepSpec
+    framework: str
+    param_bytes: int  # a parameter's bytes (and its gradient's, direction's, optimizer moment's): 4, bf16_pure 2
+    activation_bytes: int  # an activation's bytes: 4, bf16 and bf16_pure 2
+    hidden: int  # H
+    batch_size: int
+    n: int  # trainable parameters
+    share: int  # devices the parameters are sharded over (1 unless parallel=fsdp)
+    largest: int  # bytes of the largest trainable tensor
+    layer_params: int  # trainable parameters of one encoder layer
+    forward_temp: int  # a forward pass's working memory (one layer's live intermediates)
+    one_layer: int  # one trained layer's saved activations, over every token (0 when no layer trains)
+    saved: int  # what a backward pass keeps: every trained layer's activations, the embeddings' and the head's
+    layer_inputs: int  # what a checkpointed (remat) backward keeps: each trained layer's input instead
+    bf16_weight_copies: int  # dtype=bf16: the Linear weights' bf16 copies autocast keeps for a backward
+    jacfwd_chunk: int
+
+
+@dataclass(frozen=True)
+class MemoryTerms:
+    """An estimator's categories of memory (bench/measure/memory_model.py's docstring defines each)."""
+
+    grads: int = 0
+    directions: int = 0
+    saved: int = 0
+    temp: int = 0
+
+
+@dataclass(frozen=True)
+class FlopContext:
+    """What the FLOP model (bench/measure/flop_model.py) hands an estimator: matmul FLOPs of one micro-batch."""
+
+    step: StepSpec
+    framework: str | None  # None: the maths alone; torch or jax: what that framework's program runs beyond it
+    every: float  # F: every matmul of a forward pass
+    derivative: float  # D: each matmul times the operands that carry a derivative
+    zero_terms: float  # torch's forward mode: the matmuls whose zero tangent it multiplies anyway (0 elsewhere)
+    trunk: float  # the encoder layers' matmuls
+    pooler: float
+    recompute: float  # remat: the forward matmuls of the checkpointed layers that have a backward
+    hoists: bool  # XLA hoists the primal out of a loop over tangents (jax, unrolled layers)
+    n: int  # trainable parameters
+    jacfwd_chunk: int | str
+
+
+@dataclass(frozen=True)
+class FlopTerms:
+    forward: float = 0.0
+    backward: float = 0.0
+    recompute: float = 0.0
+    tangent: float = 0.0
+
+
+@dataclass(frozen=True)
+class CommContext:
+    """What bench/parallel.py hands an estimator: bytes one device exchanges (parallel=ddp|fsdp)."""
+
+    step: StepSpec
+    framework: str
+    parallel: str  # ddp | fsdp
+    scalar: int  # a loss or a directional derivative: 4 bytes in every dtype
+    gather: int  # fsdp: one all-gather of the sharded parameters (0 under ddp)
+    gradient: int  # the gradient's exchange: ddp's all-reduce, fsdp's reduce-scatter
+    regathers: bool  # torch's FSDP2 with reshard_after_forward: a backward pass gathers the parameters again
+
+
+@dataclass(frozen=True)
+class CommTerms:
+    per_micro: int = 0  # per micro-batch (fsdp's gathers)
+    per_update: int = 0  # once per optimizer update in torch (DDP's no_sync), per micro-batch in JAX
+
+
+class Estimator:
+    """A way of differentiating. Subclasses set the attributes and override the terms they model."""
+
+    name: str  # mode=NAME
+    label: str  # as a reader knows it
+    summary: str  # one line: what it computes
+    updates: bool = True  # takes optimizer steps (inference: a forward pass only)
+    backward: bool = False  # autograd records the forward for a backward pass (torch: parameters require grad)
+    dropout: bool = True  # the model runs with dropout on (MeZO's reference runs it in eval mode)
+    passes: str = ""  # forward passes per step, in words (the reports' and docs' column)
+
+    def records_graph(self, step: StepSpec) -> bool:
+        """Whether torch's parameters require grad in this step (a backward pass, or a setting that records one)."""
+        return self.backward
+
+    def refuses(self, framework: str, parallel: str) -> str | None:
+        """Why this estimator cannot run under `parallel` in `framework` (None: it can)."""
+        return None
+
+    def memory(self, c: MemoryContext) -> MemoryTerms | None:
+        return None
+
+    def flops(self, c: FlopContext) -> FlopTerms | None:
+        return None
+
+    def comm(self, c: CommContext) -> CommTerms | None:
+        return None

@@ -1,0 +1,87 @@
+"""The ways of differentiating as plug-ins (bench/estimators/): each module is found by its name, declares what the
+harness and the models read, and a mode no model has a term for is measured anyway."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from bench import estimators
+from bench.config import model_preset
+from bench.estimators.base import Estimator
+from bench.estimators.inference import Inference
+from bench.measure import flop_model, memory_model
+from bench.spec import StepSpec
+from tests.support import FAST, REPO, rows, run_here
+
+TINY, _ = model_preset("tiny")
+
+
+def test_every_module_is_an_estimator_found_by_its_name():
+    modules = sorted(p.stem for p in (REPO / "bench" / "estimators").glob("*.py") if p.stem not in ("__init__", "base"))
+    assert sorted(estimators.names()) == modules
+    assert estimators.names()[:5] == ("inference", "backprop", "jvp", "jacfwd", "mezo")  # the reports' order
+    for name in modules:
+        e = estimators.get(name)
+        assert isinstance(e, Estimator) and e.name == name and e.label and e.summary and e.passes, name
+    with pytest.raises(ValueError, match=r"^mode=nesterov: accepted inference \| backprop \| jvp"):
+        estimators.get("nesterov")
+
+
+def test_what_each_estimator_declares_is_what_its_trainers_do():
+    # autograd records a graph only for a backward pass, or the naive jvp that records one never run
+    records = {n: estimators.get(n).records_graph(StepSpec(mode=n)) for n in estimators.names()}
+    assert records == {"inference": False, "backprop": True, "jvp": False, "jacfwd": False, "mezo": False}
+    assert estimators.get("jvp").records_graph(StepSpec(mode="jvp", jvp_impl="naive"))
+    assert [n for n in estimators.names() if estimators.get(n).dropout] == ["backprop", "jvp", "jacfwd"]
+    assert [n for n in estimators.names() if not estimators.get(n).updates] == ["inference"]
+    refused = {(n, fw, p) for n in estimators.names() for fw in ("torch", "jax") for p in ("ddp", "fsdp")
+               if estimators.get(n).refuses(fw, p)}  # fmt: skip
+    assert refused == {("jacfwd", "torch", "fsdp")}
+
+
+class Unmodelled(Inference):
+    """inference as a newcomer would bring it: measured by the trainers, no term in any model."""
+
+    def memory(self, c):
+        return None
+
+    def flops(self, c):
+        return None
+
+    def comm(self, c):
+        return None
+
+
+def test_a_mode_without_model_terms_is_measured_and_its_model_cells_are_empty(tmp_path, monkeypatch):
+    step = StepSpec(mode="inference")
+    assert memory_model.predict(TINY, step, 4, 32, framework="torch") is not None
+    monkeypatch.setattr(estimators, "get", lambda name: Unmodelled() if name == "inference" else Inference())
+    assert memory_model.predict(TINY, step, 4, 32, framework="torch") is None
+    assert flop_model.predict(TINY, step, 4, 32) is None
+    run_here("-m", "framework=torch,jax", "mode=inference", *FAST, "logger=none", results=tmp_path)
+    found = rows(tmp_path)
+    assert len(found) == 2
+    for r in found:
+        assert r["status"] == "ok", r["error"]
+        assert float(r["peak_mem_mb"]) > 0 and float(r["step_time_median_s"]) > 0 and float(r["flops_per_step"]) > 0
+        assert r["mem_predicted_mb"] == r["mem_predicted_temp_mb"] == r["flops_predicted"] == ""
+        assert r["model_note"] == (
+            "mode=inference: no term in the memory and FLOP models; those cells are empty, the measurements stand"
+        )
+        assert r["comm_bytes_expected"] == "0"  # one device exchanges nothing, with or without a model
+
+
+def test_the_modelled_modes_leave_no_note(tmp_path):
+    run_here("framework=jax", "mode=inference", *FAST, "logger=none", results=tmp_path)
+    (r,) = rows(tmp_path)
+    assert r["status"] == "ok" and r["model_note"] == "" and float(r["mem_predicted_mb"]) > 0
+
+
+def test_no_mode_name_is_compared_outside_the_estimators_in_the_models():
+    """The models read an estimator's terms; a mode's name in them would be a term kept outside its module."""
+    for path in ("bench/measure/memory_model.py", "bench/measure/flop_model.py", "bench/parallel.py"):
+        text = pathlib.Path(REPO / path).read_text()
+        for name in estimators.names():
+            assert f'"{name}"' not in text, (path, name)
