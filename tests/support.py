@@ -18,12 +18,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 from bench import cli
-from bench.config import LAUNCH_ID, BenchConfig, resolve
+from bench.config import LAUNCH_ID, BenchConfig, resolve, to_dict
+from bench.harness.launch import child_env
 from bench.harness.preflight import compose_trials, preflight
 from bench.harness.runner import record_job, trial_env
 from bench.harness.scenario import RUN_ID_ENV
@@ -106,6 +108,80 @@ def run_here(*args: str, results: Path, env: dict | None = None) -> list[dict]:
         os.environ.clear()
         os.environ.update(saved)
     return outcomes
+
+
+# One process per rank (torch: two over gloo; JAX: one, owning both devices) that takes the trials in turn, each as
+# its own trial process would (bench.harness.trial.outcome); rank 0 picks each trial's rendezvous port as the
+# runner does. A process per rank and trial would start torch or JAX once per trial instead of once.
+RANK = """
+import gc, json, os, sys, time
+from pathlib import Path
+from bench.config import from_dict
+from bench.harness.launch import adopt, free_port
+from bench.harness.trial import outcome, write_result
+from bench.scenarios import SCENARIOS
+
+adopt()  # dies with the test
+rank = os.environ["RANK"]
+for trial in sys.argv[1:]:  # TRIAL.json the payload; each file written whole (write_result: TRIAL.*.tmp, renamed)
+    port = Path(f"{trial}.port.json")
+    if rank == "0":
+        write_result(str(port), free_port())
+    deadline = time.monotonic() + 300
+    while not port.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.environ["MASTER_PORT"] = port.read_text()
+    cfg = from_dict(json.loads(Path(f"{trial}.json").read_text()))
+    out = outcome(SCENARIOS[cfg.scenario], cfg, lambda partial: None)
+    write_result(f"{trial}.rank{rank}.json", out)
+    gc.unfreeze()  # the trial froze this process's objects out of the collector (for its timed steps)
+    if out["status"] != "ok":
+        sys.exit(1)
+"""
+
+
+def start_ranks(results: Path, ranks: int, *args: str):
+    """The sweep `python -m bench -m ARGS results_dir=RESULTS` measured in `ranks` processes (RANK), started now;
+    returns the call that waits for them and records each trial as the runner records one it spawned (rows,
+    history, saved config)."""
+    overrides = [*args, f"results_dir={results}"]
+    preflight(overrides, True, SCENARIOS)
+    trials = [resolve(c) for _, c in compose_trials(overrides, True)[0]]
+    stems = [results / f"trial{i}" for i in range(len(trials))]
+    results.mkdir(parents=True, exist_ok=True)
+    for stem, cfg in zip(stems, trials, strict=True):
+        Path(f"{stem}.json").write_text(json.dumps(to_dict(cfg)))
+    env = {**os.environ, **trial_env(trials[0], SCENARIOS["model"]), **child_env(), "MASTER_ADDR": "127.0.0.1",
+           "WORLD_SIZE": str(ranks), "LOCAL_WORLD_SIZE": str(ranks)}  # fmt: skip
+    logs = [results / f"rank{r}.log" for r in range(ranks)]
+    procs = []
+    for r, log in enumerate(logs):
+        with log.open("w") as out:
+            cmd = [sys.executable, "-c", RANK, *map(str, stems)]
+            rank = {"RANK": str(r), "LOCAL_RANK": str(r)}
+            procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**env, **rank}))
+
+    def finish() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and None in [p.poll() for p in procs]:
+            if any(p.poll() not in (None, 0) for p in procs):
+                break  # a rank that failed leaves the other waiting in a collective: stop it at once
+            time.sleep(0.1)
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        assert [p.returncode for p in procs] == [0] * ranks, "\n".join(log.read_text()[-3000:] for log in logs)
+        saved = dict(os.environ)
+        try:
+            for cfg, stem in zip(trials, stems, strict=True):
+                out = json.loads(Path(f"{stem}.rank0.json").read_text())
+                record_job(cfg, SCENARIOS["model"], run_trial=lambda *_, out=out: out)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+    return finish
 
 
 def measure_here(cfg: BenchConfig, scenario, run_id: str, results_dir: Path, task) -> dict:

@@ -55,6 +55,7 @@ def rel(a, b) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bf16", "bf16_pure"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_every_mode_steps_in_bf16_with_the_parameters_in_their_dtype(framework, dtype):
@@ -73,6 +74,7 @@ def test_every_mode_steps_in_bf16_with_the_parameters_in_their_dtype(framework, 
         assert {str(p.dtype).removeprefix("torch.") for p in params} == {want}, mode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bf16", "bf16_pure"])
 def test_bf16_gradients_are_fp32s_within_bf16_precision_in_both_frameworks(dtype):
     exact = flat_gradient("torch", "fp32")
@@ -84,6 +86,7 @@ def test_bf16_gradients_are_fp32s_within_bf16_precision_in_both_frameworks(dtype
     assert rel(ours["jax"], ours["torch"]) < 2 * BF16_ERROR
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bf16", "bf16_pure"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_jacfwd_equals_backprop_in_bf16(framework, dtype):
@@ -124,6 +127,7 @@ def test_torch_autocast_leaves_no_trace_on_the_fp32_parameters():
     assert all(p.dtype == torch.float32 for p in t.model.parameters())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_mezo_in_bf16_keeps_its_fp32_parameters_and_bf16_pure_would_not(framework):
     """Why mode=mezo refuses dtype=bf16_pure: at lr=0 a MeZO step must leave the parameters as they were. With

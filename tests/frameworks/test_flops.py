@@ -55,6 +55,7 @@ def case_id(case) -> str:
     return mode + "".join(f"-{k}={v}" for k, v in kw.items())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_counted_flops_are_the_models(framework, case):

@@ -37,7 +37,7 @@ from bench.spec import (
 from bench.torch_impl import model as torch_model
 from bench.weights import adapter_weights, build_weights
 from tests.frameworks.test_steps import BATCH, as_hf, params_hf
-from tests.support import FAST, bench, rows, run_here
+from tests.support import FAST, rows, run_here, start_ranks
 
 SPEC, _ = model_preset("tiny", dropout=0.0)
 BASE = build_weights(SPEC, 0)
@@ -134,6 +134,7 @@ def test_same_loss_and_adapter_gradients_in_torch_and_jax(lora):
         np.testing.assert_allclose(gt[k], gj[k], atol=1e-6, rtol=1e-4, err_msg=k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_jacfwd_and_remat_give_backprop_gradient_on_the_adapters(framework):
     small = LoraSpec(rank=1, alpha=2.0, targets=("query", "output.dense"))  # an attention and an FFN adapter
@@ -149,6 +150,7 @@ def test_jacfwd_and_remat_give_backprop_gradient_on_the_adapters(framework):
             np.testing.assert_allclose(other[k], exact[k], atol=1e-6, rtol=1e-4, err_msg=k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 @pytest.mark.parametrize("mode", ["backprop", "jvp", "mezo"])
 def test_steps_train_the_adapters_and_classifier_only(framework, mode):
@@ -165,6 +167,7 @@ def test_steps_train_the_adapters_and_classifier_only(framework, mode):
     assert len(trained_before) == len(trainable)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_bf16_lora_step_runs_close_to_fp32(framework):
     losses = {}
@@ -194,13 +197,18 @@ def test_memory_and_flop_models_count_the_adapters():
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_two_devices_train_the_adapters_as_one_device_with_the_global_batch(tmp_path, framework):
     """trainable=lora under fsdp (torch.distributed's FSDP2 over gloo; a JAX mesh of two CPU devices, parameters
-    sharded) takes one device's steps on the global batch: the same losses, step by step."""
+    sharded) takes one device's steps on the global batch: the same losses, step by step. The two-device trials run
+    in processes of their own (start_ranks: JAX fixes its device count when it starts, torch's ranks are processes);
+    `python -m bench ... parallel=fsdp devices=2` itself is tests/frameworks/test_parallel_*.py's."""
     common = [*FAST, f"framework={framework}", "device=cpu", "model.dropout=0", "optimizer=adamw", "optimizer.lr=1e-3",
               "trainable=lora", "lora.rank=2", "lora.targets=all_linear", "logger=none"]  # fmt: skip
     common += ["jvp_impl=lazy"] if framework == "torch" else []  # FSDP2's jvp: the tangent module by module
-    bench("-m", "mode=backprop,jvp,mezo", *common, "parallel=fsdp", "devices=2", results=tmp_path / "two")
-    # the one-device reference in this process: what is compared is its losses, not its process
-    run_here("-m", "mode=backprop,jvp,mezo", *common, "batch_size=8", results=tmp_path / "one")
+    ranks = 2 if framework == "torch" else 1
+    finish = start_ranks(tmp_path / "two", ranks, "mode=backprop,jvp,mezo", *common, "parallel=fsdp", "devices=2")
+    try:  # meanwhile the one-device reference in this process: what is compared is its losses, not its process
+        run_here("-m", "mode=backprop,jvp,mezo", *common, "batch_size=8", results=tmp_path / "one")
+    finally:
+        finish()
     curve = lambda folder, r: json.loads((folder / "history" / f"{r['run_id']}.json").read_text())["loss"]
     one = {r["mode"]: curve(tmp_path / "one", r) for r in rows(tmp_path / "one")}
     two = rows(tmp_path / "two")

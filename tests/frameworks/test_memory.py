@@ -66,6 +66,7 @@ def backprop(framework, layers=2, batch_size=4) -> dict:
     return held(framework, layers=layers, batch_size=batch_size)[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_parameters_gradients_and_optimizer_state_are_exact(framework):
     b, trainer, _ = held(framework, optimizer=OptimizerSpec(name="adamw", lr=1e-3))
@@ -75,6 +76,7 @@ def test_parameters_gradients_and_optimizer_state_are_exact(framework):
     assert 8 * n <= trainer.state_bytes()["optimizer"] <= 8 * n + 8 * 200
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_saved_activations_grow_linearly_with_batch_and_depth(framework):
     by = {(B, L): backprop(framework, L, B)["saved"] for B, L in [(4, 1), (4, 2), (4, 3), (2, 3)]}
@@ -86,6 +88,7 @@ def test_saved_activations_grow_linearly_with_batch_and_depth(framework):
     assert remat < by[4, 2] - by[4, 1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 @pytest.mark.parametrize("mode", ["inference", "jvp", "mezo"])
 def test_modes_without_a_backward_pass_save_nothing(framework, mode):
@@ -104,6 +107,7 @@ def test_naive_jvp_saves_more_than_backprop_and_func_nothing():
     assert naive["directions"] == func["directions"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_frozen_scopes_save_less_than_all(framework):
     every = backprop(framework, layers=3)["saved"]

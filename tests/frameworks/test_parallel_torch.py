@@ -25,7 +25,7 @@ from bench.harness.launch import child_env
 from bench.harness.preflight import compose_trials, preflight
 from bench.harness.runner import record_job, trial_env
 from bench.scenarios import SCENARIOS
-from tests.support import FAST, REPO, bench, bench_here, composed, rows
+from tests.support import FAST, RANK, REPO, bench, bench_here, composed, rows
 
 # Dropout off: each rank draws its masks over its own rows, so with dropout on only the distribution (not the
 # values) matches one device's. AdamW: the optimizer state is what fsdp shards beside the parameters; its lr given,
@@ -46,35 +46,6 @@ SWEEPS = {
     "jvp_lazy": ["mode=jvp", "jvp_impl=lazy", "num_tangents=2", "parallel=ddp,fsdp", *TWO],
     "fsdp_shard_grad_op": ["mode=backprop", "parallel=fsdp", "fsdp_reshard_after_forward=false", *TWO],
 }
-
-# One rank of a two-process group that takes the trials in turn, each as its own trial process would
-# (bench.harness.trial.outcome: start the group, measure, gather, close it); rank 0 picks each trial's rendezvous
-# port as it starts it, as the runner does. Two processes per trial would import torch 20 times instead of twice.
-RANK = """
-import json, os, sys, time
-from pathlib import Path
-from bench.config import from_dict
-from bench.harness.launch import adopt, free_port
-from bench.harness.trial import outcome, write_result
-from bench.scenarios import SCENARIOS
-
-adopt()  # dies with the test
-rank = os.environ["RANK"]
-for trial in sys.argv[1:]:  # TRIAL.json the payload; each file written whole (write_result: TRIAL.*.tmp, renamed)
-    port = Path(f"{trial}.port.json")
-    if rank == "0":
-        write_result(str(port), free_port())
-    deadline = time.monotonic() + 300
-    while not port.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.environ["MASTER_PORT"] = port.read_text()
-    cfg = from_dict(json.loads(Path(f"{trial}.json").read_text()))
-    out = outcome(SCENARIOS[cfg.scenario], cfg, lambda partial: None)
-    write_result(f"{trial}.rank{rank}.json", out)
-    if out["status"] != "ok":
-        sys.exit(1)
-"""
-
 
 def history(results: Path, row: dict) -> dict:
     return json.loads((results / "history" / f"{row['run_id']}.json").read_text())
@@ -101,7 +72,7 @@ def measure_in_two_ranks(root: Path) -> list:
     procs = []
     for r, log in enumerate(logs):
         with log.open("w") as out:
-            cmd = [sys.executable, "-c", RANK, *map(str, stems)]
+            cmd = [sys.executable, "-c", RANK, *map(str, stems)]  # tests/support.py: RANK
             rank = {"RANK": str(r), "LOCAL_RANK": str(r)}
             procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**env, **rank}))
     deadline = time.monotonic() + 600

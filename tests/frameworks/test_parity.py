@@ -185,6 +185,7 @@ def _numpy(framework, grads) -> dict[str, np.ndarray]:
     return to_hf(grads)
 
 
+@pytest.mark.slow
 def test_gradient_parity(tiny, tiny_jax_grads):
     batch = make_batch(tiny.spec)
     tiny.torch.zero_grad()
@@ -225,6 +226,7 @@ def test_gradient_parity(tiny, tiny_jax_grads):
 REMAT_RTOL, REMAT_ATOL = 1e-5, 1e-8
 
 
+@pytest.mark.slow
 def test_remat_same_logits_and_grads(tiny, tiny_jax_grads):
     batch = make_batch(tiny.spec)
     remat = jax_build_model(tiny.spec, tiny.weights, remat=True)
@@ -255,6 +257,7 @@ def _checkpoints(jaxpr) -> int:
     return n
 
 
+@pytest.mark.slow
 def test_dropout_only_when_not_deterministic():
     spec, _ = model_preset("tiny", dropout=0.1)
     weights = build_weights(spec, SEED)

@@ -37,12 +37,14 @@ def steps_of(framework: str, mode: str, seed: int, build: int) -> list[float]:
     return [float(trainer.step(trainer.to_device([b]))) for b in BATCHES]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_seed_fixes_every_step(framework, mode):
     assert losses(framework, mode, 0) == losses(framework, mode, 0, build=1)  # bit for bit, built twice
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["backprop", "mezo"])  # dropout alone; and with seeded directions
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_another_seed_takes_other_steps(framework, mode):

@@ -136,6 +136,7 @@ def assert_grads_close(a, b, rtol):
 # jacfwd: exact
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trainable", ["head", "bias"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_jacfwd_equals_backprop(framework, trainable):
@@ -149,6 +150,7 @@ def test_jacfwd_equals_backprop(framework, trainable):
 # jvp: directional derivative, forward gradient
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_jvp_directional_derivative_is_grad_dot_v_and_a_finite_difference(framework):
     _, g = exact(framework)
@@ -222,6 +224,7 @@ def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(mo
                                    atol=1e-7, err_msg=n)  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("directions", ["gaussian", "rademacher"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_forward_gradient_is_unbiased(framework, directions):
@@ -244,6 +247,7 @@ def test_forward_gradient_is_unbiased(framework, directions):
     assert abs(c1) / np.linalg.norm(np.concatenate([one[n].ravel() for n in g])) < 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_jvp_keeps_or_redraws_its_tangent_and_takes_the_same_steps(framework):
     """jvp_tangent=keep hands the pass's tangent to the update (drawn once per step); redraw draws it again from
@@ -268,6 +272,7 @@ def test_jvp_keeps_or_redraws_its_tangent_and_takes_the_same_steps(framework):
 # MeZO
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("directions", ["gaussian", "rademacher"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_mezo_projection_is_its_finite_difference_and_theta_is_restored(framework, directions):
@@ -294,6 +299,7 @@ def test_mezo_projection_is_its_finite_difference_and_theta_is_restored(framewor
         np.testing.assert_allclose(est[n], proj * z[n], rtol=1e-2, atol=2e-4 * np.abs(z[n]).max())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_mezo_step_restores_theta_inside_its_update(framework):
     """The timed MeZO step leaves its last +eps z to the update, which draws z anyway (one draw fewer); over two
@@ -338,6 +344,7 @@ def test_one_step_gives_the_same_loss_in_torch_and_jax(mode, optimizer):
     assert abs(after_t - before_t) > 1e-4  # the step did something
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["backprop", "jvp", "jacfwd", "mezo"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_frozen_parameters_are_bit_identical_after_steps(framework, mode):
@@ -357,6 +364,7 @@ def test_frozen_parameters_are_bit_identical_after_steps(framework, mode):
             assert np.array_equal(after[name], w), f"{name} is frozen but changed"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trainable", ["all", "bias", "head"])  # frozen parameters: nnx.remat once failed on them
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_remat_gives_the_same_gradient_as_plain_backprop(framework, trainable):

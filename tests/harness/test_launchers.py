@@ -5,10 +5,12 @@ the trial; a launcher that cannot start a trial's processes is refused before an
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
-from tests.support import FAST, bench, bench_here, rows, run_here
+from tests.support import FAST, REPO, bench_here, rows, run_here
 
 TINY = [*FAST, "model.dropout=0", "logger=none"]
 
@@ -17,15 +19,23 @@ TINY = [*FAST, "model.dropout=0", "logger=none"]
 def test_a_two_task_submitit_job_writes_one_row_per_trial(tmp_path):
     """submitit_local with tasks_per_node=2: each task starts its own rank; the losses are the single-device
     trial's of the global batch, as when the runner starts both ranks itself."""
-    out = bench("-m", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
-                "hydra.launcher.timeout_min=10", "framework=torch,jax", "parallel=ddp", "devices=2", "mode=backprop",
-                *TINY, results=tmp_path)  # fmt: skip
+    cmd = [sys.executable, "-m", "bench", "-m", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
+           "hydra.launcher.timeout_min=10", "framework=torch,jax", "parallel=ddp", "devices=2", "mode=backprop",
+           *TINY, f"results_dir={tmp_path}"]  # fmt: skip
+    with (tmp_path / "job.log").open("w+") as log:
+        job = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
+        try:  # meanwhile the single-device reference in this process: what is compared is its losses, not its process
+            run_here("-m", "framework=torch,jax", "mode=backprop", *TINY, "batch_size=8", results=tmp_path / "one")
+            job.wait(timeout=600)
+        finally:
+            job.kill()  # a no-op for one that ended
+        log.seek(0)
+        out = log.read()
+    assert job.returncode == 0, out
     rs = rows(tmp_path)
-    assert sorted(r["framework"] for r in rs) == ["jax", "torch"], out.stdout + out.stderr
+    assert sorted(r["framework"] for r in rs) == ["jax", "torch"], out
     assert all(r["status"] == "ok" for r in rs), [r["error"] for r in rs]
     assert {r["world_size"] for r in rs} == {"2"} and {r["global_batch_size"] for r in rs} == {"8"}
-    # the single-device reference in this process: what is compared is its losses, not its process
-    run_here("-m", "framework=torch,jax", "mode=backprop", *TINY, "batch_size=8", results=tmp_path / "one")
     single = {r["framework"]: r for r in rows(tmp_path / "one")}
     for r in rs:
         losses = json.loads((tmp_path / "history" / f"{r['run_id']}.json").read_text())["loss"]

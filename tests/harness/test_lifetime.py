@@ -84,6 +84,7 @@ def test_no_trial_outlives_its_launcher(surface, sig, tmp_path):
         proc.kill()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_a_huge_learning_rate_is_diverged_not_ok(framework, tmp_path):
     out = subprocess.run([sys.executable, "-m", "bench", *TINY, f"framework={framework}", "mode=mezo", "steps=20",
@@ -119,6 +120,7 @@ def test_perf_interrupted_is_one_line_and_130(tmp_path):
     assert not (tmp_path / "overhead.csv").exists() or not read_rows(tmp_path / "overhead.csv")
 
 
+@pytest.mark.slow
 def test_a_results_file_that_cannot_grow_gets_no_partial_row(tmp_path):
     # the row the file starts with, recorded as the runner records it (its trial measured in this process); the
     # file-size limit is the second command's process's own

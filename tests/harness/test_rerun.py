@@ -33,6 +33,7 @@ def recorded(tmp_path_factory):
     return results, row["run_id"]
 
 
+@pytest.mark.slow
 def test_a_rerun_repeats_the_losses_bit_for_bit(recorded):
     results, run_id = recorded
     out = bench("rerun", run_id, "--results", str(results))

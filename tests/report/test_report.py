@@ -17,6 +17,7 @@ from bench.store.read import load_rows
 from tests.support import MIB, POISON, assert_real_png, bert_params, first_table, planned_plots
 
 
+@pytest.mark.slow
 def test_every_plot_is_drawn_as_a_real_png_and_embedded_with_how_to_read(full):
     plots = {p.name: p for p in planned_plots([full["csv"]])}  # what the report planned from the rows
     assert set(plots) == {"excess_memory", "step_time", "memory_vs_depth", "memory_vs_seq_len", "memory_vs_batch",

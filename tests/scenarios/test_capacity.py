@@ -4,15 +4,21 @@ result ("does not fit"), not an error."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
 
 import pytest
 
+from bench.config import to_dict
+from bench.harness.launch import TRIAL_MODULE, child_env
+from bench.harness.runner import trial_env
+from bench.scenarios import SCENARIOS
 from bench.scenarios.capacity.search import Probe, search
 from bench.store.read import read_rows
-from tests.support import REPO, bench_here
+from tests.support import REPO, bench_here, composed
 
 
 def synthetic(base: float, per_item: float, fails_above: float | None = None, log: list | None = None):
@@ -81,15 +87,31 @@ def capacity(*args: str, tmp_path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
 
 
+def measured_peaks(tmp_path, *batches: int) -> dict[int, float]:
+    """Each batch's backprop trial in a fresh trial process of its own, as the runner spawns one, side by side; its
+    peak memory: the whole process's (the interpreter, torch, the weights), as a probe's."""
+    tmp_path.mkdir(parents=True)
+    procs = {}
+    for b in batches:
+        cfg = composed(*SMALL, "mode=backprop", f"batch_size={b}", f"results_dir={tmp_path}")
+        payload, result = tmp_path / f"{b}.json", tmp_path / f"{b}.out.json"
+        payload.write_text(json.dumps(to_dict(cfg)))
+        env = {**os.environ, **trial_env(cfg, SCENARIOS["model"]), **child_env()}
+        procs[b] = (result, subprocess.Popen([sys.executable, "-m", TRIAL_MODULE, str(payload), str(result)], cwd=REPO,
+                                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))  # fmt: skip
+    peaks = {}
+    for b, (result, proc) in procs.items():
+        log = proc.communicate(timeout=900)[0].decode(errors="replace")
+        assert proc.returncode == 0, log[-3000:]
+        peaks[b] = json.loads(result.read_text())["peak_mem_mb"]
+    return peaks
+
+
 @pytest.mark.slow
 def test_a_real_search_between_two_measured_batches(tmp_path):
     """The budget is placed between the peaks of two batch sizes measured first: the search lands between them,
     the largest value's probe ran ok and the next one's did not, and every probe is a row of runs.csv."""
-    measured = tmp_path / "measured"
-    subprocess.run([sys.executable, "-m", "bench", "-m", "framework=torch", "mode=backprop", "model=tiny",
-                    "seq_len=512", "batch_size=2,12", "steps=1", "warmup_steps=1", "data.num_train=256", "logger=none",
-                    f"results_dir={measured}"], cwd=REPO, check=True, capture_output=True, timeout=900)  # fmt: skip
-    peak = {int(r["batch_size"]): float(r["peak_mem_mb"]) for r in read_rows(measured / "runs.csv")}
+    peak = measured_peaks(tmp_path / "measured", 2, 12)
     budget = (peak[2] + peak[12]) / 2
     out = capacity(f"budget_mb={budget:.0f}", "mode=backprop", tmp_path=tmp_path)
     assert out.returncode == 0, out.stderr

@@ -79,6 +79,7 @@ def test_a_target_not_reached_by_the_cap_is_a_row_not_a_failure(tmp_path):
     assert [i for i, a in enumerate(history["eval_accuracy"]) if a is not None] == [1, 3, 5]
 
 
+@pytest.mark.slow
 def test_a_trial_that_dies_mid_curve_keeps_it_and_is_not_reached(tmp_path):
     out = bench(*TINY, "target.metric=eval_accuracy", "target.value=1.0", "target.max_steps=9",
                 f"results_dir={tmp_path}", env={"BENCH_INJECT_FAULT": "after_eval:segv"})  # fmt: skip
@@ -125,6 +126,7 @@ def tuned(tmp_path_factory):
     return results, read_rows(results / "runs.csv"), out.stdout
 
 
+@pytest.mark.slow
 def test_a_tuning_sweep_searches_then_repeats_each_winner(tuned):
     _, rows, stdout = tuned
     search = [r for r in rows if r["tuning"] == "search"]
@@ -136,6 +138,7 @@ def test_a_tuning_sweep_searches_then_repeats_each_winner(tuned):
         assert r["seed"] == "1" and r["lr"] == best["lr"] and r["mode"] == best["mode"]
 
 
+@pytest.mark.slow
 def test_the_report_lists_the_tuning_sweep(tuned, tmp_path):
     results, rows, _ = tuned
     report = build(REPORT_SECTIONS, results_of([results]), tmp_path)

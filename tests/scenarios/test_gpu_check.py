@@ -100,6 +100,7 @@ def lease(tmp_path_factory) -> Lease:
     return Lease(proc, tmp, time.monotonic() - start, at, before, tmp / "killed")
 
 
+@pytest.mark.slow
 def test_the_dry_lease_runs_every_step_or_says_why_not(lease):
     out = lease.tmp / "out"
     assert lease.proc.returncode == 0, (lease.tmp / "stdout").read_text()[-4000:] + (lease.tmp / "stderr").read_text()
@@ -124,6 +125,7 @@ def test_the_dry_lease_runs_every_step_or_says_why_not(lease):
     print(f"dry lease: {lease.seconds:.0f} s, its first row at {lease.first_row_s:.0f} s")
 
 
+@pytest.mark.slow
 def test_the_dry_lease_streams_the_console_the_archive_and_the_summary(lease, tmp_path):
     out, sent = lease.tmp / "out", lease.tmp / "OUT"
     assert {p.name for p in sent.iterdir()} == OUT_FILES  # three files, at the top: the device tool brings them
@@ -146,6 +148,7 @@ def test_the_dry_lease_streams_the_console_the_archive_and_the_summary(lease, tm
     assert archived_run_ids(sent / stream.ARCHIVE_NAME, tmp_path) == run_ids(out)
 
 
+@pytest.mark.slow
 def test_every_row_names_the_commit_recorded_beside_the_wheels(lease):
     """The tree had no git: the rows, the device facts and the dated copy name what `make gpu-wheels` recorded."""
     rows = [r for f in (lease.tmp / "out").glob("*/runs.csv") for r in read_rows(f)]
@@ -155,6 +158,7 @@ def test_every_row_names_the_commit_recorded_beside_the_wheels(lease):
     assert [p.name for p in (lease.tmp / "out" / "benchmarks").glob("*.md")][0].endswith(f"_{RECORDED}.md")
 
 
+@pytest.mark.slow
 def test_a_kill_at_a_chosen_second_leaves_every_row_written_so_far(lease, tmp_path):
     """$OUT as a kill POLL_S + 2 s after the first row would leave it: a whole archive with every row on disk at
     that row's landing, from which `--summarize` makes the summary and the report here."""
@@ -223,6 +227,7 @@ def test_a_lease_ends_by_its_deadline_when_every_command_is_stopped(tmp_path, mo
     assert "--summarize" in records["report"]["reason"]
 
 
+@pytest.mark.slow
 def test_a_step_past_its_budget_is_stopped(tmp_path):
     """Its whole process group: the command and what it started (a trial runs in a process of its own)."""
     pid_file = tmp_path / "pid"

@@ -86,6 +86,7 @@ COMPARISONS = {("modes_fp32", "torch_compile"): (), ("modes_bf16",): (), ("study
                ("what_fits",): ("batch_size",), ("repro",): ()}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_modes_each_gpu_step_compares_share_one_report_context():
     """Every trial of every GPU command, composed as preflight composes it and made into its row: the rows of one
     comparison fall into one context (the learning rate included: case=jvp|mezo bring their own), so the report's

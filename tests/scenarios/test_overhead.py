@@ -21,6 +21,7 @@ def test_overhead_refuses_bad_input_in_one_line(tmp_path, args, expected, capsys
     assert not (tmp_path / "o.csv").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_plain_loops_train_the_same_model_and_time_each_step(framework):
     times = plain.main(framework, "tiny", 2, 16, steps=2, warmup=1, lr=1e-3, seed=0)
