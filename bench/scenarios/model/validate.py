@@ -39,6 +39,10 @@ from bench.spec import (
 )
 from bench.weights import WeightsError, check_checkpoint
 
+# A trace is for a few steps: its events grow with every step traced (a BERT-base step's run to tens of MB), and the
+# steps' batches are listed before the profiler starts.
+MAX_PROFILE_STEPS = 100
+
 
 def validate(cfg: BenchConfig) -> None:
     """Raise ConfigError (one line) for the first problem in a model trial's keys."""
@@ -251,8 +255,11 @@ def validate_outputs(cfg: BenchConfig) -> None:
             "measure_grad_cosine=true: mode=inference has no gradient; accepted with backprop | jvp | jacfwd | mezo"
         )
     steps = cfg.profile_steps
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ConfigError(f"profile_steps={steps}: accepted an integer >= 1 (steps traced after the timed ones)")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_PROFILE_STEPS:
+        raise ConfigError(
+            f"profile_steps={steps}: accepted an integer in [1, {MAX_PROFILE_STEPS}] (steps traced after the timed "
+            "ones)"
+        )
     if cfg.profile:
         check_traces_folder(Path(cfg.results_dir) / TRACES)
 
