@@ -19,10 +19,10 @@ from omegaconf import OmegaConf
 from bench.config import CONF_DIR, GROUPS, available, register_configs, resolve, validate_process
 from bench.errors import ConfigError
 from bench.harness.launch import check_launch
-from bench.harness.scenario import Registry, scenario_of, validate
+from bench.harness.scenario import RUNNER_FOLDERS, Registry, scenario_of, validate
 from bench.harness.tuning import expand
 from bench.measure.system import cuda_device_count
-from bench.store.csv import check_results_file
+from bench.store.csv import check_folders, check_results_file
 
 MAX_PREFLIGHT = 2000  # sweeps larger than this are validated per job instead
 
@@ -151,6 +151,7 @@ def preflight(overrides: list[str], multirun: bool, scenarios: Registry) -> int:
     """Compose and validate every trial; raise ConfigError (one line) at the first bad one. Returns the count."""
     trials, total = compose_trials(overrides, multirun)
     files: dict = {}  # each results file the trials write, once: (path, its schema)
+    folders: dict = {}  # each results_dir, and the folders its scenarios' trials write there
     hydra_overrides = [o for o in overrides if o.lstrip("+~").startswith("hydra")]
     # Hydra starts a single run itself; only a multirun goes through the launcher
     launcher = launcher_of(trials[0][0] + hydra_overrides) if trials and multirun else {}
@@ -162,6 +163,7 @@ def preflight(overrides: list[str], multirun: bool, scenarios: Registry) -> int:
             check_launch(cfg, launcher, cuda_device_count())  # the devices asked for, before what they would run
             validate(scenario, cfg)
             files[Path(cfg.results_dir) / scenario.results_file] = scenario.columns
+            folders.setdefault(Path(cfg.results_dir), set()).update(scenario.folders)
         except ConfigError as e:
             varying = [o for o in combo if o not in overrides]
             raise ConfigError(f"{e} (trial {' '.join(varying)})" if varying else str(e)) from e
@@ -169,6 +171,8 @@ def preflight(overrides: list[str], multirun: bool, scenarios: Registry) -> int:
         note = check_results_file(path, columns)  # ResultsFileError is a ConfigError: one line
         if note:
             print(f"bench: {note}", file=sys.stderr)
+    for results_dir, names in folders.items():
+        check_folders(results_dir, (*RUNNER_FOLDERS, *sorted(names)))
     return total
 
 

@@ -18,8 +18,8 @@ from bench.errors import ConfigError
 from bench.harness.command import OneLineParser, run
 from bench.harness.launch import stop_descendants
 from bench.harness.runner import config_path, run_job
-from bench.harness.scenario import Registry, validate
-from bench.store.csv import check_results_file
+from bench.harness.scenario import RUNNER_FOLDERS, Registry, validate
+from bench.store.csv import check_folders, check_results_file
 from bench.store.read import read_rows
 
 
@@ -77,6 +77,7 @@ def main(argv: list[str] | None, scenarios: Registry) -> int:
         cfg.results_dir, cfg.resume = str(results), False
         validate(scenario, cfg)
         check_results_file(results / scenario.results_file, scenario.columns)
+        check_folders(results, (*RUNNER_FOLDERS, *scenario.folders))
         outcome = run_job(cfg, {scenario.name: scenario})
         if outcome["status"] != "ok":
             print(f"bench rerun: {args.run_id}: the rerun {outcome['run_id']} ended {outcome['status']}")

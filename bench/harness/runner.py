@@ -45,7 +45,7 @@ from bench.harness.launch import (
     temp_prefix,
     this_task,
 )
-from bench.harness.scenario import RUN_ID_ENV, Registry, Scenario, config_hash, scenario_of, validate
+from bench.harness.scenario import CONFIGS, LOGS, RUN_ID_ENV, Registry, Scenario, config_hash, scenario_of, validate
 from bench.harness.signals import Abort, interrupts_raise
 from bench.harness.sweep import sweep_info, worst
 from bench.measure.system import REPO
@@ -137,7 +137,7 @@ def record_job(cfg: BenchConfig, scenario: Scenario, run_trial=None) -> dict:
 
 def config_path(results_dir: Path, run_id: str) -> Path:
     """Where a trial's resolved config is kept: what `python -m bench rerun RUN_ID` runs again."""
-    return Path(results_dir) / "configs" / f"{run_id}.json"
+    return Path(results_dir) / CONFIGS / f"{run_id}.json"
 
 
 def save_config(results_dir: Path, run_id: str, cfg: BenchConfig) -> None:
@@ -176,7 +176,7 @@ def spawn_trial(cfg: BenchConfig, scenario: Scenario, run_id: str, results_dir: 
     Returns the main process's result, or a status of the parent's making: crashed (a process died; the others
     are killed, since they would wait for it in a collective forever), timeout, oom (the host-memory watchdog,
     per process)."""
-    logs = results_dir / "logs"
+    logs = results_dir / LOGS
     logs.mkdir(parents=True, exist_ok=True)
     log_path = lambda r: logs / (f"{run_id}.log" if r == 0 else f"{run_id}.rank{r}.log")
     with tempfile.TemporaryDirectory(prefix=temp_prefix()) as tmp:

@@ -22,10 +22,17 @@ from bench.errors import ConfigError
 RUN_ID_ENV = "BENCH_RUN_ID"
 
 
+# What the runner writes under results_dir for every trial, whatever its scenario: the resolved config (what
+# `python -m bench rerun` runs again) and the trial's log.
+CONFIGS, LOGS = "configs", "logs"
+RUNNER_FOLDERS = (CONFIGS, LOGS)
+
+
 class Scenario(ABC):
     name: str  # the `scenario=` value
     results_file: str  # under results_dir: one CSV per scenario
     columns: tuple[str, ...]  # that CSV's schema (the scenario's columns.py)
+    folders: tuple[str, ...] = ()  # what its trials write under results_dir beside the CSV (RUNNER_FOLDERS' too)
 
     # -- parent side -------------------------------------------------------------------------------------------
     @abstractmethod

@@ -252,6 +252,25 @@ def earlier_schema(header: Sequence[str], columns: Sequence[str]) -> bool:
     return all(c in ours for c in header)  # `in` advances the iterator: a subsequence test
 
 
+def unwritable(folder: Path) -> Path | None:
+    """What stops `folder` being written or created (itself, or its nearest parent that exists), or None."""
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    return None if os.access(existing, os.W_OK | os.X_OK) else existing
+
+
+def check_folders(results_dir: Path, names: Sequence[str]) -> None:
+    """Before any trial runs: can the folders a trial writes under `results_dir` (its history, saved config, log)
+    be written? Raises ResultsFileError (one line) for the first that is a file or cannot be written; a folder not
+    there yet is created by the trial where its parent can be written."""
+    for name in names:
+        folder = results_dir / name
+        if folder.exists() and not folder.is_dir():
+            raise ResultsFileError(f"results_dir={results_dir}: its {name}/ is a file; accepted: a folder (or none)")
+        if (existing := unwritable(folder)) is not None:
+            raise ResultsFileError(f"results_dir={results_dir}: its {name}/ folder cannot be written ({existing}: "
+                                   "permission denied); accepted: a results folder you can write")  # fmt: skip
+
+
 def check_results_file(path: Path, columns: Sequence[str]) -> str | None:
     """Before any trial runs: can `path` (a results CSV) take rows of `columns`? Raises ResultsFileError (one line)
     when it cannot: its folder is a file or cannot be written, the file cannot be read or written, is not UTF-8,
@@ -260,8 +279,7 @@ def check_results_file(path: Path, columns: Sequence[str]) -> str | None:
     folder = path.parent
     if folder.exists() and not folder.is_dir():
         raise ResultsFileError(f"results_dir={folder}: is a file; accepted: a folder (created if missing)")
-    existing = next(p for p in (folder, *folder.parents) if p.exists())
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if (existing := unwritable(folder)) is not None:
         raise ResultsFileError(f"results_dir={folder}: cannot be written ({existing}: permission denied); "
                                "accepted: a folder you can write")  # fmt: skip
     check_free_space(folder)

@@ -119,6 +119,27 @@ def test_unwritable_results_are_refused_before_anything_runs(tmp_path):
         folder.chmod(0o755)
 
 
+@pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None, reason="root without setpriv")
+@pytest.mark.parametrize("folder", ["history", "configs", "logs"])
+def test_a_folder_the_trial_writes_that_cannot_be_written_is_refused_before_anything_runs(tmp_path, folder):
+    """A trial writes its history, its saved config and its log beside runs.csv: one that cannot be written is found
+    before the trial runs, not after it (a PermissionError traceback once the work was done)."""
+    results = tmp_path / "results"
+    (results / folder).mkdir(parents=True)
+    (results / folder).chmod(0o555)
+    try:
+        line = preflight_refuses(tmp_path, results=results, as_user=True)
+    finally:
+        (results / folder).chmod(0o755)
+    assert line == (f"bench: error: results_dir={results}: its {folder}/ folder cannot be written ({results / folder}: "
+                    "permission denied); accepted: a results folder you can write"), line  # fmt: skip
+    assert not (results / "runs.csv").exists()
+    (results / folder).rmdir()
+    (results / folder).write_text("")
+    line = preflight_refuses(tmp_path, results=results)
+    assert line == f"bench: error: results_dir={results}: its {folder}/ is a file; accepted: a folder (or none)"
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # input a trial would only find bad once running: refused up front
 

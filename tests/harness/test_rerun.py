@@ -6,6 +6,8 @@ in a process of its own: the same losses either way."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -87,4 +89,22 @@ def test_a_saved_config_naming_a_package_to_import_runs_nothing(recorded, tmp_pa
     assert "model.checkpoint='package:planted': not a known weight package" in out.stderr
     assert not ran.exists() and "planted" not in sys.modules
     assert len(read_rows(results / "runs.csv")) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None, reason="root without setpriv")
+def test_a_rerun_into_folders_it_cannot_write_is_one_line_and_runs_nothing(recorded):
+    results, run_id = recorded
+    before = (results / "runs.csv").read_bytes()
+    caps = "-dac_override,-dac_read_search"  # root writes anything: drop the capability that lets it (as CI runs)
+    setpriv = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}"] if os.geteuid() == 0 else []
+    for folder in ("history", "configs"):
+        (results / folder).chmod(0o555)
+        try:
+            out = subprocess.run([*setpriv, sys.executable, "-m", "bench", "rerun", run_id, "--results", str(results)],
+                                 cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+        finally:
+            (results / folder).chmod(0o755)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert f"its {folder}/ folder cannot be written" in out.stderr
+    assert (results / "runs.csv").read_bytes() == before
 

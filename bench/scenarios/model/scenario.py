@@ -39,6 +39,7 @@ class ModelScenario(Scenario):
     name = "model"
     results_file = "runs.csv"
     columns = COLUMNS
+    folders = ("history",)  # each trial's losses and per-step series
 
     # -- parent side -------------------------------------------------------------------------------------------
     def validate(self, cfg: BenchConfig) -> None:
