@@ -244,8 +244,11 @@ def test_a_forward_gradient_and_mezo_hold_no_more_with_more_layers():
     grow with depth: a stack's direction exists one layer at a time in every program. (Handed to jax.jvp whole, a
     stacked tangent would add a layer's tangent, 0.8 MB here, per layer: the scan's inputs exist before it runs.)"""
     temps = {}
-    for layers in (2, 6):  # at 2 and 3 layers XLA assigns the update's buffers differently (3's is smaller)
+    for layers in (2, 6):  # a whole tangent would add 4 x 0.8 MB at 6 layers
         for mode in ("jvp", "mezo"):
             t, _ = _compiled(mode, layers, hidden_size=128, intermediate_size=512)
             temps[layers, mode] = [c.memory_analysis().temp_size_in_bytes for c, _ in t.programs()]
-    assert temps[6, "jvp"] == temps[2, "jvp"] and temps[6, "mezo"] == temps[2, "mezo"], temps
+    # no more, program by program: XLA's buffer assignment is not a function of the depth alone (within one test
+    # session the 2-layer update's has come out 1 MB above the 6-layer one's, alone equal to it)
+    for mode in ("jvp", "mezo"):
+        assert all(deep <= shallow for deep, shallow in zip(temps[6, mode], temps[2, mode], strict=True)), temps
