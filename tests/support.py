@@ -140,20 +140,22 @@ for trial in sys.argv[1:]:  # TRIAL.json the payload; each file written whole (w
 """
 
 
-def start_ranks(results: Path, ranks: int, *args: str):
-    """The sweep `python -m bench -m ARGS results_dir=RESULTS` measured in `ranks` processes (RANK), started now;
-    returns the call that waits for them and records each trial as the runner records one it spawned (rows,
-    history, saved config)."""
-    overrides = [*args, f"results_dir={results}"]
-    preflight(overrides, True, SCENARIOS)
-    trials = [resolve(c) for _, c in compose_trials(overrides, True)[0]]
-    stems = [results / f"trial{i}" for i in range(len(trials))]
-    results.mkdir(parents=True, exist_ok=True)
+def start_ranks(ranks: int, sweeps: dict[Path, list[str]]):
+    """Each sweep `python -m bench -m ARGS results_dir=RESULTS` of `sweeps` ({RESULTS: ARGS}) measured in one set of
+    `ranks` processes (RANK), started now; returns the call that waits for them and records each trial as the runner
+    records one it spawned (rows, history, saved config)."""
+    trials = []
+    for results, args in sweeps.items():
+        overrides = [*args, f"results_dir={results}"]
+        preflight(overrides, True, SCENARIOS)
+        trials += [resolve(c) for _, c in compose_trials(overrides, True)[0]]
+        results.mkdir(parents=True, exist_ok=True)
+    stems = [Path(cfg.results_dir) / f"trial{i}" for i, cfg in enumerate(trials)]
     for stem, cfg in zip(stems, trials, strict=True):
         Path(f"{stem}.json").write_text(json.dumps(to_dict(cfg)))
     env = {**os.environ, **trial_env(trials[0], SCENARIOS["model"]), **child_env(), "MASTER_ADDR": "127.0.0.1",
            "WORLD_SIZE": str(ranks), "LOCAL_WORLD_SIZE": str(ranks)}  # fmt: skip
-    logs = [results / f"rank{r}.log" for r in range(ranks)]
+    logs = [next(iter(sweeps)) / f"rank{r}.log" for r in range(ranks)]
     procs = []
     for r, log in enumerate(logs):
         with log.open("w") as out:

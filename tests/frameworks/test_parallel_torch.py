@@ -9,23 +9,14 @@ anything starts."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 import pytest
 
-from bench.config import resolve, to_dict
-from bench.harness.launch import child_env
-from bench.harness.preflight import compose_trials, preflight
-from bench.harness.runner import record_job, trial_env
-from bench.scenarios import SCENARIOS
-from tests.support import FAST, RANK, REPO, bench, bench_here, composed, rows
+from tests.support import FAST, bench, bench_here, composed, rows, start_ranks
 
 # Dropout off: each rank draws its masks over its own rows, so with dropout on only the distribution (not the
 # values) matches one device's. AdamW: the optimizer state is what fsdp shards beside the parameters; its lr given,
@@ -56,53 +47,18 @@ def label(row: dict) -> str:
     return f"{row['mode']} K={row['num_tangents']}" if row["mode"] == "jvp" else row["mode"]
 
 
-def measure_in_two_ranks(root: Path) -> list:
-    """Every trial of SWEEPS measured in one pair of rank processes; returns (config, rank 0's outcome) each."""
-    trials = []
-    for name, args in SWEEPS.items():
-        overrides = [*TINY, *args, f"results_dir={root / name}"]
-        preflight(overrides, True, SCENARIOS)
-        trials += [resolve(c) for _, c in compose_trials(overrides, True)[0]]
-    stems = [root / f"trial{i}" for i in range(len(trials))]
-    for stem, cfg in zip(stems, trials, strict=True):
-        Path(f"{stem}.json").write_text(json.dumps(to_dict(cfg)))
-    env = {**os.environ, **trial_env(trials[0], SCENARIOS["model"]), **child_env(), "MASTER_ADDR": "127.0.0.1",
-           "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}  # fmt: skip
-    logs = [root / f"rank{r}.log" for r in range(2)]
-    procs = []
-    for r, log in enumerate(logs):
-        with log.open("w") as out:
-            cmd = [sys.executable, "-c", RANK, *map(str, stems)]  # tests/support.py: RANK
-            rank = {"RANK": str(r), "LOCAL_RANK": str(r)}
-            procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**env, **rank}))
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and None in [p.poll() for p in procs]:
-        if any(p.poll() not in (None, 0) for p in procs):
-            break  # a rank that failed leaves the other waiting in a collective: stop it at once
-        time.sleep(0.1)
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(log.read_text()[-3000:] for log in logs)
-    return [(cfg, json.loads(Path(f"{stem}.rank0.json").read_text())) for cfg, stem in zip(trials, stems, strict=True)]
-
-
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory) -> dict[str, list[dict]]:
     root = tmp_path_factory.mktemp("parallel_torch")
+    # every trial of SWEEPS in one pair of gloo ranks (tests/support.py: start_ranks), beside the end-to-end sweep:
+    # two processes per trial would import torch 20 times instead of twice
+    finish = start_ranks(2, {root / name: [*TINY, *args] for name, args in SWEEPS.items()})
     with ThreadPoolExecutor(1) as pool:  # side by side: each is mostly processes importing torch
         end_to_end = pool.submit(bench, "-m", *TINY, *END_TO_END, results=root / "end_to_end")
-        measured = measure_in_two_ranks(root)
-        end_to_end.result()
-    saved = dict(os.environ)
-    try:  # recorded as the runner records a trial it spawned: rows, history, saved config
-        for cfg, out in measured:
-            assert out["status"] == "ok", (cfg.parallel, cfg.mode, out.get("error"))
-            record_job(cfg, SCENARIOS["model"], run_trial=lambda *_, out=out: out)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+        try:
+            end_to_end.result()
+        finally:
+            finish()  # recorded as the runner records a trial it spawned: rows, history, saved config
     found = {}
     for name in [*SWEEPS, "end_to_end"]:
         found[name] = rows(root / name)
