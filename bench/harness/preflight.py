@@ -20,7 +20,7 @@ from bench.config import CONF_DIR, GROUPS, available, register_configs, resolve,
 from bench.errors import ConfigError
 from bench.harness.launch import check_launch
 from bench.harness.scenario import RUNNER_FOLDERS, Registry, scenario_of, validate
-from bench.harness.tuning import expand
+from bench.harness.tuning import check_tuning, expand
 from bench.measure.system import cuda_device_count
 from bench.store.csv import check_folders, check_results_file
 
@@ -95,6 +95,7 @@ def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
                             return_hydra_config=True)
         if base.hydra.sweeper.get("space") is not None:  # the tuning sweeper: a grid of points per case
             sweeper = OmegaConf.to_container(base.hydra.sweeper, resolve=True)
+            check_tuning(sweeper.get("objective", "wall_to_target_s"), sweeper.get("repeats", []))
             arguments = fixed + [f"{k}={','.join(v.split('=', 1)[1] for v in vs)}" for k, vs in sweeps.items()]
             return [trial for _, trial in expand(sweeper.get("params"), sweeper["space"], arguments)]
         for k, v in (base.hydra.sweeper.get("params") or {}).items():

@@ -37,6 +37,21 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
 
 from bench.errors import ConfigError
+from bench.spec import MAX_SEED
+
+# What picks a winner: a cost to the target, lower is better (each a column of scenario=model's rows)
+OBJECTIVES = ("wall_to_target_s", "seconds_to_target", "steps_to_target", "samples_to_target", "mib_s_to_target")
+
+
+def check_tuning(objective, repeats) -> None:
+    """Before any trial: the objective is a cost the rows carry, the repeats are seeds (ConfigError, one line)."""
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"hydra.sweeper.objective={objective}: accepted {' | '.join(OBJECTIVES)} (a cost to the "
+                          "target: the lowest wins)")  # fmt: skip
+    seeds = list(repeats) if isinstance(repeats, (list, tuple)) else None
+    if seeds is None or any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < MAX_SEED for s in seeds):
+        raise ConfigError(f"hydra.sweeper.repeats={repeats}: accepted a list of seeds, integers in [0, 2^63), that "
+                          "each winner runs again with")  # fmt: skip
 
 
 def expand(params: Mapping[str, str] | None, space: Mapping, arguments: Sequence[str]) -> list[tuple[str, list[str]]]:

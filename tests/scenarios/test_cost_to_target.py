@@ -197,3 +197,19 @@ def test_an_empty_search_space_is_refused_before_anything_runs(tmp_path):
                      "hydra.sweeper.space={backprop:[]}", results=tmp_path)  # fmt: skip
     assert out.returncode == 2 and "a search space is empty" in out.stderr
     assert not (tmp_path / "runs.csv").exists()
+
+
+@pytest.mark.parametrize("setting,message", [
+    ("hydra.sweeper.objective=no_such_column", "hydra.sweeper.objective=no_such_column: accepted wall_to_target_s | "),
+    ("hydra.sweeper.repeats=[-1]", "hydra.sweeper.repeats=[-1]: accepted a list of seeds, integers in [0, 2^63)"),
+    (f"hydra.sweeper.repeats=[{2**70}]", f"hydra.sweeper.repeats=[{2**70}]: accepted a list of seeds"),
+])  # fmt: skip
+def test_a_bad_objective_or_repeat_is_refused_before_the_search_runs(setting, message, tmp_path):
+    """Checked where the search would only find it after every trial: no winner for a column the rows lack, a
+    seed no framework takes."""
+    out = bench_here("-m", *TINY, "hydra/sweeper=bench_tuning", "hydra.sweeper.params={case:backprop}",
+                     "hydra.sweeper.space={backprop:[{optimizer.lr:0.1}]}", setting, results=tmp_path)  # fmt: skip
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert message in out.stderr
+    assert not (tmp_path / "runs.csv").exists()
+
