@@ -255,7 +255,7 @@ def earlier_schema(header: Sequence[str], columns: Sequence[str]) -> bool:
 def unwritable(folder: Path) -> Path | None:
     """What stops `folder` being written or created (itself, or its nearest parent that exists), or None."""
     existing = next(p for p in (folder, *folder.parents) if p.exists())
-    return None if os.access(existing, os.W_OK | os.X_OK) else existing
+    return None if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK) else existing
 
 
 def check_folders(results_dir: Path, names: Sequence[str]) -> None:

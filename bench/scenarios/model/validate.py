@@ -6,7 +6,6 @@ the launcher can start by bench.harness.launch.check_launch."""
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import fields
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from bench.spec import (
     TRAINABLE_SCOPES,
     count_params,
 )
+from bench.store.csv import unwritable
 from bench.weights import WeightsError, check_checkpoint
 
 # A trace is for a few steps: its events grow with every step traced (a BERT-base step's run to tens of MB), and the
@@ -268,8 +268,7 @@ def check_traces_folder(folder: Path) -> None:
     """profile=true: the traces' folder must be a folder this process can write (it is created if missing)."""
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"profile=true: the traces folder {folder} is a file; accepted: a folder (or none there)")
-    existing = next(p for p in (folder, *folder.parents) if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+    if (existing := unwritable(folder)) is not None:
         raise ConfigError(f"profile=true: the traces folder {folder} cannot be written ({existing}: permission "
                           "denied); accepted: a results_dir you can write")  # fmt: skip
 
