@@ -1,16 +1,17 @@
 """What holds a JAX trial's memory, from JAX's and XLA's own accounting. Mirror image of torch_impl/memory.py.
 
 Nothing is run: the step's programs are traced and compiled already (Trainer.compile), and the categories come
-from them and from the pytrees, per device (the fullest, where a world shards them):
+from them and from the pytrees, per device (the fullest, where a world shards them). Each estimator's module
+(bench/jax_impl/estimators/<name>.py, memory()) says which of them its step holds:
 
     saved       the residuals of the loss's vjp (jax.ad_checkpoint's saved_residuals: what the linearised
                 function keeps for the backward pass, before XLA's fusion; arguments and constants excluded:
                 the parameters and frozen state are resident before the step)
-    grads       the gradient pytree of backprop and jacfwd (the parameters' shapes, sharded as they are);
-                jvp's and MeZO's estimates are regenerated leaf by leaf inside the fused update: none
-    directions  jvp: the tangent jax.jvp is given, as much of it as the program's temporaries can hold (XLA draws
-                each leaf's tangent where the forward pass reaches it, so it is never whole); MeZO: the largest leaf
-                (one leaf's direction at a time, fused into the perturbation); jacfwd: the (chunk, n) basis block
+    grads       a gradient pytree where the step makes one (the parameters' shapes, sharded as they are);
+                estimates regenerated leaf by leaf inside the fused update hold none
+    directions  random or basis directions: as much of jvp's tangent as the program's temporaries can hold (XLA
+                draws each leaf's tangent where the forward pass reaches it, so it is never whole); MeZO's largest
+                leaf (one leaf's direction at a time, fused into the perturbation); jacfwd's (chunk, n) basis block
     temp        XLA's temporaries of the largest program of the step (compiled.memory_analysis(), per device),
                 less what of the categories above lives inside that program: the working memory itself
 
@@ -23,7 +24,16 @@ import jax
 import numpy as np
 from jax._src.ad_checkpoint import saved_residuals  # jax.ad_checkpoint.print_saved_residuals, as data
 
-from bench.jax_impl.steps import dropout_key, per_device_bytes
+from bench.jax_impl.loss import dropout_key
+
+
+def per_device_bytes(tree) -> int:
+    """Bytes of `tree`'s arrays on the device that holds the most of them, from their own shards."""
+    held: dict = {}
+    for x in jax.tree.leaves(tree):
+        for shard in x.addressable_shards:
+            held[shard.device] = held.get(shard.device, 0) + shard.data.nbytes
+    return max(held.values(), default=0)
 
 
 def saved_bytes(trainer, micro_batches) -> int:
@@ -35,32 +45,16 @@ def saved_bytes(trainer, micro_batches) -> int:
 
 
 def breakdown(trainer, micro_batches) -> dict:
-    """Bytes per category of the trial's step on `micro_batches` (device batches), with their method."""
-    s = trainer.spec
-    leaves = jax.tree.leaves(trainer.params)
-    n_bytes = sum(x.nbytes for x in leaves)
-    trainable = per_device_bytes(trainer.params)
-    saved = grads = directions = 0
-    if s.mode == "backprop":
-        saved, grads = saved_bytes(trainer, micro_batches), trainable
-    elif s.mode == "jacfwd":
-        grads, directions = trainable, trainer.jacfwd_chunk * n_bytes
-    elif s.mode == "jvp":
-        directions = n_bytes
-    elif s.mode == "mezo":
-        directions = max((x.nbytes for x in leaves), default=0)
+    """Bytes per category of the trial's step on `micro_batches` (device batches), with their method: the
+    estimator's own categories (its module's memory()), and the largest program's temporaries beyond them."""
     program = max((compiled.memory_analysis().temp_size_in_bytes for compiled, _ in trainer.programs()), default=0)
-    kept = trainer.keeps_tangent  # jvp_tangent=keep: the tangent is the pass's output, whole, beside its temporaries
-    if s.mode == "jvp" and not kept:  # XLA draws each leaf's tangent where the pass reaches it: within its temps
-        directions = min(directions, program)
-    inside = saved + grads + (directions if s.mode == "jacfwd" or (s.mode == "jvp" and not kept) else 0)
+    held = trainer.impl.memory(trainer, micro_batches, program)
     return {
-        "trainable": trainable,
-        "saved": saved,
-        "grads": grads,
-        "directions": directions,
-        "tracked_peak": min(inside, program) + (directions if kept else 0),
-        "temp": max(program - inside, 0),
+        "trainable": per_device_bytes(trainer.params),
+        "saved": held.saved,
+        "grads": held.grads,
+        "directions": held.directions,
+        "tracked_peak": min(held.inside, program) + held.beside,
+        "temp": max(program - held.inside, 0),
         "method": "jax_saved_residuals+xla_memory_analysis",
     }
-

@@ -19,10 +19,10 @@ import torch
 from flax import nnx
 
 from bench.config import model_preset
+from bench.jax_impl.loss import make_loss_fn
 from bench.jax_impl.model import build_model as jax_build_model
 from bench.jax_impl.params import export_weights as jax_export_weights
 from bench.jax_impl.params import to_hf
-from bench.jax_impl.steps import make_loss_fn
 from bench.spec import FRAMEWORKS, StepSpec, count_params, implementation, param_shapes
 from bench.torch_impl.model import build_model as torch_build_model
 from bench.weights import build_weights
@@ -158,7 +158,7 @@ def test_forward_parity_padded(pair):
 
 
 def _jax_grads(model, batch, *, jit=True, dropout_key=None):
-    """(loss, {hf_name: grad}) of the JAX trainer's loss (bench.jax_impl.steps.make_loss_fn: the mean
+    """(loss, {hf_name: grad}) of the JAX trainer's loss (bench.jax_impl.loss.make_loss_fn: the mean
     cross-entropy every mode differentiates), every parameter trainable; dropout active iff a dropout_key is
     given."""
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)

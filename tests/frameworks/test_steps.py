@@ -24,11 +24,13 @@ import torch
 
 from bench import data
 from bench.config import model_preset
-from bench.jax_impl import steps as jsteps
+from bench.jax_impl import directions as jdirections
+from bench.jax_impl.loss import dropout_key
 from bench.jax_impl.params import from_hf, to_hf
 from bench.spec import OptimizerSpec, StepSpec, implementation, is_trainable, keeps_tangent
 from bench.torch_impl import directions as tdirections
-from bench.torch_impl import steps as tsteps
+from bench.torch_impl.estimators.jvp import directional_derivative
+from bench.torch_impl.loss import loss_fn
 from bench.weights import build_weights
 
 FRAMEWORKS = ("torch", "jax")
@@ -74,7 +76,7 @@ def stepped(trainer, micro_batches) -> list[float]:
 def as_hf(framework, grads) -> dict[str, np.ndarray]:
     """A gradient or estimate of either framework as {hf_name: numpy, torch layout}."""
     if framework == "torch":
-        if isinstance(grads, (tsteps.SeededGradient, tsteps.TangentGradient)):
+        if isinstance(grads, (tdirections.SeededGradient, tdirections.TangentGradient)):
             grads = grads.materialize()
         return {n: g.detach().numpy().copy() for n, g in grads.items()}
     return to_hf(grads)
@@ -119,9 +121,9 @@ def loss_at(framework, trainer, params_np, micro=BATCH):
     if framework == "torch":
         p = {n: torch.from_numpy(params_np[n].copy()) for n in trainer.params}
         with torch.no_grad():
-            return float(sum(tsteps.loss_fn(trainer.model, b, p) for b in trainer.to_device(micro)) / len(micro))
+            return float(sum(loss_fn(trainer.model, b, p) for b in trainer.to_device(micro)) / len(micro))
     p = from_hf(trainer.params, params_np)
-    key = jsteps.dropout_key(0, 0)
+    key = dropout_key(0, 0)
     return float(sum(trainer.loss_of(p, b, key) for b in trainer.to_device(micro)) / len(micro))
 
 
@@ -186,7 +188,7 @@ def test_torch_jvp_impls_agree():
         tangent = tangent_for("torch", t, v)
         b = t.to_device(BATCH)[0]
         before = dict(t.model.named_parameters())
-        loss, d = tsteps.directional_derivative(t.model, t.params, b, tangent, impl)
+        loss, d = directional_derivative(t.model, t.params, b, tangent, impl)
         results[impl] = (float(loss), float(d))
         assert t.params["classifier.bias"].requires_grad == (impl == "naive")
         after = dict(t.model.named_parameters())
@@ -280,9 +282,9 @@ def test_mezo_projection_is_its_finite_difference_and_theta_is_restored(framewor
     t = make(framework, "mezo", mezo_eps=eps, directions=directions)
     theta = params_hf(framework, t)
     if framework == "torch":
-        z = {n: x.numpy() for n, x in tsteps.sample_tangent(t.params, 0, 0, 0, directions).items()}
+        z = {n: x.numpy() for n, x in tdirections.sample_tangent(t.params, 0, 0, 0, directions).items()}
     else:
-        z = to_hf(jsteps.sample_tangent(t.params, 0, jnp.int32(0), 0, directions))
+        z = to_hf(jdirections.sample_tangent(t.params, 0, jnp.int32(0), 0, directions))
     if directions == "rademacher":
         assert all(set(np.unique(v)) == {-1.0, 1.0} for v in z.values() if v.size > 8)  # +-1 entries, both
     loss, est = gradient(framework, t)  # the step's perturbation round trip, on the trainer's own parameters

@@ -1,0 +1,55 @@
+"""Each estimator's gradient in JAX: bench/jax_impl/estimators/<name>.py, beside its framework-neutral module
+bench/estimators/<name>.py and its torch mirror bench/torch_impl/estimators/<name>.py (the same functions, the
+same names, in the same order). The Trainer (bench/jax_impl/steps.py) delegates to the module `mode=<name>` selects:
+
+    gradient(trainer, params, micro_batches, step, tangents=None) -> (params, loss, gradient)
+        traced inside a jitted program: the parameters (MeZO's after its perturbation round trip), the loss before
+        the update and the gradient or its estimate, never updating. `tangents`: given directions (tests).
+    memory(trainer, micro_batches, temp) -> Held
+        the step's categories of memory from the pytrees and the compiled programs (bench/jax_impl/memory.py);
+        `temp`: the temporaries of the step's largest program
+
+By default the timed step is one program, `gradient` then the optax update, fused by XLA. A module whose step is
+better run as several programs (jvp, MeZO: see their docstrings) defines all four of:
+
+    prepare(trainer, shardings)      jit the step's programs onto the trainer (with the world's shardings)
+    lower(trainer, micro_batches) -> {attribute: jax.stages.Lowered}   for Trainer.compile, ahead of time
+    programs(trainer) -> [(compiled program, runs per step)]            what one timed step runs
+    step(trainer, micro_batches) -> loss                                 the timed step
+
+A module reads what the Trainer holds: spec (the StepSpec), step_count, params, frozen, opt_state, optimizer,
+loss_of and trunk (the loss and its halves), on(frozen) (the trainer computing on a program's frozen argument),
+gather, jit, micro_batches (per update), jacfwd_chunk.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+from bench import estimators
+
+SPLIT_STEP = ("prepare", "lower", "programs", "step")
+
+
+@dataclass(frozen=True)
+class Held:
+    """An estimator's bytes per category on the fullest device (bench/jax_impl/memory.py defines each); `inside`
+    is how much of them lives within the largest program's temporaries, `beside` how much is held outside it."""
+
+    saved: int = 0
+    grads: int = 0
+    directions: int = 0
+    inside: int = 0
+    beside: int = 0
+
+
+def implementation(name: str) -> ModuleType:
+    """The JAX module of estimator `name` (ValueError naming the accepted ones for another name)."""
+    estimators.get(name)
+    module = importlib.import_module(f"{__name__}.{name}")
+    defined = [f for f in SPLIT_STEP if hasattr(module, f)]
+    if defined and len(defined) != len(SPLIT_STEP):
+        raise TypeError(f"bench/jax_impl/estimators/{name}.py: a split step defines all of {', '.join(SPLIT_STEP)}")
+    return module

@@ -1,0 +1,28 @@
+"""Each estimator's gradient in torch: bench/torch_impl/estimators/<name>.py, beside its framework-neutral module
+bench/estimators/<name>.py and its JAX mirror bench/jax_impl/estimators/<name>.py (the same functions, the same
+names, in the same order). The Trainer (bench/torch_impl/steps.py) delegates to the module `mode=<name>` selects:
+
+    gradient(trainer, micro_batches, tangents=None, in_step=False) -> (loss, gradient)
+        the loss before the update and the gradient or its estimate over trainer.params, never updating: a dict
+        of tensors, or a lazy estimate (directions.SeededGradient, TangentGradient) the update draws tensor by
+        tensor. `tangents`: given directions instead of seeded ones (tests). `in_step`: the timed step's call,
+        which may leave work to the update (MeZO's last +eps, restored by the update's draw of z).
+    prepare(trainer)                        optional: set the model up once, before anything runs
+    step(trainer, micro_batches) -> loss    optional: the timed step, when it is not gradient then apply
+
+A module reads what the Trainer holds: spec (the StepSpec), step_count, module (what the forward pass runs),
+params (the trainable parameters by name), reduce (the mean over devices), autocast, jacfwd_chunk.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from bench import estimators
+
+
+def implementation(name: str) -> ModuleType:
+    """The torch module of estimator `name` (ValueError naming the accepted ones for another name)."""
+    estimators.get(name)
+    return importlib.import_module(f"{__name__}.{name}")

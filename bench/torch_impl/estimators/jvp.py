@@ -1,0 +1,172 @@
+"""jvp in torch: the forward gradient (Baydin et al. 2022), K seeded tangents v_k, d_k = grad . v_k by one
+forward-mode pass each, the estimate g = 1/K sum_k d_k v_k. Mirror of jax_impl/estimators/jvp.py.
+
+The estimate is never materialised whole: `SeededGradient` regenerates each tensor's directions when the optimizer
+reaches that tensor, so besides the optimizer state at most one parameter tensor of gradient exists at a time
+(MeZO's memory trick, applied to forward gradients). The exception is one kept tangent: it had to be whole for the
+forward-mode pass, so the update reuses it (`TangentGradient`) rather than paying to draw it again.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from contextlib import contextmanager
+
+import torch
+import torch.autograd.forward_ad as fwAD
+from torch.func import jvp
+
+from bench.spec import JVP_IMPLS, keeps_tangent
+from bench.torch_impl.directions import SeededGradient, SeededTangent, TangentGradient, sample_tangent
+from bench.torch_impl.loss import identity, loss_fn
+
+
+def gradient(trainer, micro_batches, tangents=None, in_step=False):
+    s = trainer.spec
+    return forward_gradient(
+        trainer.module,
+        trainer.params,
+        micro_batches,
+        num_tangents=s.num_tangents,
+        seed=s.seed,
+        step=trainer.step_count,
+        impl=s.jvp_impl,
+        tangents=tangents,
+        reduce=trainer.reduce,
+        kind=s.directions,
+        keep=keeps_tangent(s, "torch"),
+    )
+
+
+def directional_derivative(model, params, batch, tangent, impl: str = "func"):
+    """(loss, d) with d = grad(loss) . tangent, by one forward-mode pass.
+
+    func   torch.func.jvp over a functional call; params must not require grad (else autograd records the
+           whole dual computation for a backward that never comes: the UMass forward-AD study's pathology,
+           impl="naive").
+    dual   torch.autograd.forward_ad dual tensors (make_dual / unpack_dual): the study's "approach 2".
+    naive  func, with params that require grad: reproduces the pathology on purpose.
+    lazy   dual tensors made module by module as the forward pass reaches them (lazy_duals): a module's tangent
+           is drawn just before it runs and dropped after, so the tangent is never resident whole.
+    Only the loss leaves the function (not the logits): nothing else is kept alive.
+    """
+    if impl in ("func", "naive"):
+        loss, d = jvp(lambda p: loss_fn(model, batch, p), (params,), (tangent,))
+        return loss.detach(), d.detach()
+    if impl == "dual":
+        with fwAD.dual_level():
+            duals = {n: fwAD.make_dual(p, tangent[n]) for n, p in params.items()}
+            primal, d = fwAD.unpack_dual(loss_fn(model, batch, duals))
+        return primal, d
+    if impl == "lazy":
+        # no_grad: nothing here needs a backward pass, and FSDP2 then registers none on the units' outputs (an
+        # autograd.Function without a forward-mode rule, which a dual would reach)
+        with torch.no_grad(), fwAD.dual_level(), lazy_duals(model, params, tangent):
+            primal, d = fwAD.unpack_dual(loss_fn(model, batch))
+        return primal, d
+    raise ValueError(f"jvp_impl={impl!r}: accepted {', '.join(JVP_IMPLS)}")
+
+
+@contextmanager
+def lazy_duals(model, params: dict[str, torch.Tensor], tangent):
+    """Within a dual_level: each module owning parameters of `params` swaps them for dual tensors (parameter,
+    tangent[name]) in a forward pre-hook and back in a forward hook. Forward mode keeps no graph, so once the
+    module has run its tangents are garbage: the pass holds one module's tangent (BERT: at most the word
+    embeddings') instead of every layer's.
+
+    The dual is made from the parameter the module holds when it runs: under FSDP2 that is the whole parameter
+    its unit's forward pre-hook has just gathered (forward-mode AD through FSDP2's sharded DTensors fails in
+    torch, through the gathered plain tensor it works), so the forward gradient runs under fsdp too."""
+    owned = defaultdict(list)
+    for prefix, module in model.named_modules():
+        for attr, _ in module.named_parameters(recurse=False):
+            name = f"{prefix}.{attr}" if prefix else attr
+            if name in params:
+                owned[module].append((attr, name))
+    held: dict = {}  # (module, attr) -> the parameter the module held before its dual
+
+    def swap_in(module, args):
+        for attr, name in owned[module]:
+            held[module, attr] = current = module._parameters[attr]
+            module._parameters[attr] = fwAD.make_dual(current, tangent[name])
+
+    def swap_out(module, args, output=None):
+        for attr, _ in owned[module]:
+            module._parameters[attr] = held.pop((module, attr), module._parameters[attr])
+
+    handles = [h for m in owned for h in (m.register_forward_pre_hook(swap_in), m.register_forward_hook(swap_out))]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        for module in owned:  # an exception mid-pass must not leave a dual behind
+            swap_out(module, ())
+
+
+def forward_gradient(
+    model,
+    params,
+    micro_batches,
+    *,
+    num_tangents,
+    seed,
+    step,
+    impl="func",
+    tangents=None,
+    reduce=identity,
+    kind="gaussian",
+    keep=False,
+):
+    """Forward gradient: K tangents looped (memory does not grow with K); each tangent is dropped after its pass
+    and regenerated from its seed when the update needs it. `keep` (one tangent, spec.keeps_tangent): it is kept
+    for the update instead, drawn once: func's pass holds it whole anyway (the step's peak), and regenerating n
+    normals with torch's CPU generator costs ~15% of a MiniLM step. impl="lazy" never holds a tangent whole.
+    `reduce` averages [loss, d_1..d_K] over devices: the step's one exchange."""
+    if tangents is not None:
+        K = len(tangents)
+        losses, ds = zip(*(_dir_deriv(model, params, micro_batches, v, impl) for v in tangents))
+        loss, *ds = reduce(torch.stack([losses[0], *ds]))
+        return loss, TangentGradient(tangents, [float(d) / K for d in ds])
+    if keep:
+        v = sample_tangent(params, seed, step, 0, kind)
+        loss, d = reduce(torch.stack(_dir_deriv(model, params, micro_batches, v, impl)))
+        return loss, TangentGradient([v], [float(d)], in_place=True)
+    loss, coeffs = forward_gradient_coeffs(
+        model,
+        params,
+        micro_batches,
+        num_tangents=num_tangents,
+        seed=seed,
+        step=step,
+        impl=impl,
+        reduce=reduce,
+        kind=kind,
+    )
+    return loss, SeededGradient(params, coeffs, seed, step, kind)
+
+
+def _dir_deriv(model, params, micro_batches, v, impl):
+    loss, d = 0.0, 0.0
+    for batch in micro_batches:  # grad of the mean loss = mean of the micro-batch grads
+        l_b, d_b = directional_derivative(model, params, batch, v, impl)
+        loss, d = loss + l_b / len(micro_batches), d + d_b / len(micro_batches)
+    return loss, d
+
+
+def forward_gradient_coeffs(
+    model, params, micro_batches, *, num_tangents, seed, step, impl="func", reduce=identity, kind="gaussian"
+):
+    """(loss, c) with c_k = (grad . v_k) / K for the K seeded tangents: the forward gradient is sum_k c_k v_k,
+    built by `SeededGradient` where the update needs it. Each tangent is dropped after its pass (lazy: drawn
+    tensor by tensor as the pass reaches it, never whole). `reduce` averages [loss, d_1..d_K] over devices."""
+    loss, ds = 0.0, []
+    for k in range(num_tangents):
+        lazy = impl == "lazy"
+        v = SeededTangent(params, seed, step, k, kind) if lazy else sample_tangent(params, seed, step, k, kind)
+        l_k, d_k = _dir_deriv(model, params, micro_batches, v, impl)
+        del v  # before the next tangent is drawn: one resident at a time
+        loss = l_k if k == 0 else loss
+        ds.append(d_k)
+    loss, *ds = reduce(torch.stack([loss, *ds]))
+    return loss, [float(d) / num_tangents for d in ds]
