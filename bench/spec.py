@@ -30,7 +30,7 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}  # as a reader knows them
 # classify(trainer, events) naming each event's category), flops (a step's FLOPs as the framework counts them,
 # and a matmul probe of the device's achievable rate). A process imports only the modules it needs: an ops trial
 # never loads BERT.
-IMPL_MODULES = ("device", "parallel", "directions", "steps", "memory", "ops", "plain", "profile", "flops")
+IMPL_MODULES = ("device", "estimators", "parallel", "directions", "steps", "memory", "ops", "plain", "profile", "flops")
 TRAINABLE_SCOPES = ("all", "head", "bias", "last_k", "classifier", "lora")
 HEAD_ONLY = ("head", "classifier")  # scopes that train nothing before the pooler: the trunk runs once, untangented
 OPTIMIZERS = ("sgd", "adamw")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import scenarios
+from bench import estimators, scenarios
 from bench.config import model_preset
 from bench.errors import ConfigError
 from bench.harness.scenario import Scenario, scenario_of
@@ -31,10 +31,10 @@ MAX_LINES = 600
 IMPL_API = {
     "device": ("resolve_device", "device_kind", "device_name", "use_fp32", "deterministic", "num_threads",
                "limit_memory", "memory_trackers"),
+    "estimators": ("implementation",),
     "parallel": ("start",),
     "directions": ("sample_tangent", "perturb"),
-    "steps": ("make_trainer", "make_optimizer", "backprop_gradient", "directional_derivative", "forward_gradient",
-              "forward_gradient_coeffs", "jacfwd_gradient", "spsa_gradient"),  # fmt: skip
+    "steps": ("make_trainer", "make_optimizer"),
     "memory": ("breakdown",),
     "ops": ("setup", "sync", "to_device", "to_numpy", "functions", "build"),
     "plain": ("plain_loop",),
@@ -93,6 +93,22 @@ def test_both_frameworks_implement_the_same_interface(module):
         # gather over a mesh); the rest agree
         if module not in ("steps", "directions") or name == "make_trainer":
             assert list(inspect.signature(t).parameters) == list(inspect.signature(j).parameters), name
+
+
+# Each estimator's gradient, by the same name in both frameworks' modules (bench/<framework>_impl/estimators/)
+ESTIMATOR_API = {"inference": ("step",), "backprop": ("gradient", "backprop_gradient"),
+                 "jvp": ("gradient", "directional_derivative", "forward_gradient", "forward_gradient_coeffs"),
+                 "jacfwd": ("gradient", "jacfwd_gradient"), "mezo": ("gradient", "spsa_gradient")}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", estimators.names())
+def test_every_estimator_has_a_module_in_both_frameworks(name):
+    """A mode= of the registry runs in both frameworks: each has its module, and the functions a Trainer calls
+    are there in both (a gradient wherever the estimator takes optimizer steps)."""
+    torch_mod, jax_mod = (implementation(fw, "estimators").implementation(name) for fw in FRAMEWORKS)
+    needed = ESTIMATOR_API.get(name, ("gradient",) if estimators.get(name).updates else ("step",))
+    for fn in needed:
+        assert callable(getattr(torch_mod, fn, None)) and callable(getattr(jax_mod, fn, None)), fn
 
 
 def test_both_worlds_implement_the_whole_protocol():
