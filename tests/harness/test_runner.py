@@ -112,8 +112,9 @@ def test_resume_skips_trials_recorded_ok(tmp_path):
     )
     rs = rows(tmp_path)
     assert [r["mode"] for r in rs] == ["inference", "backprop", "mezo"]  # only the new trial ran
-    assert out.stdout.count("skipped") == 2
+    assert out.stdout.count(": skipped (recorded ok as") == 2
     assert "mezo" in out.stdout.split("excess MiB")[-1]  # the summary covers the whole sweep, resumed trials too
+    assert out.stdout.strip().splitlines()[-1] == "bench: 3 trial(s): 2 skipped, 1 ok"
 
 
 # ---------------------------------------------------------------------------------------------------------------
