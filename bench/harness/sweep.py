@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from bench.config import launch_id, resolve
 from bench.harness.plan import read_plan, write_plan
-from bench.harness.preflight import compose_trials
+from bench.harness.preflight import compose_trials, searchpath
 from bench.harness.scenario import Registry, config_hash, scenario_of
 from bench.store.read import read_rows
 from bench.store.wandb import log_sweep
@@ -30,7 +30,7 @@ class SweepCallback(Callback):
         repeats = 0
         try:
             # the hydra.* overrides too: a sweeper's params and space given on the command line are the sweep's
-            overrides = [*config.hydra.overrides.task, *config.hydra.overrides.hydra]
+            overrides = [*config.hydra.overrides.task, *config.hydra.overrides.hydra, *config_dirs(config)]
             trials, total = compose_trials(overrides, multirun=True)
             hashes = self.hashes([cfg for _, cfg in trials])
             # the tuning sweeper (bench.harness.tuning) then runs each group's winner again, once per repeat seed
@@ -50,7 +50,7 @@ class SweepCallback(Callback):
         scenario = scenario_of(self.scenarios, config.scenario)
         plan = read_plan(config.hydra.sweep.dir)
         path = self.results_path(config)
-        hashes = plan.get("config_hashes", []) + self.added_hashes(plan.get("added", []))
+        hashes = plan.get("config_hashes", []) + self.added_hashes(plan.get("added", []), config_dirs(config))
         rows = scenario.sweep_rows(read_rows(path), hashes, plan["sweep_id"])
         print(scenario.summary(rows), flush=True)
         log_sweep(config, rows, scenario.columns, plan["sweep_id"])  # the sweep's W&B run: its rows as a Table
@@ -62,16 +62,22 @@ class SweepCallback(Callback):
     def hashes(self, composed) -> list[str]:
         return [config_hash(scenario_of(self.scenarios, cfg.scenario), resolve(cfg)) for cfg in composed]
 
-    def added_hashes(self, added: list[list[str]]) -> list[str]:
+    def added_hashes(self, added: list[list[str]], search: list[str]) -> list[str]:
         """The configurations of the trials a sweeper added as it went (a resumed sweep skips those too)."""
         try:
-            return self.hashes([compose_trials(overrides, multirun=False)[0][0][1] for overrides in added])
+            return self.hashes([compose_trials([*o, *search], multirun=False)[0][0][1] for o in added])
         except Exception:  # noqa: BLE001 (as the count: never stop a sweep's summary over it)
             return []
 
     def results_path(self, config) -> Path:
         """The sweep's results file (one scenario per sweep: `scenario` is never swept)."""
         return Path(config.results_dir) / scenario_of(self.scenarios, config.scenario).results_file
+
+
+def config_dirs(config) -> list[str]:
+    """The overrides that add what --config-dir added to the sweep's configs (preflight composes with them)."""
+    sources = config.hydra.runtime.get("config_sources") or []
+    return [searchpath(Path(s.path)) for s in sources if s.provider == "command-line" and s.schema == "file"]
 
 
 def worst(statuses) -> str:

