@@ -60,6 +60,19 @@ def searchpath(folder: Path) -> str:
     return f"hydra.searchpath=['{uri}']"
 
 
+def check_path_value(option: str, key: str, path: Path) -> None:
+    """A path a command passes on to trials as `key=PATH`: Hydra must read it back as that path, not as a sweep
+    (a comma), an interpolation (${...}) or a parse error (= quotes brackets, a non-ASCII letter)."""
+    try:
+        (o,) = OverridesParser.create().parse_overrides([f"{key}={path}"])
+        same = not o.is_sweep_override() and o.value() == str(path) and "${" not in str(path)
+    except Exception:  # noqa: BLE001 (Hydra raises several types; every one means it cannot carry the path)
+        same = False
+    if not same:
+        raise ConfigError(f"{option}={path}: Hydra cannot read it back from {key}=PATH; accepted: a path of ASCII "
+                          "letters, digits, spaces and / . _ - : (not = , ' \" [ ] ( ) { } ${ ; or &)")
+
+
 def _search(overrides: list[str]) -> list[str]:
     return [o for o in overrides if o.split("=", 1)[0] == "hydra.searchpath"]
 
