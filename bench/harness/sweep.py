@@ -5,6 +5,7 @@ bench.cli's, which gives it the scenarios."""
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from pathlib import Path
 
@@ -97,6 +98,8 @@ def trial_statuses(rows: list[dict], sweep_id: str) -> list[str]:
 
 
 def report_command(config) -> str:
-    """The command that turns the sweep's results into tables and plots (the defaults when results_dir is)."""
+    """The command that turns the sweep's results into tables and plots (the defaults when results_dir is), quoted
+    as a shell reads it: a folder's name is never run."""
     results = Path(config.results_dir)
-    return "python -m bench report" + ("" if results == Path("results") else f" {results} --out {results}")
+    folders = [] if results == Path("results") else [str(results), "--out", str(results)]
+    return shlex.join(["python", "-m", "bench", "report", *folders])
