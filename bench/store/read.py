@@ -91,11 +91,17 @@ def _read_csv(path: Path, required: Sequence[str]) -> list[dict[str, str]]:
     return rows
 
 
+def is_run_id(run_id: str) -> bool:
+    """Whether it can name a trial: a run_id names its files (history/<run_id>.json, configs/), so it is a file
+    name, never a path."""
+    return bool(run_id) and run_id not in (".", "..") and Path(run_id).name == run_id and "\\" not in run_id
+
+
 def read_history(row: dict) -> dict | None:
     """The trial's per-step series (the model scenario's history/<run_id>.json beside its CSV), or None when
     absent or unreadable (a report from a CSV copied without its folder still builds, without training curves)."""
     run_id, source = row.get("run_id", ""), row.get("_source")
-    if not run_id or not source or Path(run_id).name != run_id:  # a run_id is a file name, never a path
+    if not source or not is_run_id(run_id):
         return None
     try:
         history = json.loads((Path(source).parent / "history" / f"{run_id}.json").read_text())
