@@ -29,7 +29,10 @@ from tests.support import FAST, REPO, bench_here, whole_rows
         (["mode=mezo", "dtype=bf16_pure"], "mode=mezo with dtype=bf16_pure: MeZO's in-place +eps, -2eps, +eps"),
         (["case=jvp", "num_tangents=4", "jvp_tangent=keep"], "jvp_tangent=keep: applies to mode=jvp with"),
         (["batch_size=abc"], "batch_size=abc"),
-        (["model=tiny", "seq_len=1024"], "seq_len=1024: above model.max_position_embeddings=512"),
+        (["model=tiny", "seq_len=1024"], "seq_len=1024: accepted an integer in [8, 512] (512: BERT's max_posit"),
+        (["seq_len=4"], "seq_len=4: accepted an integer in [8, 512] (512: BERT's max_position_embeddings)"),
+        (["model=tiny", "model.max_position_embeddings=64", "seq_len=100"], "seq_len=100: accepted an integer in "
+         "[8, 64] (64: model=tiny's max_position_embeddings)"),
         (["model.num_labels=1"], "model.num_labels=1: must be an integer >= 2"),
         (["model.checkpoint=/no/such/dir"], "model.checkpoint='/no/such/dir': no such file or directory"),
         (["-m", "framework=torch,jax", "jvp_impl=naive"], "jvp_impl=naive: torch only"),
