@@ -190,8 +190,12 @@ def test_a_checkpoint_without_safetensors_or_of_another_shape_is_refused(tmp_pat
     folder = tmp_path / "ckpt"
     folder.mkdir()
     (folder / "pytorch_model.bin").write_bytes(b"pickle")
+    for i in range(20):  # a folder of many entries, one named as a line break would end the line
+        (folder / f"entry{i}\nline").write_text("")
     line = preflight_refuses(tmp_path, f"model.checkpoint={folder}", results=tmp_path / "results")
-    assert "no *.safetensors in this directory (found: pytorch_model.bin)" in line
+    assert line == (f"bench: error: model.checkpoint='{folder}': a directory without *.safetensors; accepted: an HF "
+                    "checkpoint directory with *.safetensors, a .safetensors file, or package:<module> (pickled "
+                    "checkpoints are never unpickled)")  # fmt: skip
     save_file({"bert.embeddings.word_embeddings.weight": np.zeros((3, 2), np.float32)}, str(folder / "m.safetensors"))
     line = preflight_refuses(tmp_path, f"model.checkpoint={folder}", results=tmp_path / "results")
     assert "weights do not fit the model: missing" in line and "shape mismatch 1" in line
