@@ -24,9 +24,10 @@ from pathlib import Path
 import hydra
 
 from bench.config import CONF_DIR, LAUNCH_ID, available, launch_id, options, register_configs, resolve
+from bench.errors import ConfigError
 from bench.harness import command, rerun, runner, sweep
 from bench.harness.launch import LAUNCHER_PID, adopt, stop_descendants
-from bench.harness.preflight import compose_trials, preflight
+from bench.harness.preflight import compose_trials, preflight, searchpath
 from bench.report import build as report
 from bench.report import dashboard
 from bench.scenarios import COLUMNS, REPORT_SECTIONS, SCENARIOS
@@ -40,8 +41,16 @@ CASE_NOTE = ("case=NAME is a mode preset: it sets mode and the keys that come wi
 
 # Flags that ask Hydra for information rather than runs: handed over untouched.
 _HYDRA_INFO_FLAGS = ("--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p",
-                     "--shell-completion", "-sc", "--version", "--config-path", "-cp", "--config-name", "-cn",
-                     "--config-dir", "-cd", "--experimental-rerun")
+                     "--shell-completion", "-sc", "--version")
+# Hydra takes one of these at a time (with two it raises a ValueError): each flag, long and short
+_HYDRA_MODES = {"-m": "-m", "--multirun": "-m", "--cfg": "--cfg", "-c": "--cfg", "--info": "--info", "-i": "--info",
+                "--shell-completion": "-sc", "-sc": "-sc", "--run": "--run", "-r": "--run"}
+# Another primary config, or a job pickled by Hydra: either would run trials that preflight never saw
+_PRIMARY = "conf/config.yaml is the suite's primary config"
+_HYDRA_REFUSED = {"--config-path": _PRIMARY, "-cp": _PRIMARY, "--config-name": _PRIMARY, "-cn": _PRIMARY,
+                  "--experimental-rerun": "a recorded trial runs again with python -m bench rerun RUN_ID"}
+_CONFIG_DIR = ("--config-dir", "-cd")
+_CONFIG_DIR_ACCEPTED = "a folder of configs laid out as conf/ (experiment/NAME.yaml, model/NAME.yaml, ...)"
 
 register_configs()
 
@@ -85,17 +94,19 @@ def trials(argv: list[str]) -> int:
     os.environ[LAUNCHER_PID] = str(os.getpid())  # jobs name their temp folders after this launch
     os.environ.pop(LAUNCH_ID, None)
     launch_id()  # a new id for this launch: its Hydra folder and sweep_id, for every job it starts
-    info = any(a.split("=")[0] in _HYDRA_INFO_FLAGS for a in argv)
-    multirun = any(a in ("-m", "--multirun") for a in argv)
-    overrides = [a for a in argv if not a.startswith("-")]
+    flags, config_dir, overrides = hydra_flags(argv)
+    info = any(f in _HYDRA_INFO_FLAGS for f in flags)
+    multirun = "-m" in (_HYDRA_MODES.get(f) for f in flags)
 
     def body() -> int:
+        check_flags(flags, config_dir)
         if info:
             sys.argv = [sys.argv[0], *argv]
             _hydra_app()
             return 0
-        preflight(overrides, multirun, SCENARIOS)
-        (_, first), = compose_trials(overrides, multirun, limit=1)[0]
+        search = [searchpath(Path(config_dir))] if config_dir is not None else []
+        preflight(overrides + search, multirun, SCENARIOS)
+        (_, first), = compose_trials(overrides + search, multirun, limit=1)[0]
         folder = Path(resolve(first).results_dir) / "hydra" / f"outcomes_{launch_id()}"
         os.environ[runner.OUTCOMES] = str(folder.resolve())  # every job leaves its outcome there
         # Hydra's errors as raised: bench.harness.command says them in one line (a full disk while Hydra writes
@@ -108,6 +119,37 @@ def trials(argv: list[str]) -> int:
     return command.run("", body, first=stop_descendants,
                        interrupted="the running trial was stopped and nothing recorded for it (a curve it had drawn "
                        "is kept in history/); the same command with resume=true runs the trials not recorded yet")
+
+
+def hydra_flags(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """The command line's Hydra flags (their names), the folder --config-dir adds ("" when none follows it), and
+    the overrides (key=value, each a trial's or a sweep's)."""
+    flags, config_dir, overrides, rest = [], None, [], iter(argv)
+    for a in rest:
+        if not a.startswith("-"):
+            overrides.append(a)
+            continue
+        name, eq, value = a.partition("=")
+        flags.append(name)
+        if name in _CONFIG_DIR:
+            config_dir = value if eq else next(rest, "")
+    return flags, config_dir, overrides
+
+
+def check_flags(flags: list[str], config_dir: str | None) -> None:
+    """Hydra's flags that would end in a traceback, or run trials past preflight: one line each (ConfigError)."""
+    modes = list(dict.fromkeys(_HYDRA_MODES[f] for f in flags if f in _HYDRA_MODES))
+    if len(modes) > 1:
+        raise ConfigError(f"{' with '.join(modes)}: Hydra takes one of -m, --cfg, --info, -sc; "
+                          "accepted: --cfg job|hydra|all without -m, each key one value (it prints that trial's "
+                          "config)")  # fmt: skip
+    for f in flags:
+        if f in _HYDRA_REFUSED:
+            raise ConfigError(f"{f}: not taken here ({_HYDRA_REFUSED[f]}); accepted: --config-dir DIR, "
+                              f"{_CONFIG_DIR_ACCEPTED}, which join conf/'s")  # fmt: skip
+    if config_dir is not None and not Path(config_dir).is_dir():
+        raise ConfigError(f"--config-dir={config_dir}: not a folder; accepted: {_CONFIG_DIR_ACCEPTED}, which join "
+                          "conf/'s")  # fmt: skip
 
 
 def exit_code(statuses: list[str]) -> int:
@@ -164,5 +206,6 @@ def help_text() -> str:
         f"options (model.*, data.*, optimizer.*, logger.*, ops.* override a preset's field)\n{rows}",
         "outputs: <results_dir>/runs.csv (one row per trial), <results_dir>/ops.csv (scenario=ops: one row per op "
         "and shape),\n  <results_dir>/history/, <results_dir>/logs/, <results_dir>/wandb/\n"
-        "Hydra's own flags: --hydra-help, --cfg job, --info",
+        "Hydra's own flags: --hydra-help, --cfg job (one trial, without -m), --info, --config-dir DIR (configs laid "
+        "out as conf/, joining its own)",
     ])

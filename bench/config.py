@@ -21,6 +21,7 @@ import json
 import math
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import MISSING as NO_DEFAULT
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from datetime import datetime
@@ -296,8 +297,9 @@ def launch_id() -> str:
     return os.environ[LAUNCH_ID]
 
 
-def available(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+def available(group: str, dirs: Sequence[Path] = ()) -> list[str]:
+    """A config group's options: conf/'s, and those of folders added with --config-dir."""
+    return sorted({p.stem for d in (CONF_DIR, *dirs) for p in (Path(d) / group).glob("*.yaml")})
 
 
 # ---------------------------------------------------------------------------------------------------------------

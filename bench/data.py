@@ -79,6 +79,16 @@ def data_spec(data_cfg: Any = None, **overrides) -> DataSpec:
     return spec
 
 
+def check_seq_len(seq_len, max_positions: int = MAX_SEQ_LEN, model: str | None = None) -> None:
+    """seq_len in [MIN_SEQ_LEN, the longest the model takes]: the one message for a bad one, whichever check
+    finds it (the data's, or the model's with its name)."""
+    longest = min(max_positions, MAX_SEQ_LEN)
+    if not _is_int(seq_len) or not MIN_SEQ_LEN <= seq_len <= longest:
+        source = f"model={model}'s" if model and longest < MAX_SEQ_LEN else "BERT's"
+        raise ConfigError(f"seq_len={seq_len}: accepted an integer in [{MIN_SEQ_LEN}, {longest}] ({longest}: "
+                          f"{source} max_position_embeddings)")  # fmt: skip
+
+
 def validate(spec: DataSpec, batch_size: int | None = None, seq_len: int | None = None, split: str = "train"):
     """Raise a one-line ConfigError for any value this module cannot serve. How many rows a CSV really has is
     only known once it is read, so those limits are checked when it is loaded."""
@@ -96,11 +106,8 @@ def validate(spec: DataSpec, batch_size: int | None = None, seq_len: int | None 
         raise ConfigError(f"data.seed={spec.seed}: accepted: an integer in [0, 2^63)")
     if split not in SPLITS:
         raise ConfigError(f"split={split!r}: accepted: {', '.join(SPLITS)}")
-    if seq_len is not None and (not _is_int(seq_len) or not MIN_SEQ_LEN <= seq_len <= MAX_SEQ_LEN):
-        raise ConfigError(
-            f"seq_len={seq_len}: accepted: an integer from {MIN_SEQ_LEN} to {MAX_SEQ_LEN} "
-            "(BERT's max_position_embeddings)"
-        )
+    if seq_len is not None:
+        check_seq_len(seq_len)
     if batch_size is not None:
         size_option = "num_train" if split == "train" else "num_eval"
         size = getattr(spec, size_option)

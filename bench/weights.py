@@ -127,11 +127,11 @@ def _safetensors_files(path: Path) -> list[Path]:
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         return [path / s for s in shards]
     files = sorted(path.glob("*.safetensors"))
-    if not files:
-        found = ", ".join(sorted(p.name for p in path.iterdir())[:8]) or "nothing"
+    if not files:  # what else the folder holds is not named: one line, whatever is there
         raise WeightsError(
-            f"model.checkpoint={str(path)!r}: no *.safetensors in this directory (found: {found}); pickled "
-            "checkpoints are never unpickled"
+            f"model.checkpoint={str(path)!r}: a directory without *.safetensors; accepted: an HF checkpoint "
+            "directory with *.safetensors, a .safetensors file, or package:<module> (pickled checkpoints are never "
+            "unpickled)"
         )
     return files
 

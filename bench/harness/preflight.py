@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
+import re
 import sys
 from pathlib import Path
 
@@ -44,10 +45,45 @@ def one_line(e: BaseException) -> str:
     return "; ".join(lines[:2]) or "invalid configuration"
 
 
-def _check_group(key: str, value: str) -> None:
+def _check_group(key: str, value: str, dirs: list[Path]) -> None:
     group = key.lstrip("+~")
-    if group in GROUPS and value not in ("null", "None") and value not in available(group):
-        raise ConfigError(f"{group}={value}: unknown option; accepted: {', '.join(available(group))}")
+    if group in GROUPS and value not in ("null", "None") and value not in available(group, dirs):
+        raise ConfigError(f"{group}={value}: unknown option; accepted: {', '.join(available(group, dirs))}")
+
+
+def searchpath(folder: Path) -> str:
+    """The override that adds a folder of configs to what Hydra composes from (`--config-dir FOLDER`), quoted as
+    Hydra's override grammar reads a quoted value: a folder's name may hold , = [ ] or quotes."""
+    uri = f"file://{Path(folder).resolve()}"
+    # in a quoted value a backslash is literal except before a quote (or the closing one), where it is doubled
+    uri = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, uri).replace("'", "\\'")
+    return f"hydra.searchpath=['{uri}']"
+
+
+def check_path_value(option: str, key: str, path: Path) -> None:
+    """A path a command passes on to trials as `key=PATH`: Hydra must read it back as that path, not as a sweep
+    (a comma), an interpolation (${...}) or a parse error (= quotes brackets, a non-ASCII letter)."""
+    try:
+        (o,) = OverridesParser.create().parse_overrides([f"{key}={path}"])
+        same = not o.is_sweep_override() and o.value() == str(path) and "${" not in str(path)
+    except Exception:  # noqa: BLE001 (Hydra raises several types; every one means it cannot carry the path)
+        same = False
+    if not same:
+        raise ConfigError(f"{option}={path}: Hydra cannot read it back from {key}=PATH; accepted: a path of ASCII "
+                          "letters, digits, spaces and / . _ - : (not = , ' \" [ ] ( ) { } ${ ; or &)")
+
+
+def _search(overrides: list[str]) -> list[str]:
+    return [o for o in overrides if o.split("=", 1)[0] == "hydra.searchpath"]
+
+
+def _search_dirs(parsed) -> list[Path]:
+    """The folders a hydra.searchpath override adds (file:// ones: what --config-dir adds)."""
+    dirs = []
+    for o in parsed:
+        if o.get_key_element() == "hydra.searchpath" and isinstance(o.value(), list):
+            dirs += [Path(str(v).removeprefix("file://")) for v in o.value() if str(v).startswith("file://")]
+    return dirs
 
 
 @contextlib.contextmanager
@@ -76,7 +112,7 @@ def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
         parsed = parser.parse_overrides(overrides)
     except Exception as e:  # noqa: BLE001
         raise ConfigError(one_line(e)) from e
-    fixed, sweeps, hydra_overrides = [], {}, []
+    fixed, sweeps, hydra_overrides, dirs = [], {}, [], _search_dirs(parsed)
     for o in parsed:
         key = o.get_key_element()
         if o.key_or_group.startswith("hydra"):
@@ -88,7 +124,7 @@ def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
         else:
             fixed.append(o.input_line)
         for v in (o.sweep_string_iterator() if o.is_sweep_override() else [o.value()]):
-            _check_group(key, str(v))
+            _check_group(key, str(v), dirs)
     if multirun:  # an experiment config may declare its own sweep (hydra.sweeper.params)
         with _hydra_context():
             base = _compose(fixed + [opts[0] for opts in sweeps.values()] + hydra_overrides,
@@ -103,7 +139,7 @@ def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
             if o.key_or_group not in sweeps and not any(f.split("=")[0].lstrip("+~") == k for f in fixed):
                 values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [str(o.value())]
                 for value in values:
-                    _check_group(k, value)
+                    _check_group(k, value, dirs)
                 sweeps[o.key_or_group] = [f"{k}={value}" for value in values]
     return [fixed + list(combo) for combo in itertools.product(*sweeps.values())]
 
@@ -112,16 +148,17 @@ def compose_trials(overrides: list[str], multirun: bool, limit: int = MAX_PREFLI
     """(override list, composed config) for every trial of the command line, up to `limit`."""
     trials = expand_sweep(overrides, multirun)
     with _hydra_context():
-        compose_one = _composer()
+        compose_one = _composer(_search(overrides))
         return [(combo, compose_one(combo)) for combo in trials[:limit]], len(trials)
 
 
-def _composer():
+def _composer(search: list[str]):
     """compose(combo) for the trials of one command line, as Hydra's compose gives it, at a fraction of the cost:
     Hydra composes the config groups a combo chooses (model=, case=, +experiment=, ...) from their files, then
     applies the value overrides (seed=1, optimizer.lr=0.1) to the result. Trials choosing the same groups are
     composed once (a compose is ~150 ms: Hydra re-reads and re-merges every file), each trial's values applied to
-    a copy by Hydra's own step (cost_to_target_gpu's 128 trials: 4 compositions)."""
+    a copy by Hydra's own step (cost_to_target_gpu's 128 trials: 4 compositions). `search`: the hydra.searchpath
+    override of a --config-dir, composed with every trial."""
     repo = GlobalHydra.instance().hydra.config_loader.repository
     parser, composed = OverridesParser.create(), {}
 
@@ -133,11 +170,11 @@ def _composer():
         # Hydra's own split (hydra/_internal/defaults_list.py, Overrides): a group unless its key names none or
         # its value is a dict; a hydra.* override goes to the hydra node, which this config no longer has
         if _apply_values is None or any(o.is_hydra_override() for o in parsed):
-            return _compose(combo)
+            return _compose(combo + search)
         group = [repo.group_exists(o.key_or_group) and not isinstance(o.value(), dict) for o in parsed]
         groups = tuple(o.input_line for o, g in zip(parsed, group) if g)
         if groups not in composed:
-            composed[groups] = _compose(list(groups))
+            composed[groups] = _compose([*groups, *search])
         cfg = copy.deepcopy(composed[groups])
         try:
             _apply_values([o for o, g in zip(parsed, group) if not g], cfg)

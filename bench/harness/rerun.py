@@ -20,7 +20,7 @@ from bench.harness.launch import stop_descendants
 from bench.harness.runner import config_path, run_job
 from bench.harness.scenario import RUNNER_FOLDERS, Registry, validate
 from bench.store.csv import check_folders, check_results_file
-from bench.store.read import read_rows
+from bench.store.read import is_run_id, read_rows
 
 
 def parse(argv: list[str] | None):
@@ -32,6 +32,9 @@ def parse(argv: list[str] | None):
 
 def recorded(results: Path, run_id: str, scenarios: Registry):
     """(scenario, row) of a recorded run_id; ConfigError naming it when no results file of the folder has it."""
+    if not is_run_id(run_id):
+        raise ConfigError(f"run_id={run_id}: not a run_id (a file name, never a path); accepted: a run_id of "
+                          f"{results}'s rows, e.g. 20260101-120000-torch-backprop-1a2b3c")  # fmt: skip
     for scenario in scenarios.values():
         rows = [r for r in read_rows(results / scenario.results_file) if r.get("run_id") == run_id]
         if rows:

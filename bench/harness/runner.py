@@ -45,9 +45,10 @@ from bench.harness.launch import (
     temp_prefix,
     this_task,
 )
+from bench.harness.plan import read_plan
 from bench.harness.scenario import CONFIGS, LOGS, RUN_ID_ENV, Registry, Scenario, config_hash, scenario_of, validate
 from bench.harness.signals import Abort, interrupts_raise
-from bench.harness.sweep import sweep_info, worst
+from bench.harness.sweep import worst
 from bench.measure.system import REPO
 from bench.measure.trackers import HostMemWatchdog
 from bench.store.csv import CsvSink, ResultsFileError, check_free_space
@@ -167,7 +168,7 @@ def progress_info(cfg: BenchConfig) -> tuple[int, int | str, str, str]:
         return 1, 1, sweep_id, ""
     experiment = hc.runtime.choices.get("experiment") or ""
     if hc.mode == RunMode.MULTIRUN:
-        return hc.job.num + 1, sweep_info(hc.sweep.dir).get("total") or "?", sweep_id, experiment
+        return hc.job.num + 1, read_plan(hc.sweep.dir).get("total") or "?", sweep_id, experiment
     return 1, 1, sweep_id, experiment
 
 

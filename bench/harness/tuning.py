@@ -37,6 +37,7 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
 
 from bench.errors import ConfigError
+from bench.harness.plan import add_trials
 from bench.spec import MAX_SEED
 
 # What picks a winner: a cost to the target, lower is better (each a column of scenario=model's rows)
@@ -137,7 +138,12 @@ class TuningSweeper(Sweeper):
         returns = self.launch([overrides for _, overrides in search], 0)
         rows = [(group, overrides, (r.return_value or {}).get("row") or {})
                 for (group, overrides), r in zip(search, returns)]  # fmt: skip
+        won = winners(rows, self.objective)
         repeats = [[*(o for o in overrides if not o.startswith(("tuning=", "seed="))), "tuning=repeat",
-                    f"seed={seed}"] for overrides in winners(rows, self.objective).values()
-                   for seed in self.repeats]  # fmt: skip
+                    f"seed={seed}"] for overrides in won.values() for seed in self.repeats]  # fmt: skip
+        # the jobs' "i of n" and the summary's trials: exact now that the winners are known
+        add_trials(sweep_dir, repeats, len(search) + len(repeats))
+        groups = len({group for group, _ in search})
+        print(f"bench: search done: {len(won)} of {groups} group(s) reached the target; {len(repeats)} trial(s) "
+              "repeat the winners", flush=True)
         return [returns, self.launch(repeats, len(search))]

@@ -15,6 +15,7 @@ and docs/ cites.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -114,7 +115,7 @@ def main(argv: list[str] | None, sections: Sequence[Section]) -> int:
         log_report(report.path, report.plots)
         print(f"bench report: {report.path} ({len(report.plots)} plots)")
         if args.benchmarks:
-            command = " ".join(["python -m bench report", *(argv or [])])
+            command = shlex.join(["python", "-m", "bench", "report", *(argv or [])])
             recorded = sorted({r.get("git_sha") or "unknown" for r in results.rows(RUNS_CSV)})
             print(f"bench report: kept as {keep_benchmark(report, Path(args.benchmarks), command, recorded)}")
         return 0

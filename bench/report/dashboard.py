@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -419,10 +420,11 @@ def outcome_lines(spec: dict, path: Path, args) -> list[str]:
     if spec["mode"] == "online":
         lines += [f"workspace {spec['saved']['workspace']}", f"report {spec['saved']['report']}"]
     else:
-        again = [f"--results {args.results}"] if Path(args.results) != DEFAULT_RESULTS else []
-        again += [f"--sweep {s}" for s in args.sweep] + ([f"--experiment {args.experiment}"] if args.experiment else [])
-        lines.append(f"to save them: wandb sync {Path(args.results) / 'wandb'}/offline-run-* && "
-                     + " ".join(["python -m bench dashboard --online", *again]))  # fmt: skip
+        again = ["--results", str(args.results)] if Path(args.results) != DEFAULT_RESULTS else []
+        again += [a for s in args.sweep for a in ("--sweep", s)]
+        again += ["--experiment", args.experiment] if args.experiment else []
+        lines.append(f"to save them: wandb sync {shlex.quote(str(Path(args.results) / 'wandb'))}/offline-run-* && "
+                     + shlex.join(["python", "-m", "bench", "dashboard", "--online", *again]))  # fmt: skip
     return [f"bench dashboard: {line}" for line in lines]
 
 

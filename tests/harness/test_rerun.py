@@ -68,6 +68,22 @@ def test_bad_run_ids_and_configs_are_one_line_and_run_nothing(recorded, tmp_path
     assert len(read_rows(results / "runs.csv")) == before
 
 
+@pytest.mark.parametrize("run_id", ["../rerun/x", "history/x", "/etc/passwd", "..", "a\\b"])
+def test_a_path_is_not_a_run_id(recorded, run_id):
+    """A run_id names its files (history/, configs/): a path is refused as one, even where a row carries it (a
+    results folder someone sent), not read as a trial that records no losses."""
+    results, _ = recorded
+    path = results / "elsewhere"
+    path.mkdir(exist_ok=True)
+    shutil.copy(results / "runs.csv", path / "runs.csv")
+    with (path / "runs.csv").open("a") as f:
+        f.write(run_id + "," * (len(read_rows(results / "runs.csv")[0]) - 1) + "\n")
+    out = bench_here("rerun", run_id, "--results", str(path))
+    assert out.returncode == 2 and out.stderr.strip() == (
+        f"bench rerun: error: run_id={run_id}: not a run_id (a file name, never a path); accepted: a run_id of "
+        f"{path}'s rows, e.g. 20260101-120000-torch-backprop-1a2b3c")
+
+
 def test_a_saved_config_naming_a_package_to_import_runs_nothing(recorded, tmp_path, monkeypatch):
     """A results folder can come from someone else: its saved config's package: checkpoint is checked against the
     known weight packages, never imported."""

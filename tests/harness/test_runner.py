@@ -6,6 +6,8 @@ process by the same runner (run_here)."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 
@@ -19,8 +21,9 @@ from tests.support import FAST, REPO, bench, composed, rows, run_here
 
 @pytest.mark.slow
 def test_multirun_records_every_trial_ok_with_plausible_numbers(tmp_path):
-    out = bench("-m", "framework=torch,jax", "mode=inference,backprop", *FAST, "logger=none", results=tmp_path)
-    rs = rows(tmp_path)
+    results = tmp_path / "sweep | touch $PWNED"  # a folder's name a pasted command must not run
+    out = bench("-m", "framework=torch,jax", "mode=inference,backprop", *FAST, "logger=none", results=results)
+    rs = rows(results)
     assert len(rs) == 4, out.stdout
     assert {(r["framework"], r["mode"]) for r in rs} == {
         (f, m) for f in ("torch", "jax") for m in ("inference", "backprop")
@@ -39,14 +42,17 @@ def test_multirun_records_every_trial_ok_with_plausible_numbers(tmp_path):
     assert len({r["data_fingerprint"] for r in rs}) == 1
     assert len({r["sweep_id"] for r in rs}) == 1
     # the sweep prints progress and a summary table at the end, then the command for its report, which works
+    # pasted into a shell as printed
     assert "[4/4]" in out.stdout and "excess MiB" in out.stdout
     lines = out.stdout.strip().splitlines()
     assert lines[-1] == "bench: 4 trial(s): 4 ok"  # the last line counts the trials by status
     command = lines[-2].split("tables and plots: ")[1]
-    assert command == f"python -m bench report {tmp_path} --out {tmp_path}"
-    report = subprocess.run([sys.executable, *command.split()[1:]], capture_output=True, text=True, cwd=REPO)
+    assert command == f"python -m bench report '{results}' --out '{results}'"
+    pasted = shlex.quote(sys.executable) + command.removeprefix("python")
+    report = subprocess.run(pasted, shell=True, capture_output=True, text=True, cwd=REPO,
+                            env={**os.environ, "PWNED": str(tmp_path / "pwned")})  # fmt: skip
     assert report.returncode == 0, report.stderr
-    assert "| jax | backprop |" in (tmp_path / "report.md").read_text()
+    assert "| jax | backprop |" in (results / "report.md").read_text() and not (tmp_path / "pwned").exists()
 
 
 @pytest.mark.slow
@@ -112,8 +118,9 @@ def test_resume_skips_trials_recorded_ok(tmp_path):
     )
     rs = rows(tmp_path)
     assert [r["mode"] for r in rs] == ["inference", "backprop", "mezo"]  # only the new trial ran
-    assert out.stdout.count("skipped") == 2
+    assert out.stdout.count(": skipped (recorded ok as") == 2
     assert "mezo" in out.stdout.split("excess MiB")[-1]  # the summary covers the whole sweep, resumed trials too
+    assert out.stdout.strip().splitlines()[-1] == "bench: 3 trial(s): 2 skipped, 1 ok"
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ What a target trial records is measured in the test's process (run_here); the cr
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,20 +116,23 @@ def test_every_mode_gets_the_same_budget():
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     """A real tuning sweep: torch backprop and MeZO, two points each, a target every point reaches (eval_loss
-    <= 100), the winners repeated at seed 1."""
+    <= 100), the winners repeated at seed 1; then the same command with resume=true, which skips every trial."""
     results = tmp_path_factory.mktemp("tuned")
     space = ("hydra.sweeper.space={backprop:[{optimizer.lr:0.01},{optimizer.lr:0.02}],"
              "mezo:[{optimizer.lr:0.001},{optimizer.lr:0.002}]}")  # fmt: skip
     params = "hydra.sweeper.params={framework:torch,case:'backprop,mezo'}"
-    out = bench("-m", *TINY, "hydra/sweeper=bench_tuning", params, space, "hydra.sweeper.repeats=[1]",
-                "target.metric=eval_loss", "target.value=100", "target.max_steps=5", f"results_dir={results}")
+    args = ["-m", *TINY, "hydra/sweeper=bench_tuning", params, space, "hydra.sweeper.repeats=[1]",
+            "target.metric=eval_loss", "target.value=100", "target.max_steps=5", f"results_dir={results}"]  # fmt: skip
+    out = bench(*args)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return results, read_rows(results / "runs.csv"), out.stdout
+    resumed = bench(*args, "resume=true")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    return results, read_rows(results / "runs.csv"), out.stdout, resumed.stdout
 
 
 @pytest.mark.slow
 def test_a_tuning_sweep_searches_then_repeats_each_winner(tuned):
-    _, rows, stdout = tuned
+    _, rows, stdout, _ = tuned
     search = [r for r in rows if r["tuning"] == "search"]
     repeats = [r for r in rows if r["tuning"] == "repeat"]
     assert len(search) == 4 and len(repeats) == 2 and "6 trial(s): 6 ok" in stdout
@@ -139,8 +143,25 @@ def test_a_tuning_sweep_searches_then_repeats_each_winner(tuned):
 
 
 @pytest.mark.slow
+def test_a_tuning_sweep_counts_its_own_trials_and_a_resume_its_skipped_ones(tuned):
+    """The progress counts this sweep's trials (the command line's params and space, the repeats once the winners
+    are known), and a resumed sweep's summary counts every trial it skipped, the repeats included."""
+    _, rows, stdout, resumed = tuned
+    for out in (stdout, resumed):
+        assert "up to 6 trials (4 to search, then up to 2 repeating the winners)" in out
+        assert "search done: 2 of 2 group(s) reached the target; 2 trial(s) repeat the winners" in out
+        progress = re.findall(r"^(\[\d+/\d+\]) ", out, re.MULTILINE)
+        assert sorted(set(progress)) == [f"[{i}/6]" for i in range(1, 7)], progress
+    assert resumed.count(": skipped (recorded ok as") == 6
+    assert resumed.strip().splitlines()[-1] == "bench: 6 trial(s): 6 skipped"
+    table = resumed.split("excess MiB")[-1].splitlines()
+    assert sum(line.startswith("torch ") for line in table) == 6  # the summary table: each trial it skipped
+    assert len(rows) == 6  # nothing ran again
+
+
+@pytest.mark.slow
 def test_the_report_lists_the_tuning_sweep(tuned, tmp_path):
-    results, rows, _ = tuned
+    results, rows, _, _ = tuned
     report = build(REPORT_SECTIONS, results_of([results]), tmp_path)
     section = report.text.split("## Cost to target")[1].split("\n## ")[0]
     mezo = next(line for line in section.splitlines() if line.startswith("| PyTorch | mezo |"))

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -24,7 +26,7 @@ import pytest
 
 from bench.scenarios.gpu import check, steps, stream, wheels
 from bench.store.read import read_rows
-from tests.support import REPO
+from tests.support import REPO, bench_here
 
 RECORDED = "c0ffee123456-dirty"  # what `make gpu-wheels` recorded, as git_sha writes it
 OUT_FILES = {stream.CONSOLE_NAME, stream.ARCHIVE_NAME, stream.SUMMARY_NAME}
@@ -269,3 +271,54 @@ def test_an_archive_over_the_limit_keeps_the_rows(tmp_path, monkeypatch):
         assert sorted(tar.getnames()) == ["out/modes_fp32/runs.csv", "out/modes_fp32/step.log"]
         assert tar.extractfile("out/modes_fp32/runs.csv").read() == b"run_id,status\nr1,ok\n"
     assert [p.name for p in (tmp_path / "OUT").iterdir()] == ["a.tar.gz"]
+
+
+@pytest.mark.parametrize("name", ["gpu=1", "it's", "a[0]", "a,b", "${oops}"])
+def test_an_out_folder_hydra_cannot_carry_is_one_line_before_anything_runs(tmp_path, name):
+    """Every step's trials get results_dir=<out>/<step>: a folder Hydra reads as something else is refused before
+    the install, the facts and the CUDA tests run, not by every trial step after them."""
+    out = tmp_path / name
+    proc = bench_here("gpu-check", "--dry-run", "--out", str(out))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"bench gpu-check: error: --out={out}: Hydra cannot read it back from results_dir=")
+    assert "accepted: a path of ASCII letters, digits" in lines[0]
+    assert not out.exists() and "gpu-check: [" not in proc.stdout
+
+
+def test_printed_commands_are_quoted_as_a_shell_reads_them(tmp_path, monkeypatch):
+    """A folder whose name a shell would run (Hydra reads it as one value): each step's recorded commands and its
+    log's `$ ...` line split back into the argv that ran, the name whole."""
+    out = tmp_path / "gpu run | touch $PWNED"
+    monkeypatch.setattr(check, "install", lambda *a: None)
+    monkeypatch.setattr(check, "facts", lambda *a: None)
+    ran = []
+
+    class Records:  # a Runner that records each command, ok, without running it
+        env: dict = {}
+
+        def __call__(self, argv, log, timeout_s):
+            ran.append(["python", *argv])
+            return 0
+
+    check.run_steps(types.SimpleNamespace(dry_run=True), list(steps.NAMES), out, Records(), math.inf, None,
+                    lambda: None)  # fmt: skip
+    recorded = [shlex.split(c) for p in out.glob("*/step.json") for c in json.loads(p.read_text())["commands"]]
+    assert ran and all(argv in recorded for argv in ran)
+    assert any(f"results_dir={out / 'modes_fp32'}" in argv for argv in ran)
+    log = tmp_path / "step.log"
+    assert check.Runner({"PATH": "/usr/bin:/bin"})(["-c", "pass", str(out)], log, timeout_s=30) == 0
+    (line,) = [ln for ln in log.read_text().splitlines() if ln.startswith("$ ")]
+    assert shlex.split(line[2:]) == ["python", "-c", "pass", str(out)]
+
+
+def test_an_ag_news_folder_hydra_cannot_carry_is_one_line(tmp_path):
+    ag_news = tmp_path / "ag=news"  # the study's trials get data.path=<it>
+    ag_news.mkdir()
+    for name in ("train.csv", "test.csv"):
+        (ag_news / name).write_text('"1","title","text"\n')
+    proc = bench_here("gpu-check", "--dry-run", "--out", str(tmp_path / "out"), "--ag-news", str(ag_news))
+    assert proc.returncode == 2 and not (tmp_path / "out").exists(), proc.stderr
+    assert proc.stderr.strip() == (f"bench gpu-check: error: --ag-news={ag_news}: Hydra cannot read it back from "
+                                   "data.path=PATH; accepted: a path of ASCII letters, digits, spaces and / . _ - : "
+                                   "(not = , ' \" [ ] ( ) { } ${ ; or &)")  # fmt: skip

@@ -3,6 +3,7 @@ checks, older schemas widened, cut-off lines. W&B runs: test_wandb.py."""
 
 from __future__ import annotations
 
+import csv
 import multiprocessing as mp
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from bench.scenarios.model.columns import COLUMNS as CSV_COLUMNS
 from bench.scenarios.model.columns import REQUIRED_COLUMNS
 from bench.store.csv import CsvSink, ResultsFileError, SchemaError, check_results_file
-from bench.store.read import read_rows
+from bench.store.read import load_rows, read_rows
+from tests.support import FAST, run_here
 
 # ------------------------------------------------------------------------------------------------------ CSV
 
@@ -147,3 +149,42 @@ def test_concurrent_writers_lose_nothing_and_tear_nothing(tmp_path):
         assert r["error"] == f'worker {w}, row {i}: "x"\n' + "y" * 4000
         assert float(r["peak_mem_mb"]) == w * 1000 + i + 0.5
         assert None not in r and len(r) == len(CSV_COLUMNS)  # no row with extra (interleaved) cells
+
+
+# ---------------------------------------------------------------------------------------------- CSV injection
+
+
+def test_formula_like_text_is_written_quoted_and_read_back_as_given(tmp_path):
+    """OWASP's CSV-injection advice: a text cell a spreadsheet would evaluate (= + - @ tab CR first) is written
+    after a single quote; numbers as they are; every reader (read_rows: resume, rerun; load_rows: the report)
+    gets back exactly what was written, quotes a text already had included."""
+    texts = ["=1+2", "@SUM(A1:A9)", "+cmd|' /C calc'!A0", "-2+3", "\t=1", "\r=1", "'=already quoted", "'plain",
+             "plain", "a=b"]  # fmt: skip
+    numbers = ["-1.5", "+3", "1e-5", "-inf"]
+    path = tmp_path / "runs.csv"
+    sink = CsvSink(path, CSV_COLUMNS)
+    for i, text in enumerate([*texts, *numbers]):
+        sink.write({"run_id": f"r{i}", "status": "error", "error": text, "loss_first": -1.5, "steps": -3})
+    with path.open(newline="") as f:
+        raw = list(csv.reader(f))[1:]  # the cells as a spreadsheet reads them
+    column = CSV_COLUMNS.index("error")
+    assert [r[column] for r in raw[: len(texts)]] == ["'=1+2", "'@SUM(A1:A9)", "'+cmd|' /C calc'!A0", "'-2+3",
+                                                      "'\t=1", "'\r=1", "''=already quoted", "'plain", "plain",
+                                                      "a=b"]  # fmt: skip
+    assert all(r[CSV_COLUMNS.index("loss_first")] == "-1.5" and r[CSV_COLUMNS.index("steps")] == "-3" for r in raw)
+    assert [r[column] for r in raw[len(texts):]] == numbers  # numbers as typed, no quote
+    for rows in (read_rows(path), load_rows([path])):
+        assert [r["error"] for r in rows] == [*texts, *numbers]
+
+
+@pytest.mark.slow
+def test_a_formula_like_sweep_id_round_trips_through_resume(tmp_path):
+    """As a user types it: sweep_id names the rows; in the CSV it is quoted text, and resume, which reads the rows
+    back, finds the trial recorded and skips it."""
+    args = ("framework=torch", *FAST, "logger=none", "sweep_id=-1+cmd|calc")
+    (first,) = run_here(*args, results=tmp_path)
+    assert first["status"] == "ok" and ",'-1+cmd|calc," in (tmp_path / "runs.csv").read_text()
+    (row,) = read_rows(tmp_path / "runs.csv")
+    assert row["sweep_id"] == "-1+cmd|calc"
+    (again,) = run_here(*args, "resume=true", results=tmp_path)
+    assert again["status"] == "skipped" and again["run_id"] == first["run_id"]

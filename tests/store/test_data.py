@@ -273,8 +273,8 @@ def test_ag_news_without_a_source_says_what_to_do(tmp_path):
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: make_batches(DataSpec(), 8, 4, seed=0), "seq_len=4: accepted: an integer from 8 to 512"),
-        (lambda: make_batches(DataSpec(), 8, 513, seed=0), "seq_len=513: accepted: an integer from 8 to 512"),
+        (lambda: make_batches(DataSpec(), 8, 4, seed=0), "seq_len=4: accepted an integer in [8, 512]"),
+        (lambda: make_batches(DataSpec(), 8, 513, seed=0), "seq_len=513: accepted an integer in [8, 512]"),
         (
             lambda: make_batches(DataSpec(num_train=10), 16, 32, seed=0),
             "batch_size=16: larger than data.num_train=10",

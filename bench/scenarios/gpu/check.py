@@ -34,6 +34,7 @@ import math
 import os
 import platform
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -46,6 +47,7 @@ from pathlib import Path
 from bench.errors import ConfigError
 from bench.harness.command import OneLineParser, run
 from bench.harness.launch import child_env
+from bench.harness.preflight import check_path_value
 from bench.measure.system import GIT_SHA_ENV, REPO, cpu_name, cuda_device_count, git_sha, host_slug, nvidia_smi
 from bench.scenarios.gpu import wheels
 from bench.scenarios.gpu.steps import NAMES, REPORT_BUDGET_S, STEPS, Context, Step, bench
@@ -105,7 +107,7 @@ class Runner:
     def __call__(self, argv: list[str], log: Path, timeout_s: float) -> int | None:
         """The command's exit code, or None when it ran out of time (its process group is stopped)."""
         with open(log, "a") as out:
-            out.write(f"\n$ python {' '.join(argv)}\n")
+            out.write(f"\n$ {shlex.join(['python', *argv])}\n")
             out.flush()
             self.proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, env=self.env, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
@@ -178,12 +180,12 @@ def run_step(step: Step, ctx: Context, runner: Runner, time_left: float) -> dict
     if reason is None and budget < MIN_STEP_S:
         reason = f"{max(time_left, 0):.0f} s left before --deadline-s, less than a step needs ({MIN_STEP_S} s)"
     if reason is not None:
-        shown = " ".join(["python", *step.command(ctx)])
+        shown = shlex.join(["python", *step.command(ctx)])
         return record(folder, **base, status="skipped", reason=reason, commands=[shown])
     folder.mkdir(parents=True, exist_ok=True)
     start, commands, code = time.monotonic(), [], 0
     for argv in commands_of(step, ctx):
-        commands.append(" ".join(["python", *argv]))
+        commands.append(shlex.join(["python", *argv]))
         ended = runner(argv, folder / "step.log", budget - (time.monotonic() - start))
         code = ended if ended is None or code == 0 else code  # the first failure's code, or None past the budget
         if ended is None:
@@ -221,7 +223,7 @@ def install(args, out: Path, runner: Runner) -> dict:
     said = (said or [""])[-1].removeprefix("gpu-wheels: ")
     return record(folder, name="install", what=f"the wheels carried in {args.wheels} -> {args.site}",
                   budget_s=SETUP_BUDGET_S, status=status, seconds=time.monotonic() - start, exit_code=code,
-                  commands=[" ".join(["python", *argv])], **{"reason" if status == "skipped" else "result": said})
+                  commands=[shlex.join(["python", *argv])], **{"reason" if status == "skipped" else "result": said})
 
 
 def probe(code: str, env: dict[str, str]) -> dict:
@@ -373,6 +375,10 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out or default).resolve()
         if args.summarize and not out.is_dir():
             raise ConfigError(f"--out={out}: no such folder; accepted: a gpu-check's output folder")
+        if not args.summarize:  # each step's trials get results_dir=<out>/<step>, AG News as data.path=
+            check_path_value("--out", "results_dir", out)
+            if ag_news:
+                check_path_value("--ag-news", "data.path", ag_news)
         folder = Path(args.stream).resolve() if args.stream else None
         if folder is not None and (folder == out or out in folder.parents):
             raise ConfigError(f"--stream={folder}: inside --out, it would pack itself; accepted: a folder outside "

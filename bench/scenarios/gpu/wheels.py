@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import shlex
 import shutil
 import subprocess
 import sys
@@ -164,7 +165,9 @@ def install_args(wheels: list[Path], site: Path) -> list[str]:
 
 def install(folder: Path, site: Path) -> int:
     wheels = sorted(folder.glob("*.whl"))
-    shown = " ".join(["python -m pip", *install_args(wheels or [folder / "*.whl"], site)])
+    # quoted as a shell reads it; the glob (left unquoted) stands for wheels that are not there
+    shown = shlex.join(["python", "-m", "pip", *install_args(wheels, site)])
+    shown += "" if wheels else f" {shlex.quote(str(folder))}/*.whl"
     if not wheels:
         there = pip("--version").returncode == 0
         print(f"gpu-wheels: no wheels in {folder}: nothing installed; pip {'is' if there else 'is NOT'} there to "

@@ -82,11 +82,7 @@ def validate(cfg: BenchConfig) -> None:
     if cfg.jacfwd_chunk != "auto" and (not isinstance(cfg.jacfwd_chunk, int) or cfg.jacfwd_chunk < 1):
         raise ConfigError(f"jacfwd_chunk={cfg.jacfwd_chunk}: accepted auto | an integer >= 1")
     spec = bert_spec(m)
-    if cfg.seq_len > spec.max_position_embeddings:
-        raise ConfigError(
-            f"seq_len={cfg.seq_len}: above model.max_position_embeddings={spec.max_position_embeddings} "
-            f"of model={m.name}; accepted 1..{spec.max_position_embeddings}"
-        )
+    data.check_seq_len(cfg.seq_len, spec.max_position_embeddings, m.name)
     if cfg.trainable == "last_k" and not 1 <= cfg.last_k <= spec.num_layers:
         raise ConfigError(f"last_k={cfg.last_k}: accepted 1..{spec.num_layers} (model.num_layers)")
     validate_lora(cfg)
