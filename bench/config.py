@@ -31,6 +31,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from bench import estimators
 from bench.errors import ConfigError
 from bench.measure.system import cuda_device_count
 from bench.ops_spec import OP_NAMES
@@ -146,11 +147,23 @@ class LoraConfig:
                       f"list of {' | '.join(LORA_TARGETS)}, or all_linear (all six)")  # fmt: skip
 
 
+def with_estimator_settings(cls):
+    """`cls` with a node per estimator that has settings, after its own fields (mezo.eps, mezo.q: the estimator's
+    module declares them, bench/estimators/<name>.py): a new estimator's options need no line here."""
+    for name, node in estimators.settings_nodes().items():
+        if name in cls.__annotations__:
+            raise TypeError(f"bench/estimators/{name}.py: its settings node would hide the option {name}")
+        cls.__annotations__[name] = node  # the class itself, not a string: OmegaConf reads the type
+        setattr(cls, name, field(default_factory=node))
+    return cls
+
+
 @dataclass
+@with_estimator_settings
 class BenchConfig:
     scenario: str = _f("model", "model (one AD mode on BERT -> runs.csv) | ops (op micro-benchmarks -> ops.csv)")
     framework: str = _f("torch", "torch | jax")
-    mode: str = _f("backprop", "inference | backprop | jvp | jacfwd | mezo (or a case=, see config groups)")
+    mode: str = _f("backprop", f"{' | '.join(estimators.names())} (or a case=, see config groups)")
     model: ModelConfig = MISSING
     data: DataConfig = MISSING
     optimizer: OptimizerConfig = MISSING
@@ -202,7 +215,6 @@ class BenchConfig:
     jacfwd_max_params: int = _f(
         2_000_000, "jacfwd: refuse more trainable parameters (one forward-mode pass each) than this, integer >= 1"
     )
-    mezo_eps: float = _f(1e-3, "mezo: perturbation scale, a finite number > 0 (Malladi et al. 2023)")
     directions: str = _f("gaussian", "jvp tangents and mezo perturbations: gaussian | rademacher (+-1 entries)")
     jvp_tangent: str = _f("auto", "jvp, one tangent: auto | keep (drawn once, held for the update) | redraw")
     dtype: str = _f("fp32", "fp32 | bf16 (mixed precision) | bf16_pure (scenario=ops: fp32 | fp64 | bf16)")
@@ -321,7 +333,13 @@ def to_dict(cfg: BenchConfig) -> dict:
 
 
 def from_dict(d: dict) -> BenchConfig:
-    """to_dict's inverse, typed and checked by OmegaConf against the schema."""
+    """to_dict's inverse, typed and checked by OmegaConf against the schema. A config saved before a setting moved
+    into its estimator's node (mezo_eps, now mezo.eps) reads as it was meant."""
+    d = dict(d)
+    for old, option in estimators.moved().items():
+        if old in d:
+            node, key = option.split(".")
+            d[node] = {**d.get(node, {}), key: d.pop(old)}
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(BenchConfig), d))
 
 
@@ -407,13 +425,13 @@ def step_spec(cfg: BenchConfig) -> StepSpec:
         num_tangents=cfg.num_tangents,
         jvp_impl=cfg.jvp_impl,
         jacfwd_chunk=cfg.jacfwd_chunk,
-        mezo_eps=cfg.mezo_eps,
         grad_accum=cfg.grad_accum,
         dtype=cfg.dtype,
         directions=cfg.directions,
         jvp_tangent=cfg.jvp_tangent,
         seed=cfg.seed,
         lora=lora_spec(cfg.lora),
+        settings=getattr(cfg, cfg.mode) if cfg.mode in estimators.settings_nodes() else None,
     )
 
 
@@ -428,6 +446,15 @@ def lora_targets(targets) -> tuple[str, ...]:
 def lora_spec(lora: LoraConfig) -> LoraSpec:
     return LoraSpec(rank=lora.rank, alpha=float(lora.alpha), dropout=float(lora.dropout),
                     targets=lora_targets(lora.targets))  # fmt: skip
+
+
+def settings_columns(cfg: BenchConfig) -> dict:
+    """Every estimator's settings as the row's NAME_<setting> columns (mezo_eps, mezo_q, ...)."""
+    columns = {}
+    for column, option in estimators.setting_columns().items():
+        node, key = option.split(".")
+        columns[column] = getattr(getattr(cfg, node), key)
+    return columns
 
 
 def lora_columns(cfg: BenchConfig) -> dict:

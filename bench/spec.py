@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -228,13 +228,14 @@ class StepSpec:
     num_tangents: int = 1  # jvp: K tangents per step, looped (memory does not grow with K)
     jvp_impl: str = "func"  # torch: func | lazy | dual | naive
     jacfwd_chunk: int | str = "auto"  # jacfwd: basis directions pushed forward together (vmapped); see below
-    mezo_eps: float = 1e-3  # MeZO perturbation scale (Malladi et al. 2023 use 1e-3)
     grad_accum: int = 1  # micro-batches per optimizer update
     seed: int = 0  # tangent / perturbation / dropout randomness
     dtype: str = "fp32"  # fp32 | bf16 (mixed precision) | bf16_pure (see DTYPES)
     directions: str = "gaussian"  # gaussian | rademacher (see DIRECTIONS)
     jvp_tangent: str = "auto"  # auto | keep | redraw (see JVP_TANGENTS, keeps_tangent)
     lora: LoraSpec = LoraSpec()  # trainable=lora: the adapters the model gets (none under any other scope)
+    # the estimator's own settings node (bench/estimators/<mode>.py's settings), None for its defaults; not hashed
+    settings: Any = field(default=None, hash=False)
 
     @property
     def adapters(self) -> LoraSpec | None:

@@ -8,7 +8,7 @@ import functools
 import importlib
 import pkgutil
 
-from bench.estimators.base import Estimator
+from bench.estimators.base import Estimator, setting_fields
 
 _NOT_ESTIMATORS = {"base"}
 # The order reports and tables list them in: the baseline, the exact gradients, then the estimates; a module
@@ -32,3 +32,18 @@ def get(name: str) -> Estimator:
     if not isinstance(estimator, Estimator) or estimator.name != name:
         raise TypeError(f"bench/estimators/{name}.py: ESTIMATOR must be an Estimator named {name!r}")
     return estimator
+
+
+def settings_nodes() -> dict[str, type]:
+    """{name: its settings dataclass} of every estimator that has settings: the config's nodes NAME.*."""
+    return {name: get(name).settings for name in names() if get(name).settings is not None}
+
+
+def setting_columns() -> dict[str, str]:
+    """{runs.csv column: option} of every estimator's settings: mezo_eps: mezo.eps, mezo_q: mezo.q..."""
+    return {f"{name}_{f.name}": f"{name}.{f.name}" for name in names() for f in setting_fields(get(name))}
+
+
+def moved() -> dict[str, str]:
+    """{old top-level key: its option now} of the settings that moved into an estimator's node."""
+    return {old: f"{name}.{key}" for name in names() for old, key in get(name).moved.items()}

@@ -12,9 +12,15 @@ anyone has modelled it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from bench.spec import StepSpec
+
+
+def setting(default, help: str):  # noqa: A002 (help is the natural name here, as in bench/config.py)
+    """A field of an estimator's settings: its default and its help (--help and docs/options.md show both)."""
+    return field(default=default, metadata={"help": help})
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,20 @@ class Estimator:
     backward: bool = False  # autograd records the forward for a backward pass (torch: parameters require grad)
     dropout: bool = True  # the model runs with dropout on (MeZO's reference runs it in eval mode)
     passes: str = ""  # forward passes per step, in words (the reports' and docs' column)
+    # A dataclass of setting() fields: the config node NAME.* (mode=NAME's own options, e.g. mezo.eps), or None.
+    # Its values reach the trainers as StepSpec.settings and runs.csv as the columns NAME_<field>.
+    settings: type | None = None
+    # Options that were top-level keys before they moved into the node: {old key: field}, so that the old
+    # spelling is refused with the new one, and a results folder recorded under it still reads, reruns, resumes
+    moved: dict[str, str] = {}
+
+    def settings_of(self, step: StepSpec) -> Any:
+        """This step's settings: the node the config gave it, or the defaults (a StepSpec built by hand)."""
+        return step.settings if step.settings is not None else self.settings()
+
+    def check(self, settings) -> str | None:
+        """What is wrong with `settings` in one line (the option as typed, its value, what is accepted), or None."""
+        return None
 
     def records_graph(self, step: StepSpec) -> bool:
         """Whether torch's parameters require grad in this step (a backward pass, or a setting that records one)."""
@@ -120,3 +140,8 @@ class Estimator:
 
     def comm(self, c: CommContext) -> CommTerms | None:
         return None
+
+
+def setting_fields(estimator: Estimator) -> list:
+    """The dataclass fields of an estimator's settings (none without settings)."""
+    return list(fields(estimator.settings)) if estimator.settings is not None else []

@@ -1,25 +1,62 @@
-"""mezo: SPSA as MeZO runs it (Malladi et al. 2023, Algorithm 1): two forward passes at theta + eps z and
-theta - eps z, the projection (L+ - L-) / (2 eps) times z, z regenerated from its seed rather than stored."""
+"""mezo: SPSA as MeZO runs it (Malladi et al. 2023, Algorithm 1), with q perturbations averaged per step as
+ZO-Bench's ZO-SGD takes them (Zhang et al. 2024, arXiv 2402.11592, eq. 2):
+
+    g = 1/q sum_{i=1..q} (L(theta + eps z_i) - L(theta - eps z_i)) / (2 eps) z_i,    z_i ~ N(0, I)
+
+two forward passes per perturbation, each z_i regenerated from its seed rather than stored. q=1 is MeZO; larger q
+lowers the estimate's variance by q at q times the passes (the same memory: one direction at a time).
+"""
 
 from __future__ import annotations
 
-from bench.estimators.base import CommContext, CommTerms, Estimator, FlopContext, FlopTerms, MemoryContext, MemoryTerms
+import math
+from dataclasses import dataclass
+
+from bench.estimators.base import (
+    CommContext,
+    CommTerms,
+    Estimator,
+    FlopContext,
+    FlopTerms,
+    MemoryContext,
+    MemoryTerms,
+    setting,
+)
+
+MAX_Q = 1024  # 2q forward passes a step: past this a step is hours at any size worth measuring
+
+
+@dataclass
+class MezoSettings:
+    eps: float = setting(1e-3, "perturbation scale, a finite number > 0 (Malladi et al. 2023 use 1e-3)")
+    q: int = setting(
+        1, f"perturbations averaged per step, two forward passes each (ZO-Bench's q; 1: MeZO), integer in [1, {MAX_Q}]"
+    )
 
 
 class Mezo(Estimator):
     name, label = "mezo", "mezo"
-    summary = "zeroth order: SPSA along one seeded perturbation, two forward passes (Malladi et al. 2023)"
-    dropout, passes = False, "2 forward"  # eval mode, as the reference: both passes see the same function
+    summary = "zeroth order: SPSA along q seeded perturbations, two forward passes each (Malladi et al. 2023)"
+    dropout, passes = False, "2q forward"  # eval mode, as the reference: both passes see the same function
+    settings, moved = MezoSettings, {"mezo_eps": "eps"}
+
+    def check(self, s: MezoSettings) -> str | None:
+        if isinstance(s.eps, bool) or not isinstance(s.eps, (int, float)) or not math.isfinite(s.eps) or s.eps <= 0:
+            return f"mezo.eps={s.eps}: accepted a finite number > 0"
+        if isinstance(s.q, bool) or not isinstance(s.q, int) or not 1 <= s.q <= MAX_Q:
+            return f"mezo.q={s.q}: accepted an integer in [1, {MAX_Q}]"
+        return None
 
     def memory(self, c: MemoryContext) -> MemoryTerms:
-        # one tensor's direction at a time, in the perturbation and in the update
+        # one tensor's direction at a time, in the perturbation and in the update (q directions, one at a time)
         return MemoryTerms(directions=c.largest, temp=c.forward_temp)
 
     def flops(self, c: FlopContext) -> FlopTerms:
-        return FlopTerms(forward=2 * c.every)  # the perturbations are elementwise
+        return FlopTerms(forward=2 * self.settings_of(c.step).q * c.every)  # the perturbations are elementwise
 
     def comm(self, c: CommContext) -> CommTerms:
-        return CommTerms(per_micro=2 * c.gather, per_update=2 * c.scalar)  # the loss and the projection
+        q = self.settings_of(c.step).q
+        return CommTerms(per_micro=2 * q * c.gather, per_update=(q + 1) * c.scalar)  # the loss and q projections
 
 
 ESTIMATOR = Mezo()

@@ -17,6 +17,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from bench import estimators
 from bench.config import CONF_DIR, GROUPS, available, register_configs, resolve, validate_process
 from bench.errors import ConfigError
 from bench.harness.launch import check_launch
@@ -86,6 +87,15 @@ def _search_dirs(parsed) -> list[Path]:
     return dirs
 
 
+def _check_moved(o) -> None:
+    """A setting typed by the top-level key it had before it moved into its estimator's node: one line giving
+    the new spelling (Hydra's own error would only say the key is not in the config)."""
+    option = estimators.moved().get(o.key_or_group)
+    if option:
+        value = o.input_line.split("=", 1)[1] if "=" in o.input_line else ""
+        raise ConfigError(f"{o.input_line}: {o.key_or_group} is now {option}; accepted: {option}={value}")
+
+
 @contextlib.contextmanager
 def _hydra_context():
     """Hydra's compose API needs an initialised GlobalHydra (inside a running app, callbacks, it already is) and
@@ -125,6 +135,7 @@ def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
             fixed.append(o.input_line)
         for v in (o.sweep_string_iterator() if o.is_sweep_override() else [o.value()]):
             _check_group(key, str(v), dirs)
+        _check_moved(o)
     if multirun:  # an experiment config may declare its own sweep (hydra.sweeper.params)
         with _hydra_context():
             base = _compose(fixed + [opts[0] for opts in sweeps.values()] + hydra_overrides,
@@ -167,6 +178,8 @@ def _composer(search: list[str]):
             parsed = parser.parse_overrides(combo)
         except Exception as e:  # noqa: BLE001
             raise ConfigError(one_line(e)) from e
+        for o in parsed:  # a tuning space's or an experiment's points, as well as the command line's
+            _check_moved(o)
         # Hydra's own split (hydra/_internal/defaults_list.py, Overrides): a group unless its key names none or
         # its value is a dict; a hydra.* override goes to the hydra node, which this config no longer has
         if _apply_values is None or any(o.is_hydra_override() for o in parsed):

@@ -10,7 +10,7 @@ every submission the same tuning budget:
         params: {framework: "torch,jax", case: "backprop,jvp,mezo"}   # what is compared (a grid, as Hydra's own)
         space:                                                         # per case (or mode): its points, each a
           backprop: [{optimizer.lr: 0.01}, {optimizer.lr: 0.03}, ...]  # trial's overrides; every case the same
-          mezo: [{optimizer.lr: 1.0e-4, mezo_eps: 1.0e-3}, ...]        # number of points: the budget
+          mezo: [{optimizer.lr: 1.0e-4, mezo.eps: 1.0e-3}, ...]        # number of points: the budget
         objective: wall_to_target_s                                    # a column of the row: lower is better
         repeats: [1, 2]                                                # seeds the winner runs again with
 

@@ -191,14 +191,14 @@ def displaced(params, t, seed: int, step, k, kind: str = "gaussian"):
     return jax.tree.unflatten(treedef, out), hook
 
 
-def perturb(params, scale, seed: int, step, kind: str = "gaussian", gather=whole):
-    """theta + scale * z, z (direction 0 of `step`) regenerated unit by unit from its keys (no stored noise), a
+def perturb(params, scale, seed: int, step, kind: str = "gaussian", gather=whole, k=0):
+    """theta + scale * z, z (direction k of `step`) regenerated unit by unit from its keys (no stored noise), a
     stack's layer by layer. Under jit with the parameters donated, XLA writes the result over theta: the in-place
     perturbation of MeZO."""
     flat, treedef = jax.tree_util.tree_flatten_with_path(params)
     leaves = [x for _, x in flat]
     units = _units(flat)
-    keys = direction_keys(seed, step, 0, len(units))
+    keys = direction_keys(seed, step, k, len(units))
     out = list(leaves)
     for u, (stack, idx) in enumerate(units):
         if stack is None:

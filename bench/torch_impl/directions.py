@@ -133,8 +133,8 @@ class TangentGradient:
 
 
 @torch.no_grad()
-def perturb(params, scale: float, seed: int, step: int, kind: str = "gaussian") -> None:
-    """theta += scale * z in place, z regenerated tensor by tensor from its seed (no stored noise); under FSDP2
-    each device perturbs the rows it holds."""
+def perturb(params, scale: float, seed: int, step: int, kind: str = "gaussian", k: int = 0) -> None:
+    """theta += scale * z in place, z (direction k of `step`) regenerated tensor by tensor from its seed (no stored
+    noise); under FSDP2 each device perturbs the rows it holds."""
     for i, p in enumerate(params.values()):
-        local(p).add_(direction(p, direction_seed(seed, step, 0, i), kind=kind), alpha=scale)
+        local(p).add_(direction(p, direction_seed(seed, step, k, i), kind=kind), alpha=scale)

@@ -9,7 +9,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from bench.config import CONF_DIR
+from bench.config import CONF_DIR, from_dict, to_dict
 from bench.data import data_spec, make_batches
 from bench.errors import ConfigError
 from bench.harness.preflight import compose_trials, expand_sweep, preflight
@@ -97,6 +97,21 @@ def test_model_trials_keep_their_identity():
     assert not {"scenario", "threads", "ops"} & set(SCENARIOS["model"].identity(model))
     assert set(SCENARIOS["ops"].identity(ops)) == {"scenario", "framework", "device", "dtype", "threads", "seed", "ops"}
     assert hash_of("ops.sizes=[3]") == hash_of("scenario=model")
+
+
+def test_a_setting_moved_into_its_estimator_reads_and_hashes_as_before():
+    """mezo_eps became mezo.eps: a config saved with the old key (a results folder's configs/) reads into the node,
+    and a trial's identity keeps the old key, so its recorded hash still matches (the hashes above); a setting that
+    came with the node counts only off its default."""
+    saved = to_dict(composed("mode=mezo"))
+    saved.pop("mezo")
+    saved["mezo_eps"] = 0.01
+    cfg = from_dict(saved)
+    assert (cfg.mezo.eps, cfg.mezo.q) == (0.01, 1)
+    identity = SCENARIOS["model"].identity(cfg)
+    assert identity["mezo_eps"] == 0.01 and not {"mezo", "mezo_q"} & set(identity)
+    assert SCENARIOS["model"].identity(composed("mode=mezo", "mezo.q=4"))["mezo_q"] == 4
+    assert hash_of("mode=mezo", "mezo.eps=0.001") == hash_of("mode=mezo") != hash_of("mode=mezo", "mezo.q=2")
 
 
 def test_optimizer_defaults_are_the_presets_in_conf():

@@ -24,6 +24,7 @@ import torch
 
 from bench import data
 from bench.config import model_preset
+from bench.estimators.mezo import MezoSettings
 from bench.jax_impl import directions as jdirections
 from bench.jax_impl.loss import dropout_key
 from bench.jax_impl.params import from_hf, to_hf
@@ -279,7 +280,7 @@ def test_jvp_keeps_or_redraws_its_tangent_and_takes_the_same_steps(framework):
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_mezo_projection_is_its_finite_difference_and_theta_is_restored(framework, directions):
     eps = 1e-3
-    t = make(framework, "mezo", mezo_eps=eps, directions=directions)
+    t = make(framework, "mezo", settings=MezoSettings(eps=eps), directions=directions)
     theta = params_hf(framework, t)
     if framework == "torch":
         z = {n: x.numpy() for n, x in tdirections.sample_tangent(t.params, 0, 0, 0, directions).items()}

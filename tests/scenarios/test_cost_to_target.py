@@ -101,10 +101,10 @@ def test_the_tuning_choice_is_the_fastest_trial_that_reached():
 
 def test_every_mode_gets_the_same_budget():
     space = {"backprop": [{"optimizer.lr": 0.1}, {"optimizer.lr": 0.3}],
-             "mezo": [{"optimizer.lr": 1e-3, "mezo_eps": 1e-3}, {"optimizer.lr": 1e-2, "mezo_eps": 1e-3}]}
+             "mezo": [{"optimizer.lr": 1e-3, "mezo.eps": 1e-3}, {"optimizer.lr": 1e-2, "mezo.eps": 1e-3}]}
     trials = expand({"framework": "torch,jax", "case": "backprop,mezo"}, space, ["model=tiny"])
     assert len(trials) == 2 * 2 * 2 and len({g for g, _ in trials}) == 4
-    assert any("mezo_eps=0.001" in o and "case=mezo" in o for _, o in trials)
+    assert any("mezo.eps=0.001" in o and "case=mezo" in o for _, o in trials)
     with pytest.raises(ConfigError, match="the same number for every case"):
         expand({"case": "backprop,mezo"}, {**space, "mezo": space["mezo"][:1]}, [])
     with pytest.raises(ConfigError, match="a search space is empty"):

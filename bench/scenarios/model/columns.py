@@ -1,6 +1,8 @@
 """The columns scenario=model writes: runs.csv, one row per trial. Columns are only ever added, at the end
 (CsvSink widens an older file's header); a CSV written before a column existed reads it as empty."""
 
+from bench import estimators
+
 # runs.csv's schema. Required columns first, in this order; a trial fills what it knows, the rest are empty.
 REQUIRED_COLUMNS = (
     "run_id", "started_at", "framework", "mode", "model", "data", "trainable", "optimizer",
@@ -55,4 +57,6 @@ EXTRA_COLUMNS = (
     "aot_compile_s",  # JAX: the ahead-of-time compile alone, before the first step (torch: nothing to compile)
     "model_note",  # which models (memory, FLOP, communication) have no term for the mode: their cells are empty
 )  # fmt: skip
-COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
+# each estimator's settings (bench/estimators/<name>.py): NAME_<setting>, those not named above at the end
+SETTING_COLUMNS = tuple(c for c in estimators.setting_columns() if c not in REQUIRED_COLUMNS + EXTRA_COLUMNS)
+COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS + SETTING_COLUMNS

@@ -11,8 +11,17 @@ import json
 import os
 from pathlib import Path
 
-from bench import parallel
-from bench.config import NOT_IDENTITY, TRACES, BenchConfig, LoraConfig, TargetConfig, lora_columns
+from bench import estimators, parallel
+from bench.config import (
+    NOT_IDENTITY,
+    TRACES,
+    BenchConfig,
+    LoraConfig,
+    TargetConfig,
+    default,
+    lora_columns,
+    settings_columns,
+)
 from bench.harness.scenario import Scenario, identity_of
 from bench.measure.system import cuda_memory_mb, host_facts, jaxlib_at_least
 from bench.scenarios.model import trial
@@ -31,6 +40,15 @@ ADDED_KEYS = {"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_
               "directions": "gaussian", "jvp_tangent": "auto", "deterministic": False, "compile": False,
               "divergence_factor": 10.0, "target": TargetConfig(), "profile": False, "profile_steps": 3,
               "lora": LoraConfig(), "scan_layers": False}  # fmt: skip  (JAX's layers were unrolled until scan_layers)
+def settings_identity(cfg: BenchConfig) -> dict:
+    """The estimators' settings as identity keys, by their columns: a setting that was a top-level key before it
+    moved into its node always (mezo_eps, so a trial hashes as it did when it was recorded), the others only off
+    their default (as ADDED_KEYS: a new estimator's settings leave every earlier trial's hash as it was)."""
+    moved, options = estimators.moved(), estimators.setting_columns()
+    columns = settings_columns(cfg).items()
+    return {column: value for column, value in columns if column in moved or value != default(options[column])}
+
+
 # Keys that mean something to one framework alone: left out of the other's identity (torch ignores scan_layers).
 FRAMEWORK_KEYS = {"scan_layers": "jax"}
 
@@ -46,10 +64,11 @@ class ModelScenario(Scenario):
         validate(cfg)
 
     def identity(self, cfg: BenchConfig) -> dict:
-        keys = [f for f in vars(cfg) if f not in NOT_IDENTITY + OTHER_SCENARIOS_KEYS
+        nodes = estimators.settings_nodes()
+        keys = [f for f in vars(cfg) if f not in NOT_IDENTITY + OTHER_SCENARIOS_KEYS and f not in nodes
                 and not (f in ADDED_KEYS and getattr(cfg, f) == ADDED_KEYS[f])
                 and FRAMEWORK_KEYS.get(f, cfg.framework) == cfg.framework]  # fmt: skip
-        return identity_of(cfg, keys)
+        return identity_of(cfg, keys) | settings_identity(cfg)
 
     def kind(self, cfg: BenchConfig) -> str:
         return cfg.mode
@@ -180,7 +199,7 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "fsdp_reshard_after_forward": cfg.fsdp_reshard_after_forward,
         "fsdp_offload": cfg.fsdp_offload,
         "budget_mb": cfg.budget_mb,
-        "mezo_eps": cfg.mezo_eps,
+        **settings_columns(cfg),
         "directions": cfg.directions,
         "jvp_tangent": cfg.jvp_tangent,
         "dropout": m.dropout,

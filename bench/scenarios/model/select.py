@@ -42,8 +42,10 @@ STUDY_EXPERIMENT = "seed_agnews"  # conf/experiment/seed_agnews.yaml: the UMass 
 # does not set it: the schema's default (bench/config.py). A row from a CSV written before the knob had a column
 # reads as this default: what those runs used, since no conf/experiment/ overrode these before they were recorded.
 PARALLEL_COLUMNS = ("parallel", "devices", "nodes", "fsdp_reshard_after_forward", "fsdp_offload")
-KNOB_DEFAULTS = {k: default(k) for k in ("attn_implementation", "mezo_eps", "directions", "jvp_tangent",
-                                         *PARALLEL_COLUMNS)} | {"dropout": default("model.dropout")}  # fmt: skip
+KNOB_DEFAULTS = {k: default(k) for k in ("attn_implementation", "directions", "jvp_tangent", *PARALLEL_COLUMNS)}
+KNOB_DEFAULTS |= {"dropout": default("model.dropout")}
+# every estimator's settings, by their columns (mezo_eps: mezo.eps's default)
+KNOB_DEFAULTS |= {column: default(option) for column, option in estimators.setting_columns().items()}
 # the optimizer's hyperparameters as runs.csv names them (adam_eps: optimizer.eps, apart from mezo_eps)
 OPTIMIZER_COLUMNS = {"lr": "lr", "momentum": "momentum", "weight_decay": "weight_decay", "beta1": "beta1",
                      "beta2": "beta2", "eps": "adam_eps"}  # fmt: skip
@@ -88,7 +90,7 @@ def knob(row: dict, column: str) -> str:
     return _canonical(value)
 
 
-def _non_default(row: dict, column: str) -> str:
+def non_default(row: dict, column: str) -> str:
     """The knob's value where it is not the default, else ""."""
     value = knob(row, column)
     return "" if value == knob_default(column, row.get("optimizer", "") or "") else value
@@ -112,13 +114,14 @@ def variant(row: dict) -> str:
         k = row.get("num_tangents")
         if k not in (None, "", "1", 1):
             settings.append(f"K={k}")
-    if mode == "mezo" and _non_default(row, "mezo_eps"):  # only MeZO perturbs: other modes never read mezo_eps
-        settings.append(f"eps={knob(row, 'mezo_eps')}")
-    if mode in ("jvp", "mezo") and _non_default(row, "directions"):  # the modes that draw random directions
+    for column, option in estimators.setting_columns().items():  # the row's own estimator's settings only
+        if option.split(".")[0] == mode and non_default(row, column):
+            settings.append(f"{option.split('.')[1]}={knob(row, column)}")
+    if mode in ("jvp", "mezo") and non_default(row, "directions"):  # the modes that draw random directions
         settings.append(knob(row, "directions"))
-    if mode == "jvp" and _non_default(row, "jvp_tangent"):
+    if mode == "jvp" and non_default(row, "jvp_tangent"):
         settings.append(knob(row, "jvp_tangent"))
-    if _non_default(row, "attn_implementation"):
+    if non_default(row, "attn_implementation"):
         settings.append(f"attn={knob(row, 'attn_implementation')}")
     if settings:
         name += f"({', '.join(settings)})"
@@ -245,8 +248,9 @@ def summary_table(rows: list[dict]) -> str:
 _IDENTITY_COLUMNS = ("framework", "mode", "model", "num_layers", "hidden_size", "data", "trainable", "last_k",
                      "lora_rank", "lora_alpha", "lora_dropout", "lora_targets",
                      "optimizer", *OPTIMIZER_KNOBS, "batch_size", "grad_accum", "seq_len", "steps", "epochs", "seed",
-                     "remat", "scan_layers", "num_tangents", "jvp_impl", "mezo_eps", "attn_implementation", "dropout",
-                     "dtype", "directions", "jvp_tangent", "device", *PARALLEL_COLUMNS)  # fmt: skip
+                     "remat", "scan_layers", "num_tangents", "jvp_impl", *estimators.setting_columns(),
+                     "attn_implementation", "dropout", "dtype", "directions", "jvp_tangent", "device",
+                     *PARALLEL_COLUMNS)  # fmt: skip
 
 
 def experiment_of(row: dict) -> str:

@@ -75,7 +75,10 @@ def validate(cfg: BenchConfig) -> None:
     above("model.layer_norm_eps", m.layer_norm_eps, 0)
     at_least("jacfwd_max_params", cfg.jacfwd_max_params, 1)
     at_least("last_k", cfg.last_k, 1)
-    above("mezo_eps", cfg.mezo_eps, 0)
+    for name in estimators.settings_nodes():  # each estimator's own settings, as its module checks them
+        problem = estimators.get(name).check(getattr(cfg, name))
+        if problem:
+            raise ConfigError(problem)
     above("divergence_factor", cfg.divergence_factor, 1)
     if cfg.max_timed_s is not None:
         at_least("max_timed_s", cfg.max_timed_s, 0)

@@ -1,57 +1,80 @@
-"""mezo in torch: SPSA as MeZO runs it (Malladi et al. 2023, Algorithm 1), in-place seeded perturbations +eps,
--2eps, +eps, two forward passes, g = (L+ - L-)/(2 eps) z with z regenerated from its seed. Mirror of
+"""mezo in torch: SPSA as MeZO runs it (Malladi et al. 2023, Algorithm 1), with q perturbations averaged per step
+(ZO-Bench's q; bench/estimators/mezo.py has the rule): for each seeded z_k, in-place perturbations +eps, -2eps, +eps
+and two forward passes, g = 1/q sum_k (L+ - L-)/(2 eps) z_k with each z_k regenerated from its seed. Mirror of
 jax_impl/estimators/mezo.py."""
 
 from __future__ import annotations
 
 import torch
 
-from bench.torch_impl.directions import SeededGradient, perturb
+from bench.torch_impl.directions import SeededGradient, TangentGradient, perturb
 from bench.torch_impl.loss import identity, loss_fn
 
 
 def gradient(trainer, micro_batches, tangents=None, in_step=False):
-    s = trainer.spec
+    s, settings = trainer.spec, trainer.estimator.settings_of(trainer.spec)
     return spsa_gradient(
-        trainer.module,
+        lambda batch: loss_fn(trainer.module, batch),
         trainer.params,
         micro_batches,
-        eps=s.mezo_eps,
+        eps=settings.eps,
+        q=settings.q,
         seed=s.seed,
         step=trainer.step_count,
         reduce=trainer.reduce,
         kind=s.directions,
         restore=not in_step,
+        tangents=tangents,
     )
 
 
 @torch.no_grad()
 def spsa_gradient(
-    model,
+    loss_of,
     params,
     micro_batches,
     *,
     eps: float,
     seed: int,
     step: int,
+    q: int = 1,
     reduce=identity,
     kind: str = "gaussian",
     restore: bool = True,
+    tangents=None,
 ):
-    """MeZO: projected gradient (L(theta + eps z) - L(theta - eps z)) / (2 eps) along one seeded z, two forward
-    passes with in-place perturbations +eps, -2eps, +eps. Returns the mean of L+ and L- as the step's loss.
-    `reduce` averages [loss, projection] over devices (each device's L+ - L- taken first: the cancellation loses
-    no more than on one device). restore=False: the last +eps is left to the estimate, which restores each tensor
-    with the z it draws anyway when the update reaches it (SeededGradient's shift): one draw of z fewer."""
-    proj, total = 0.0, 0.0
-    for n, batch in enumerate(micro_batches):
-        perturb(params, +eps, seed, step, kind)
-        loss_plus = loss_fn(model, batch)
-        perturb(params, -2 * eps, seed, step, kind)
-        loss_minus = loss_fn(model, batch)
-        if restore or n < len(micro_batches) - 1:
-            perturb(params, +eps, seed, step, kind)
-        proj = proj + (loss_plus - loss_minus) / (2 * eps) / len(micro_batches)
-        total = total + (loss_plus + loss_minus) / 2 / len(micro_batches)
-    total, proj = reduce(torch.stack([total, proj]))
-    return total, SeededGradient(params, [float(proj)], seed, step, kind, shift=0.0 if restore else eps)
+    """SPSA along q seeded z_k: the projected gradients (L(theta + eps z_k) - L(theta - eps z_k)) / (2 eps) of
+    `loss_of(batch)`, two forward passes each with in-place perturbations +eps, -2eps, +eps of `params`. Returns
+    the mean of the L+ and L- as the step's loss and the estimate 1/q sum_k proj_k z_k, drawn where the update
+    needs it. The directions go from z_{q-1} down to z_0, so the step's last perturbation is z_0's: restore=False
+    leaves its last +eps to the estimate, which restores each tensor with the z_0 it draws anyway
+    (SeededGradient's shift), one draw fewer. `tangents`: given directions (dicts like params, tests) instead of
+    seeded ones, one per perturbation. `reduce` averages [loss, proj_0..proj_{q-1}] over devices (each device's
+    L+ - L- taken first: the cancellation loses no more than on one device)."""
+    if tangents is not None:
+        q, restore = len(tangents), True
+
+        def move(scale, k):
+            for name, p in params.items():
+                p.add_(tangents[k][name], alpha=scale)
+    else:
+
+        def move(scale, k):
+            perturb(params, scale, seed, step, kind, k)
+
+    projs, total, m = [0.0] * q, 0.0, len(micro_batches)
+    for k in reversed(range(q)):
+        for n, batch in enumerate(micro_batches):
+            move(+eps, k)
+            loss_plus = loss_of(batch)
+            move(-2 * eps, k)
+            loss_minus = loss_of(batch)
+            if restore or k > 0 or n < m - 1:
+                move(+eps, k)
+            projs[k] = projs[k] + (loss_plus - loss_minus) / (2 * eps) / m
+            total = total + (loss_plus + loss_minus) / 2 / m / q
+    total, *projs = reduce(torch.stack([torch.as_tensor(x) for x in (total, *projs)]))
+    coeffs = [float(p) / q for p in projs]
+    if tangents is not None:
+        return total, TangentGradient(tangents, coeffs)
+    return total, SeededGradient(params, coeffs, seed, step, kind, shift=0.0 if restore else eps)

@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import estimators
 from bench.report.plots import Chart, Plot, Series, save
 from bench.report.section import PLOT_DIR, RUNS_CSV, Results, Section
 from bench.report.tables import fmt_ratio, fmt_value, md_table, num
@@ -30,13 +31,14 @@ from bench.scenarios.model.select import (
     framework_order,
     knob,
     mode_order,
+    non_default,
     scope_label,
 )
 from bench.spec import FRAMEWORK_NAMES
 from bench.store.read import read_history
 
 # What a tuning search varies: left out of the context a cost is compared in, and shown as the tuned point.
-TUNED = (*OPTIMIZER_KNOBS, "mezo_eps", "num_tangents")
+TUNED = (*OPTIMIZER_KNOBS, *estimators.setting_columns(), "num_tangents")
 REFERENCE = "backprop"  # costs are given relative to backprop's, in the same framework, scope and context
 
 
@@ -76,13 +78,16 @@ def reached_row(row: dict) -> bool:
 
 def point(row: dict) -> tuple:
     """The tuned point of a trial: its learning rate and the mode's own tuned knobs."""
-    return tuple(knob(row, c) if c in OPTIMIZER_KNOBS or c == "mezo_eps" else str(row.get(c, "")) for c in TUNED)
+    numeric = (*OPTIMIZER_KNOBS, *estimators.setting_columns())  # compared by value: 1e-3 and 0.001 are one point
+    return tuple(knob(row, c) if c in numeric else str(row.get(c, "")) for c in TUNED)
 
 
 def point_label(row: dict) -> str:
     parts = [f"lr {knob(row, 'lr')}"]
-    if row.get("mode") == "mezo":
-        parts.append(f"eps {knob(row, 'mezo_eps')}")
+    for column, option in estimators.setting_columns().items():  # the row's own estimator's settings
+        name, key = option.split(".")
+        if name == row.get("mode") and (column in estimators.moved() or non_default(row, column)):
+            parts.append(f"{key} {knob(row, column)}")
     if row.get("mode") == "jvp" and str(row.get("num_tangents")) not in ("", "1"):
         parts.append(f"K={row.get('num_tangents')}")
     return ", ".join(parts)
