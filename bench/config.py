@@ -95,10 +95,11 @@ class DataConfig:
 
 @dataclass
 class OptimizerConfig:
-    name: str = _f("sgd", "sgd | adamw (same hyperparameters in torch.optim and optax)")
+    name: str = _f("sgd", "sgd | adamw | signsgd (the sign of the gradient or estimate: ZO-SignSGD); the same "
+                   "hyperparameters in torch.optim and optax")
     lr: float = _f(1e-3, "learning rate, a finite number > 0")
     momentum: float = _f(0.0, "sgd momentum in [0, 1)")
-    weight_decay: float = _f(0.0, "weight decay, >= 0 (decoupled for adamw)")
+    weight_decay: float = _f(0.0, "weight decay, >= 0 (decoupled for adamw, coupled for sgd and signsgd)")
     beta1: float = _f(0.9, "adamw beta1 in [0, 1)")
     beta2: float = _f(0.999, "adamw beta2 in [0, 1)")
     eps: float = _f(1e-8, "adamw epsilon, > 0")

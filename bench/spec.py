@@ -33,7 +33,7 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}  # as a reader knows them
 IMPL_MODULES = ("device", "estimators", "parallel", "directions", "steps", "memory", "ops", "plain", "profile", "flops")
 TRAINABLE_SCOPES = ("all", "head", "bias", "last_k", "classifier", "lora")
 HEAD_ONLY = ("head", "classifier")  # scopes that train nothing before the pooler: the trunk runs once, untangented
-OPTIMIZERS = ("sgd", "adamw")
+OPTIMIZERS = ("sgd", "adamw", "signsgd")
 # fp32; bf16: mixed precision (fp32 parameters and optimizer state, bf16 matmuls: torch.autocast's recipe, which
 # jax_impl mirrors); bf16_pure: parameters, gradients, directions and optimizer state in bf16 too
 DTYPES = ("fp32", "bf16", "bf16_pure")

@@ -13,7 +13,7 @@ from bench.estimators.base import Estimator, setting_fields
 _NOT_ESTIMATORS = {"base"}
 # The order reports and tables list them in: the baseline, the exact gradients, then the estimates; a module
 # this list does not name comes after these, alphabetically.
-ORDER = ("inference", "backprop", "jvp", "jacfwd", "mezo")
+ORDER = ("inference", "backprop", "jvp", "jacfwd", "mezo", "hizoo")
 
 
 @functools.cache

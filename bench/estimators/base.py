@@ -116,6 +116,10 @@ class Estimator:
     # spelling is refused with the new one, and a results folder recorded under it still reads, reruns, resumes
     moved: dict[str, str] = {}
 
+    def passes_for(self, row: dict) -> str:
+        """Forward passes per step in words, for a runs.csv row (its own settings' columns): `passes` by default."""
+        return self.passes
+
     def settings_of(self, step: StepSpec) -> Any:
         """This step's settings: the node the config gave it, or the defaults (a StepSpec built by hand)."""
         return step.settings if step.settings is not None else self.settings()

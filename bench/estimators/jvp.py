@@ -12,6 +12,11 @@ class Jvp(Estimator):
     summary = "forward gradient: K seeded tangents, one forward-mode pass each (Baydin et al. 2022)"
     passes = "K forward-mode passes"
 
+    def passes_for(self, row: dict) -> str:
+        k = row.get("num_tangents")
+        k = int(float(k)) if k not in (None, "") else 1
+        return f"{k} forward-mode pass{'es' if k > 1 else ''}"
+
     def records_graph(self, step: StepSpec) -> bool:
         return step.jvp_impl == "naive"  # the forward-AD study's pathology: a graph for a backward never run
 

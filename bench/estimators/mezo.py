@@ -40,6 +40,10 @@ class Mezo(Estimator):
     dropout, passes = False, "2q forward"  # eval mode, as the reference: both passes see the same function
     settings, moved = MezoSettings, {"mezo_eps": "eps"}
 
+    def passes_for(self, row: dict) -> str:
+        q = row.get("mezo_q")
+        return f"{2 * int(float(q))} forward" if q not in (None, "") else "2 forward"
+
     def check(self, s: MezoSettings) -> str | None:
         if isinstance(s.eps, bool) or not isinstance(s.eps, (int, float)) or not math.isfinite(s.eps) or s.eps <= 0:
             return f"mezo.eps={s.eps}: accepted a finite number > 0"

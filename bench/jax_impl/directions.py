@@ -191,25 +191,29 @@ def displaced(params, t, seed: int, step, k, kind: str = "gaussian"):
     return jax.tree.unflatten(treedef, out), hook
 
 
-def perturb(params, scale, seed: int, step, kind: str = "gaussian", gather=whole, k=0):
+def perturb(params, scale, seed: int, step, kind: str = "gaussian", gather=whole, k=0, hessian=None):
     """theta + scale * z, z (direction k of `step`) regenerated unit by unit from its keys (no stored noise), a
     stack's layer by layer. Under jit with the parameters donated, XLA writes the result over theta: the in-place
-    perturbation of MeZO."""
+    perturbation of MeZO. `hessian` (a pytree like params): z / sqrt(hessian) instead, HiZOO's perturbation."""
     flat, treedef = jax.tree_util.tree_flatten_with_path(params)
     leaves = [x for _, x in flat]
+    hs = None if hessian is None else jax.tree.leaves(hessian)
+    shaped = lambda zs, hs_: zs if hs_ is None else [z * jax.lax.rsqrt(h) for z, h in zip(zs, hs_)]  # noqa: E731
     units = _units(flat)
     keys = direction_keys(seed, step, k, len(units))
     out = list(leaves)
     for u, (stack, idx) in enumerate(units):
         if stack is None:
             ps = [leaves[j] for j in idx]
-            for j, p, z in zip(idx, ps, unit_direction(ps, keys[u], kind, gather)):
+            zs = shaped(unit_direction(ps, keys[u], kind, gather), None if hs is None else [hs[j] for j in idx])
+            for j, p, z in zip(idx, ps, zs):
                 out[j] = p + scale * z
             continue
 
-        def body(i, ps, u=u):
+        def body(i, ps, u=u, idx=idx):
             slices = _layer(ps, i)
             zs = layer_direction(slices, jax.random.fold_in(keys[u], i), kind, gather)
+            zs = shaped(zs, None if hs is None else _layer([hs[j] for j in idx], i))
             return _put(ps, [s + scale * z for s, z in zip(slices, zs)], i)
 
         for j, x in zip(idx, jax.lax.fori_loop(0, leaves[idx[0]].shape[0], body, [leaves[j] for j in idx])):

@@ -52,7 +52,12 @@ def make_optimizer(opt) -> optax.GradientTransformation:
         )
     if opt.name == "adamw":
         return optax.adamw(opt.lr, b1=opt.beta1, b2=opt.beta2, eps=opt.eps, weight_decay=opt.weight_decay)
-    raise ValueError(f"optimizer={opt.name!r}: accepted sgd, adamw")
+    if opt.name == "signsgd":  # torch_impl.steps.SignSGD: weight decay coupled, then the sign
+        return optax.chain(
+            optax.add_decayed_weights(opt.weight_decay) if opt.weight_decay else optax.identity(),
+            optax.sign_sgd(opt.lr),
+        )
+    raise ValueError(f"optimizer={opt.name!r}: accepted sgd, adamw, signsgd")
 
 
 
@@ -110,6 +115,9 @@ class Trainer:
         # Created by the first update, as torch.optim creates its state lazily: in both frameworks the optimizer
         # state is part of a trial's excess memory, not of its baseline.
         self.opt_state = None
+        # The estimator's own state across steps (HiZOO's Hessian estimate), made by the first step that needs it,
+        # as the optimizer's is (an argument of the programs that read it, never closed over)
+        self.state = None
         self.step_count = 0
         self.micro_batches = s.grad_accum  # per update: how often MeZO's perturbation and loss run in a step
 
@@ -142,14 +150,17 @@ class Trainer:
             return loss_of, None
         return loss_of, make_trunk_head_fns(self.graphdef, frozen, self.train, self.gather)
 
-    def on(self, frozen) -> Trainer:
-        """This trainer computing on `frozen`, a program's argument: itself on one device (the loss closes over
-        the frozen state; the argument goes unused and jit drops it), in a world a shallow copy whose loss is
-        built on the argument."""
-        if self.world is None:
+    def on(self, frozen, state=None) -> Trainer:
+        """This trainer computing on `frozen` (and the estimator's `state`), a program's arguments: itself on one
+        device without state (the loss closes over the frozen state; the argument goes unused and jit drops it),
+        else a shallow copy whose loss is built on the argument (in a world) and whose state is the argument."""
+        if self.world is None and state is None:
             return self
         on = copy.copy(self)
-        on.loss_of, on.trunk = self._loss_fns(frozen)
+        if self.world is not None:
+            on.loss_of, on.trunk = self._loss_fns(frozen)
+        if state is not None:
+            on.state = state
         return on
 
     # -- data ------------------------------------------------------------------------------------------------
@@ -189,15 +200,20 @@ class Trainer:
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    def _gradient_program(self, frozen, params, micro_batches, step, tangents=None):
-        return self.impl.gradient(self.on(frozen), params, micro_batches, step, tangents)
+    def _gradient_program(self, frozen, params, state, micro_batches, step, tangents=None):
+        return self.impl.gradient(self.on(frozen, state), params, micro_batches, step, tangents)
 
     def gradient(self, micro_batches, tangents=None):
         """(loss before the update, gradient or estimate over the trainable parameters); for tests and gradient
         quality, not on the timed path. MeZO's perturbation round trip is applied to the parameters here too."""
+        self._ensure_state()
         step = jnp.int32(self.step_count)
-        self.params, loss, grads = self._gradient(self.frozen, self.params, micro_batches, step, tangents)
+        self.params, loss, grads = self._gradient(self.frozen, self.params, self.state, micro_batches, step, tangents)
         return loss, grads
+
+    def _ensure_state(self) -> None:
+        if self.state is None and hasattr(self.impl, "init_state"):
+            self.state = self.impl.init_state(self)
 
     def _ensure_opt_state(self) -> None:
         if self.opt_state is None:
@@ -214,6 +230,7 @@ class Trainer:
         if self.optimizer is None:  # nothing to update (inference)
             return self.impl.step(self, micro_batches)
         self._ensure_opt_state()
+        self._ensure_state()
         if self.split:
             loss = self.impl.step(self, micro_batches)
         else:

@@ -106,7 +106,8 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
     linear = sum(int(np.prod(v)) for k, v in trainable.items() if len(v) == 2 and not k.startswith("bert.embeddings."))
 
     opt = s.optimizer
-    optimizer = {"adamw": 2 * P * n, "sgd": P * n if opt.momentum else 0}[opt.name] // share if estimator.updates else 0
+    state = {"adamw": 2 * P * n, "sgd": P * n if opt.momentum else 0, "signsgd": 0}[opt.name]
+    optimizer = state // share if estimator.updates else 0
     params = P * n_all // share
     context = MemoryContext(
         step=s, framework=framework, param_bytes=P, activation_bytes=X, hidden=H, batch_size=batch_size, n=n,

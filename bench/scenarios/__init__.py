@@ -16,7 +16,7 @@ from __future__ import annotations
 from bench.harness.scenario import Registry
 from bench.report.section import Section
 from bench.scenarios.capacity.report import CapacitySection
-from bench.scenarios.model.report import cost, memory, modes, parallel, plots, targets, time_explained
+from bench.scenarios.model.report import cost, memory, modes, parallel, plots, targets, time_explained, zo_family
 from bench.scenarios.model.scenario import MODEL
 from bench.scenarios.ops.report import OpsSection
 from bench.scenarios.ops.scenario import OPS
@@ -27,7 +27,8 @@ SCENARIOS: Registry = {s.name: s for s in (MODEL, OPS)}
 COLUMNS: tuple[str, ...] = tuple(dict.fromkeys(c for s in SCENARIOS.values() for c in s.columns))
 
 REPORT_SECTIONS: tuple[Section, ...] = (
-    modes.ModesSection(), cost.CostSection(), modes.StudySection(), modes.PathologySection(),
+    modes.ModesSection(), zo_family.ZoFamilySection(), cost.CostSection(), modes.StudySection(),
+    modes.PathologySection(),
     targets.TargetsSection(), SpeedSection(), modes.DepthSection(), memory.MemorySection(),
     time_explained.TimeSection(),
     parallel.ParallelSection(), plots.PlotsSection(), modes.FailedSection(), OpsSection(), CapacitySection(),

@@ -24,7 +24,6 @@ import torch.nn.functional as F
 from bench import estimators
 from bench.spec import BertSpec, StepSpec, is_trainable, jacfwd_chunk_for
 from bench.torch_impl.device import resolve_device, use_fp32
-from bench.torch_impl.directions import SeededGradient, TangentGradient
 from bench.torch_impl.estimators import implementation
 from bench.torch_impl.estimators.backprop import backprop_gradient
 from bench.torch_impl.loss import INPUT_KEYS, identity
@@ -44,7 +43,26 @@ def make_optimizer(params: dict[str, torch.Tensor], opt) -> torch.optim.Optimize
         return torch.optim.AdamW(
             ps, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay
         )
-    raise ValueError(f"optimizer={opt.name!r}: accepted sgd, adamw")
+    if opt.name == "signsgd":
+        return SignSGD(ps, lr=opt.lr, weight_decay=opt.weight_decay)
+    raise ValueError(f"optimizer={opt.name!r}: accepted sgd, adamw, signsgd")
+
+
+class SignSGD(torch.optim.Optimizer):
+    """The sign of the gradient or its estimate, each entry moved by lr (ZO-SignSGD, Liu et al. 2019, "signSGD via
+    Zeroth-Order Oracle"; ZO-Bench's ZO-SGD-Sign), weight decay coupled as torch.optim.SGD's; no state. torch has
+    none; optax's sign_sgd after add_decayed_weights is the mirror (jax_impl.steps.make_optimizer)."""
+
+    def __init__(self, params, lr: float, weight_decay: float = 0.0):
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    d = p.grad.add(p, alpha=group["weight_decay"]) if group["weight_decay"] else p.grad
+                    p.add_(d.sign(), alpha=-group["lr"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -93,6 +111,9 @@ class Trainer:
         self.n_sharded = sum(p.numel() for p in named.values() if sharded(p))
         self.optimizer = make_optimizer(self.params, s.optimizer) if estimator.updates else None
         self.jacfwd_chunk = jacfwd_chunk_for(s.jacfwd_chunk, "torch", self.device.type)
+        # The estimator's own state across steps (HiZOO's Hessian estimate), made by the first step that needs it,
+        # as the optimizer's is: part of a trial's excess memory, not of its baseline
+        self.state = None
         self.step_count = 0
 
     # -- data ------------------------------------------------------------------------------------------------
@@ -110,12 +131,17 @@ class Trainer:
     # -- the estimator ---------------------------------------------------------------------------------------
     def gradient(self, micro_batches, tangents=None):
         """(loss before the update, gradient or estimate over the trainable parameters)."""
+        self._ensure_state()
         return self.impl.gradient(self, micro_batches, tangents)
+
+    def _ensure_state(self) -> None:
+        if self.state is None and hasattr(self.impl, "init_state"):
+            self.state = self.impl.init_state(self)
 
     def apply(self, grads) -> None:
         """Optimizer update. Lazy estimates are applied tensor by tensor: torch.optim skips parameters whose
         .grad is None, so one step per tensor updates that tensor alone and frees its gradient at once."""
-        if isinstance(grads, (SeededGradient, TangentGradient)):
+        if not isinstance(grads, dict):  # an estimate drawn tensor by tensor (directions.SeededGradient, ...)
             for name, g in grads:
                 p = self.params[name]
                 p.grad = like_param(g, p)
@@ -131,6 +157,7 @@ class Trainer:
     def step(self, micro_batches):
         if hasattr(self.impl, "step"):
             return self.impl.step(self, micro_batches)
+        self._ensure_state()
         loss, grads = self.impl.gradient(self, micro_batches, in_step=True)
         self.apply(grads)
         return loss
@@ -175,7 +202,7 @@ class Trainer:
             for p in self.params.values():
                 p.grad = None
             _, est = self.gradient(micro_batches)
-            est = est.materialize() if isinstance(est, (SeededGradient, TangentGradient)) else est
+            est = est if isinstance(est, dict) else est.materialize()
             estimate = [est[n].detach().cpu().numpy().copy() for n in self.params]  # before backward reuses .grad
             del est
             for p in self.params.values():

@@ -77,7 +77,7 @@ def stepped(trainer, micro_batches) -> list[float]:
 def as_hf(framework, grads) -> dict[str, np.ndarray]:
     """A gradient or estimate of either framework as {hf_name: numpy, torch layout}."""
     if framework == "torch":
-        if isinstance(grads, (tdirections.SeededGradient, tdirections.TangentGradient)):
+        if not isinstance(grads, dict):  # an estimate drawn tensor by tensor
             grads = grads.materialize()
         return {n: g.detach().numpy().copy() for n, g in grads.items()}
     return to_hf(grads)

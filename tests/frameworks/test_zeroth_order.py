@@ -4,6 +4,9 @@
   the same projections and the same estimate; its seeded estimate is the mean of q MeZO projections; on a quadratic,
   where the central difference is exact, the mean over many draws is the gradient (tolerance from the sample
   count) and the variance falls as 1/q.
+- HiZOO (bench/estimators/hizoo.py): the same in torch and JAX on a given direction; with the true diagonal Hessian
+  its mean over draws is the Newton step; its Hessian estimate updates as the paper writes, in the timed step only.
+- ZO-SignSGD (optimizer=signsgd): every entry moves by lr against the sign of the estimate.
 """
 
 from __future__ import annotations
@@ -14,14 +17,20 @@ import numpy as np
 import pytest
 import torch
 
+from bench.estimators.hizoo import HizooSettings
 from bench.estimators.mezo import MezoSettings
 from bench.jax_impl import directions as jdirections
+from bench.jax_impl.estimators import hizoo as jhizoo
 from bench.jax_impl.estimators import mezo as jmezo
 from bench.jax_impl.params import to_hf
+from bench.spec import OptimizerSpec
 from bench.torch_impl import directions as tdirections
+from bench.torch_impl.estimators import hizoo as thizoo
 from bench.torch_impl.estimators import mezo as tmezo
 from tests.frameworks.test_steps import (
+    BATCH,
     FRAMEWORKS,
+    as_hf,
     gradient,
     loss_at,
     make,
@@ -108,3 +117,115 @@ def test_spsa_mean_over_draws_is_the_gradient_and_its_variance_falls_as_one_over
         assert (np.abs(est.mean(0) - GRAD) < 5 * std).all(), q
     ratio = four.var(0).sum() / one.var(0).sum()  # q directions averaged: a quarter of the variance
     assert 0.18 < ratio < 0.35
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# HiZOO
+
+
+def test_hizoo_given_the_same_direction_is_the_same_in_torch_and_jax():
+    out = {}
+    for fw in FRAMEWORKS:
+        t = make(fw, "hizoo", settings=HizooSettings(eps=1e-2, alpha=0.5))
+        z = random_tangent(shapes(fw, t), seed=1)
+        out[fw] = gradient(fw, t, tangents=[tangent_for(fw, t, z)])
+    (loss_t, est_t), (loss_j, est_j) = out["torch"], out["jax"]
+    assert loss_j == pytest.approx(loss_t, abs=1e-5)
+    for n in est_t:  # proj and the curvature from fp32 losses: ~1e-4 relative apart
+        np.testing.assert_allclose(est_j[n], est_t[n], rtol=2e-3, atol=5e-4, err_msg=n)
+
+
+def hizoo_on_quadratic(framework: str, hessian: np.ndarray, alpha: float, step: int, z=None):
+    """(estimate of w, the updated H) of one HiZOO draw on the quadratic at W with the Hessian estimate `hessian`."""
+    eps = 1e-2
+    a, c, w = (x.astype(np.float32) for x in (A, C, W))
+    if framework == "torch":
+        a, c, params = torch.from_numpy(a), torch.from_numpy(c), {"w": torch.from_numpy(w.copy())}
+        h = {"w": torch.from_numpy(hessian.astype(np.float32))}
+        loss_of = lambda batch: 0.5 * (a * (params["w"] - c) ** 2).sum()  # noqa: E731
+        tangents = None if z is None else [{"w": torch.from_numpy(z)}]
+        _, est = thizoo.hizoo_gradient(loss_of, params, h, [None], eps=eps, alpha=alpha, seed=0, step=step,
+                                       commit=True, tangents=tangents)  # fmt: skip
+        g = est.materialize()["w"].numpy().copy()
+        return g, h["w"].numpy()
+    g, h = hizoo_on_quadratic_jax(hessian, alpha, jnp.int32(step), None if z is None else jnp.asarray(z))
+    return np.asarray(g), np.asarray(h)
+
+
+def hizoo_on_quadratic_jax(hessian, alpha: float, step, z=None):
+    """hizoo_on_quadratic's JAX draw as arrays (traceable: a test jits it over the step)."""
+    a, c, params = jnp.asarray(A, jnp.float32), jnp.asarray(C, jnp.float32), {"w": jnp.asarray(W, jnp.float32)}
+    loss_of = lambda p, batch, key: 0.5 * (a * (p["w"] - c) ** 2).sum()  # noqa: E731
+    tangents = None if z is None else [{"w": z}]
+    hessian = {"w": jnp.asarray(hessian, jnp.float32)}
+    _, _, g, h = jhizoo.hizoo_gradient(loss_of, params, hessian, [None], None, eps=1e-2, alpha=alpha, seed=0,
+                                       step=step, tangents=tangents)  # fmt: skip
+    return g["w"], h["w"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_hizoo_with_the_true_hessian_estimates_the_newton_step(framework):
+    """With H the quadratic's own diagonal Hessian A and alpha = 0 (H kept), the estimate's mean over draws is
+    A^-1 g = W - C, the diagonal Newton step the paper's preconditioning aims at (tolerance from the sample count:
+    with u = A^-1/2 g, entry i of one draw has variance (|u|^2 + u_i^2) / a_i)."""
+    if framework == "jax":
+        draw = jax.jit(lambda step: hizoo_on_quadratic_jax(A, 0.0, step)[0])  # traced: one compile
+        est = np.stack([np.asarray(draw(jnp.int32(step))) for step in range(DRAWS)])
+    else:
+        est = np.stack([hizoo_on_quadratic("torch", A, 0.0, step)[0] for step in range(DRAWS)])
+    u = GRAD / np.sqrt(A)
+    std = np.sqrt((u @ u + u**2) / A / DRAWS)
+    assert (np.abs(est.mean(0) - (W - C)) < 5 * std).all()
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_hizoo_updates_its_hessian_estimate_as_the_paper_writes(framework):
+    """One step's H' = (1 - alpha) H + alpha |L+ + L- - 2 L0| / (2 eps^2) H z^2: on the quadratic the second
+    difference along z / sqrt(H) is exactly eps^2 sum_i a_i z_i^2 / h_i."""
+    alpha, z = 0.5, np.random.default_rng(3).standard_normal(N_PARAMS).astype(np.float32)
+    h = np.random.default_rng(4).uniform(0.5, 2.0, N_PARAMS).astype(np.float32)
+    g, updated = hizoo_on_quadratic(framework, h, alpha, 0, z)
+    curvature = (A * z**2 / h).sum() / 2
+    want = (1 - alpha) * h + alpha * curvature * h * z**2
+    np.testing.assert_allclose(updated, want, rtol=2e-3)
+    proj = GRAD @ (z / np.sqrt(h))
+    np.testing.assert_allclose(g, proj * z / np.sqrt(want), rtol=2e-3, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_hizoo_steps_keep_their_hessian_estimate_and_gradient_leaves_it(framework):
+    """The timed step updates H (the trainer's state) as it applies g; gradient() computes the estimate without
+    touching H, so it can be checked at any time."""
+    t = make(framework, "hizoo", settings=HizooSettings(alpha=0.5))
+    micro = t.to_device(BATCH)
+    t.compile(micro)
+    t.gradient(micro)
+    assert all((h == 1).all() for h in state_leaves(framework, t.state))
+    for _ in range(2):
+        assert np.isfinite(float(t.step(micro)))
+    assert any((h != 1).any() for h in state_leaves(framework, t.state))
+
+
+def state_leaves(framework, state) -> list[np.ndarray]:
+    if framework == "torch":
+        return [v.numpy() for v in state.values()]
+    return [np.asarray(x) for x in jax.tree.leaves(state)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ZO-SignSGD: an optimizer, usable with any estimator
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_signsgd_moves_every_entry_by_lr_against_the_estimate_sign(framework):
+    lr = 1e-3
+    t = make(framework, "mezo", optimizer=OptimizerSpec(name="signsgd", lr=lr))
+    before = params_hf(framework, t)
+    _, est = t.gradient(t.to_device(BATCH))
+    sign = {n: np.sign(g) for n, g in as_hf(framework, est).items()}
+    t.apply(est)
+    after = params_hf(framework, t)
+    for n in before:
+        np.testing.assert_allclose(after[n], before[n] - lr * sign[n], atol=1e-6, err_msg=n)

@@ -31,6 +31,9 @@ from tests.support import FAST, REPO, bench_here, whole_rows
         (["-m", "mode=mezo", "mezo_eps=1e-3,1e-4"], "mezo_eps=1e-3,1e-4: mezo_eps is now mezo.eps; accepted: mezo.eps"),
         (["mode=mezo", "mezo.q=0"], "mezo.q=0: accepted an integer in [1, 1024]"),
         (["mode=mezo", "mezo.eps=0"], "mezo.eps=0.0: accepted a finite number > 0"),
+        (["mode=hizoo", "hizoo.alpha=1"], "hizoo.alpha=1.0: accepted a number in [0, 1)"),
+        (["mode=hizoo", "parallel=fsdp", "devices=2"], "mode=hizoo with parallel=fsdp, framework=torch: hizoo keeps a "
+         "whole diagonal Hessian estimate per device; accepted: parallel=none | ddp"),
         (["case=jvp", "num_tangents=4", "jvp_tangent=keep"], "jvp_tangent=keep: applies to mode=jvp with"),
         (["batch_size=abc"], "batch_size=abc"),
         (["model=tiny", "seq_len=1024"], "seq_len=1024: accepted an integer in [8, 512] (512: BERT's max_posit"),

@@ -1,0 +1,71 @@
+"""hizoo: HiZOO (Zhao et al. 2024, "Second-Order Fine-Tuning without Pain for LLMs: A Hessian Informed
+Zeroth-Order Optimizer", arXiv 2402.15173, Algorithm 1, as its reference code's zo_Hessian_step_update runs it):
+MeZO's two passes along a perturbation shaped by a diagonal Hessian estimate H (ones at first), and one pass at
+theta itself:
+
+    L0 = L(theta),  L+- = L(theta +- eps z / sqrt(H)),  z ~ N(0, I)
+    H <- (1 - alpha) H + alpha |L+ + L- - 2 L0| / (2 eps^2) H z^2          (elementwise)
+    g = (L+ - L-) / (2 eps) z / sqrt(H)                                       (the updated H)
+
+Three forward passes a step and one parameter-sized buffer (H) beyond MeZO. With H fixed, g estimates H^-1 times
+the gradient (a diagonal Newton step); at alpha = 0 it is MeZO's estimate with one pass more.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bench.estimators.base import (
+    CommContext,
+    CommTerms,
+    Estimator,
+    FlopContext,
+    FlopTerms,
+    MemoryContext,
+    MemoryTerms,
+    setting,
+)
+
+
+@dataclass
+class HizooSettings:
+    eps: float = setting(1e-3, "perturbation scale, a finite number > 0 (the paper's mu; MeZO's 1e-3)")
+    alpha: float = setting(
+        1e-6,
+        "smoothing of the diagonal Hessian estimate, a number in [0, 1) (the paper's alpha_t, held constant; "
+        "0: H stays ones, MeZO's estimate)",
+    )
+
+
+class Hizoo(Estimator):
+    name, label = "hizoo", "hizoo"
+    summary = "zeroth order, Hessian-informed: SPSA along z / sqrt(H), H a diagonal Hessian estimate (Zhao et al. 2024)"
+    dropout, passes = False, "3 forward"  # eval mode, as MeZO: the three passes see the same function
+    settings = HizooSettings
+
+    def check(self, s: HizooSettings) -> str | None:
+        if isinstance(s.eps, bool) or not isinstance(s.eps, (int, float)) or not math.isfinite(s.eps) or s.eps <= 0:
+            return f"hizoo.eps={s.eps}: accepted a finite number > 0"
+        if isinstance(s.alpha, bool) or not isinstance(s.alpha, (int, float)) or not 0 <= s.alpha < 1:
+            return f"hizoo.alpha={s.alpha}: accepted a number in [0, 1)"
+        return None
+
+    def refuses(self, framework: str, parallel: str) -> str | None:
+        if parallel == "fsdp":  # the Hessian estimate would have to be sharded as its parameters are
+            return "hizoo keeps a whole diagonal Hessian estimate per device; accepted: parallel=none | ddp"
+        return None
+
+    def memory(self, c: MemoryContext) -> MemoryTerms:
+        # H, whole, and one tensor's direction at a time; JAX's update draws the direction whole (its module)
+        directions = c.param_bytes * c.n + (c.param_bytes * c.n if c.framework == "jax" else c.largest)
+        return MemoryTerms(directions=directions, temp=c.forward_temp)
+
+    def flops(self, c: FlopContext) -> FlopTerms:
+        return FlopTerms(forward=3 * c.every)  # the perturbations and the Hessian update are elementwise
+
+    def comm(self, c: CommContext) -> CommTerms:
+        return CommTerms(per_micro=3 * c.gather, per_update=3 * c.scalar)  # L0, the projection, the curvature
+
+
+ESTIMATOR = Hizoo()
