@@ -32,14 +32,15 @@ def test_every_module_is_an_estimator_found_by_its_name():
 def test_what_each_estimator_declares_is_what_its_trainers_do():
     # autograd records a graph only for a backward pass, or the naive jvp that records one never run
     records = {n: estimators.get(n).records_graph(StepSpec(mode=n)) for n in estimators.names()}
-    assert records == {"inference": False, "backprop": True, "jvp": False, "jacfwd": False, "mezo": False,
-                       "hizoo": False}  # fmt: skip
+    assert [n for n, graph in records.items() if graph] == ["backprop"]
     assert estimators.get("jvp").records_graph(StepSpec(mode="jvp", jvp_impl="naive"))
     assert [n for n in estimators.names() if estimators.get(n).dropout] == ["backprop", "jvp", "jacfwd"]
     assert [n for n in estimators.names() if not estimators.get(n).updates] == ["inference"]
     refused = {(n, fw, p) for n in estimators.names() for fw in ("torch", "jax") for p in ("ddp", "fsdp")
                if estimators.get(n).refuses(fw, p)}  # fmt: skip
-    assert refused == {("jacfwd", "torch", "fsdp"), ("hizoo", "torch", "fsdp"), ("hizoo", "jax", "fsdp")}
+    # jacfwd's torch gradient needs the basis whole on a device; HiZOO's Hessian and LOZO's U V^T are drawn whole
+    whole = {(n, fw, "fsdp") for n in ("hizoo", "lozo") for fw in ("torch", "jax")}
+    assert refused == {("jacfwd", "torch", "fsdp"), *whole}
 
 
 class Unmodelled(Inference):

@@ -6,6 +6,9 @@
   count) and the variance falls as 1/q.
 - HiZOO (bench/estimators/hizoo.py): the same in torch and JAX on a given direction; with the true diagonal Hessian
   its mean over draws is the Newton step; its Hessian estimate updates as the paper writes, in the timed step only.
+- LOZO (bench/estimators/lozo.py): the same in torch and JAX on a given direction; each matrix's perturbation has
+  rank r and keeps V for its interval; the mean over draws is r times the gradient for a matrix, the gradient for
+  a vector.
 - ZO-SignSGD (optimizer=signsgd): every entry moves by lr against the sign of the estimate.
 """
 
@@ -18,14 +21,17 @@ import pytest
 import torch
 
 from bench.estimators.hizoo import HizooSettings
+from bench.estimators.lozo import LozoSettings
 from bench.estimators.mezo import MezoSettings
 from bench.jax_impl import directions as jdirections
 from bench.jax_impl.estimators import hizoo as jhizoo
+from bench.jax_impl.estimators import lozo as jlozo
 from bench.jax_impl.estimators import mezo as jmezo
 from bench.jax_impl.params import to_hf
 from bench.spec import OptimizerSpec
 from bench.torch_impl import directions as tdirections
 from bench.torch_impl.estimators import hizoo as thizoo
+from bench.torch_impl.estimators import lozo as tlozo
 from bench.torch_impl.estimators import mezo as tmezo
 from tests.frameworks.test_steps import (
     BATCH,
@@ -229,3 +235,68 @@ def test_signsgd_moves_every_entry_by_lr_against_the_estimate_sign(framework):
     after = params_hf(framework, t)
     for n in before:
         np.testing.assert_allclose(after[n], before[n] - lr * sign[n], atol=1e-6, err_msg=n)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# LOZO
+
+
+def test_lozo_given_the_same_direction_is_the_same_in_torch_and_jax():
+    out = {}
+    for fw in FRAMEWORKS:
+        t = make(fw, "lozo", settings=LozoSettings(eps=1e-2))
+        z = random_tangent(shapes(fw, t), seed=1)
+        out[fw] = gradient(fw, t, tangents=[tangent_for(fw, t, z)])
+    (loss_t, est_t), (loss_j, est_j) = out["torch"], out["jax"]
+    assert loss_j == pytest.approx(loss_t, abs=1e-5)
+    for n in est_t:
+        np.testing.assert_allclose(est_j[n], est_t[n], rtol=1e-3, atol=5e-4, err_msg=n)
+
+
+def lozo_draws(framework: str, step: int, rank: int, interval: int) -> dict[str, np.ndarray]:
+    """One draw of LOZO's directions over a matrix and a vector."""
+    draw = dict(rank=rank, interval=interval, seed=0, step=step, kind="gaussian")
+    if framework == "torch":
+        params = {"w": torch.zeros(8, 6), "b": torch.zeros(6)}
+        return {n: tlozo.low_rank_direction(p, i, n, **draw).numpy() for i, (n, p) in enumerate(params.items())}
+    params = {"b": jnp.zeros(6), "w": jnp.zeros((8, 6))}  # a pytree's leaves in key order: b, then w
+    return {n: np.asarray(z) for n, z in jlozo.low_rank_directions(params, **draw).items()}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_lozo_perturbs_a_matrix_by_rank_r_and_keeps_v_for_its_interval(framework):
+    rank, interval = 2, 3
+    z = [lozo_draws(framework, step, rank, interval) for step in range(4)]
+    assert np.linalg.matrix_rank(z[0]["w"]) == rank and np.linalg.matrix_rank(z[0]["b"][None]) == 1
+    # steps 0..2 share V: their U V^T span the same r rows' space; step 3 draws a new V
+    assert np.linalg.matrix_rank(np.concatenate([z[0]["w"], z[1]["w"], z[2]["w"]])) == rank
+    assert np.linalg.matrix_rank(np.concatenate([z[2]["w"], z[3]["w"]])) == 2 * rank
+    assert not np.allclose(z[0]["w"], z[1]["w"])  # U is drawn every step
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_lozo_mean_over_draws_is_the_gradient_times_the_rank(framework):
+    """On L = 1/2 |W - C|^2 + 1/2 |b - d|^2 (central differences exact), with V drawn every step: the estimate's mean
+    is r G for the matrix and G for the vector (tolerance: five standard errors of the draws' own spread)."""
+    rank, eps, draws = 2, 1e-2, 600
+    rng = np.random.default_rng(5)
+    cw, cb = rng.standard_normal((8, 6)).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+    if framework == "torch":
+        params = {"w": torch.zeros(8, 6), "b": torch.zeros(6)}
+        tw, tb = torch.from_numpy(cw), torch.from_numpy(cb)
+        loss_of = lambda batch: 0.5 * ((params["w"] - tw) ** 2).sum() + 0.5 * ((params["b"] - tb) ** 2).sum()  # noqa: E731
+        est = []
+        for step in range(draws):
+            _, g = tlozo.lozo_gradient(loss_of, params, [None], eps=eps, rank=rank, interval=1, seed=0, step=step)
+            est.append({n: v.numpy().copy() for n, v in g.materialize().items()})
+    else:
+        params = {"w": jnp.zeros((8, 6)), "b": jnp.zeros(6)}
+        jw, jb = jnp.asarray(cw), jnp.asarray(cb)
+        loss_of = lambda p, batch, key: 0.5 * ((p["w"] - jw) ** 2).sum() + 0.5 * ((p["b"] - jb) ** 2).sum()  # noqa: E731
+        draw = jax.jit(lambda step: jlozo.lozo_gradient(loss_of, params, [None], None, eps=eps, rank=rank, interval=1,
+                                                        seed=0, step=step)[2])  # fmt: skip
+        est = [{n: np.asarray(v) for n, v in draw(jnp.int32(step)).items()} for step in range(draws)]
+    for name, want in (("w", rank * -cw), ("b", -cb)):  # G = theta - C at theta = 0
+        x = np.stack([e[name] for e in est])
+        assert (np.abs(x.mean(0) - want) < 5 * x.std(0) / np.sqrt(draws)).all(), name
