@@ -72,7 +72,8 @@ dashboard: $(STAMP)  ## W&B workspace + report of the runs (offline: spec -> res
 docs: $(STAMP)  ## regenerate docs/options.md from the config schema (a test checks it is current)
 	$(PY) -m bench options > docs/options.md
 
-lint: $(STAMP)  ## ruff, and the import contracts in pyproject.toml (layers, no cycles, no framework in the parent)
+lint: $(STAMP)  ## ruff (format and check), and the import contracts in pyproject.toml (layers, no cycles, no framework in the parent)
+	$(PY) -m ruff format --check bench tests
 	$(PY) -m ruff check bench tests
 	$(VENV)/bin/lint-imports
 

@@ -36,19 +36,47 @@ from bench.scenarios.gpu import check as gpu_check
 from bench.scenarios.model.report import targets
 from bench.scenarios.overhead import run as overhead
 
-CASE_NOTE = ("case=NAME is a mode preset: it sets mode and the keys that come with it (backprop_remat: mode=backprop "
-             "remat=true; jacfwd_head: mode=jacfwd trainable=head); a key given on the command line wins.")
+CASE_NOTE = (
+    "case=NAME is a mode preset: it sets mode and the keys that come with it (backprop_remat: mode=backprop "
+    "remat=true; jacfwd_head: mode=jacfwd trainable=head); a key given on the command line wins."
+)
 
 # Flags that ask Hydra for information rather than runs: handed over untouched.
-_HYDRA_INFO_FLAGS = ("--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p",
-                     "--shell-completion", "-sc", "--version")
+_HYDRA_INFO_FLAGS = (
+    "--hydra-help",
+    "--cfg",
+    "-c",
+    "--info",
+    "-i",
+    "--resolve",
+    "--package",
+    "-p",
+    "--shell-completion",
+    "-sc",
+    "--version",
+)
 # Hydra takes one of these at a time (with two it raises a ValueError): each flag, long and short
-_HYDRA_MODES = {"-m": "-m", "--multirun": "-m", "--cfg": "--cfg", "-c": "--cfg", "--info": "--info", "-i": "--info",
-                "--shell-completion": "-sc", "-sc": "-sc", "--run": "--run", "-r": "--run"}
+_HYDRA_MODES = {
+    "-m": "-m",
+    "--multirun": "-m",
+    "--cfg": "--cfg",
+    "-c": "--cfg",
+    "--info": "--info",
+    "-i": "--info",
+    "--shell-completion": "-sc",
+    "-sc": "-sc",
+    "--run": "--run",
+    "-r": "--run",
+}
 # Another primary config, or a job pickled by Hydra: either would run trials that preflight never saw
 _PRIMARY = "conf/config.yaml is the suite's primary config"
-_HYDRA_REFUSED = {"--config-path": _PRIMARY, "-cp": _PRIMARY, "--config-name": _PRIMARY, "-cn": _PRIMARY,
-                  "--experimental-rerun": "a recorded trial runs again with python -m bench rerun RUN_ID"}
+_HYDRA_REFUSED = {
+    "--config-path": _PRIMARY,
+    "-cp": _PRIMARY,
+    "--config-name": _PRIMARY,
+    "-cn": _PRIMARY,
+    "--experimental-rerun": "a recorded trial runs again with python -m bench rerun RUN_ID",
+}
 _CONFIG_DIR = ("--config-dir", "-cd")
 _CONFIG_DIR_ACCEPTED = "a folder of configs laid out as conf/ (experiment/NAME.yaml, model/NAME.yaml, ...)"
 
@@ -106,7 +134,7 @@ def trials(argv: list[str]) -> int:
             return 0
         search = [searchpath(Path(config_dir))] if config_dir is not None else []
         preflight(overrides + search, multirun, SCENARIOS)
-        (_, first), = compose_trials(overrides + search, multirun, limit=1)[0]
+        ((_, first),) = compose_trials(overrides + search, multirun, limit=1)[0]
         folder = Path(resolve(first).results_dir) / "hydra" / f"outcomes_{launch_id()}"
         os.environ[runner.OUTCOMES] = str(folder.resolve())  # every job leaves its outcome there
         # Hydra's errors as raised: bench.harness.command says them in one line (a full disk while Hydra writes
@@ -116,9 +144,13 @@ def trials(argv: list[str]) -> int:
         _hydra_app()
         return exit_code(runner.outcomes(folder))
 
-    return command.run("", body, first=stop_descendants,
-                       interrupted="the running trial was stopped and nothing recorded for it (a curve it had drawn "
-                       "is kept in history/); the same command with resume=true runs the trials not recorded yet")
+    return command.run(
+        "",
+        body,
+        first=stop_descendants,
+        interrupted="the running trial was stopped and nothing recorded for it (a curve it had drawn "
+        "is kept in history/); the same command with resume=true runs the trials not recorded yet",
+    )
 
 
 def hydra_flags(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
@@ -140,16 +172,21 @@ def check_flags(flags: list[str], config_dir: str | None) -> None:
     """Hydra's flags that would end in a traceback, or run trials past preflight: one line each (ConfigError)."""
     modes = list(dict.fromkeys(_HYDRA_MODES[f] for f in flags if f in _HYDRA_MODES))
     if len(modes) > 1:
-        raise ConfigError(f"{' with '.join(modes)}: Hydra takes one of -m, --cfg, --info, -sc; "
-                          "accepted: --cfg job|hydra|all without -m, each key one value (it prints that trial's "
-                          "config)")  # fmt: skip
+        raise ConfigError(
+            f"{' with '.join(modes)}: Hydra takes one of -m, --cfg, --info, -sc; "
+            "accepted: --cfg job|hydra|all without -m, each key one value (it prints that trial's "
+            "config)"
+        )
     for f in flags:
         if f in _HYDRA_REFUSED:
-            raise ConfigError(f"{f}: not taken here ({_HYDRA_REFUSED[f]}); accepted: --config-dir DIR, "
-                              f"{_CONFIG_DIR_ACCEPTED}, which join conf/'s")  # fmt: skip
+            raise ConfigError(
+                f"{f}: not taken here ({_HYDRA_REFUSED[f]}); accepted: --config-dir DIR, "
+                f"{_CONFIG_DIR_ACCEPTED}, which join conf/'s"
+            )
     if config_dir is not None and not Path(config_dir).is_dir():
-        raise ConfigError(f"--config-dir={config_dir}: not a folder; accepted: {_CONFIG_DIR_ACCEPTED}, which join "
-                          "conf/'s")  # fmt: skip
+        raise ConfigError(
+            f"--config-dir={config_dir}: not a folder; accepted: {_CONFIG_DIR_ACCEPTED}, which join conf/'s"
+        )
 
 
 def exit_code(statuses: list[str]) -> int:
@@ -160,24 +197,33 @@ def exit_code(statuses: list[str]) -> int:
 
 def composed_defaults():
     """What a trial gets when nothing is given: the schema and the default presets."""
-    (_, composed), = compose_trials([], multirun=False)[0]
+    ((_, composed),) = compose_trials([], multirun=False)[0]
     return resolve(composed)
 
 
 def options_markdown() -> str:
     """docs/options.md: every option with its help and default, from the schema (`make docs` writes it; a test
     checks the file is what this returns)."""
-    rows = [f"| `{name}` | {text.replace('|', '&#124;')} | `{value}` |" for name, text, value in
-            options(defaults=composed_defaults())]  # fmt: skip
-    return "\n".join([
-        "# Options", "",
-        "Every option of `python -m bench`, generated from the schema (bench/config.py) by `make docs`; "
-        "`python -m bench --help` prints the same. Defaults are those of the default presets "
-        "(`model=minilm_l6 data=synthetic optimizer=sgd logger=wandb ops=default`); `model.*`, `data.*`, "
-        "`optimizer.*`, `logger.*` and `ops.*` override a field of the preset chosen. How to run trials, sweeps and "
-        "experiments: [usage.md](usage.md).", "",
-        "| option | what it does, what it accepts | default |", "| --- | --- | --- |", *rows, "",
-    ])
+    rows = [
+        f"| `{name}` | {text.replace('|', '&#124;')} | `{value}` |"
+        for name, text, value in options(defaults=composed_defaults())
+    ]
+    return "\n".join(
+        [
+            "# Options",
+            "",
+            "Every option of `python -m bench`, generated from the schema (bench/config.py) by `make docs`; "
+            "`python -m bench --help` prints the same. Defaults are those of the default presets "
+            "(`model=minilm_l6 data=synthetic optimizer=sgd logger=wandb ops=default`); `model.*`, `data.*`, "
+            "`optimizer.*`, `logger.*` and `ops.*` override a field of the preset chosen. How to run trials, sweeps "
+            "and experiments: [usage.md](usage.md).",
+            "",
+            "| option | what it does, what it accepts | default |",
+            "| --- | --- | --- |",
+            *rows,
+            "",
+        ]
+    )
 
 
 def print_options(argv: list[str]) -> int:
@@ -191,21 +237,25 @@ def print_options(argv: list[str]) -> int:
 def help_text() -> str:
     defaults = composed_defaults()
     rows = "\n".join(f"  {name:<32} {text} [default: {value}]" for name, text, value in options(defaults=defaults))
-    groups = "\n".join(f"  {g:<24} {' | '.join(available(g))}" for g in ("model", "data", "optimizer", "logger",
-                                                                         "ops", "case", "experiment"))  # fmt: skip
-    return "\n\n".join([
-        "bench: JAX vs PyTorch automatic-differentiation benchmarks on BERT (scenario=model) and on single ops "
-        "(scenario=ops)",
-        "usage:\n  python -m bench [key=value ...]                  one trial\n"
-        "  python -m bench scenario=ops [framework=jax]     op micro-benchmarks: every op x size, one process\n"
-        "  python -m bench -m key=a,b [key=x,y ...]         a sweep (cartesian product), one process per trial\n"
-        "  python -m bench -m +experiment=NAME              a ready-made experiment (conf/experiment)\n"
-        "  python -m bench -m ... hydra/launcher=joblib     local parallel; submitit_local / submitit_slurm\n"
-        "  python -m bench COMMAND --help                   " + " | ".join(COMMANDS),
-        f"config groups (choose with group=option)\n{groups}\n  {CASE_NOTE}",
-        f"options (model.*, data.*, optimizer.*, logger.*, ops.* override a preset's field)\n{rows}",
-        "outputs: <results_dir>/runs.csv (one row per trial), <results_dir>/ops.csv (scenario=ops: one row per op "
-        "and shape),\n  <results_dir>/history/, <results_dir>/logs/, <results_dir>/wandb/\n"
-        "Hydra's own flags: --hydra-help, --cfg job (one trial, without -m), --info, --config-dir DIR (configs laid "
-        "out as conf/, joining its own)",
-    ])
+    groups = "\n".join(
+        f"  {g:<24} {' | '.join(available(g))}"
+        for g in ("model", "data", "optimizer", "logger", "ops", "case", "experiment")
+    )
+    return "\n\n".join(
+        [
+            "bench: JAX vs PyTorch automatic-differentiation benchmarks on BERT (scenario=model) and on single ops "
+            "(scenario=ops)",
+            "usage:\n  python -m bench [key=value ...]                  one trial\n"
+            "  python -m bench scenario=ops [framework=jax]     op micro-benchmarks: every op x size, one process\n"
+            "  python -m bench -m key=a,b [key=x,y ...]         a sweep (cartesian product), one process per trial\n"
+            "  python -m bench -m +experiment=NAME              a ready-made experiment (conf/experiment)\n"
+            "  python -m bench -m ... hydra/launcher=joblib     local parallel; submitit_local / submitit_slurm\n"
+            "  python -m bench COMMAND --help                   " + " | ".join(COMMANDS),
+            f"config groups (choose with group=option)\n{groups}\n  {CASE_NOTE}",
+            f"options (model.*, data.*, optimizer.*, logger.*, ops.* override a preset's field)\n{rows}",
+            "outputs: <results_dir>/runs.csv (one row per trial), <results_dir>/ops.csv (scenario=ops: one row per op "
+            "and shape),\n  <results_dir>/history/, <results_dir>/logs/, <results_dir>/wandb/\n"
+            "Hydra's own flags: --hydra-help, --cfg job (one trial, without -m), --info, --config-dir DIR (configs "
+            "laid out as conf/, joining its own)",
+        ]
+    )

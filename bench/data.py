@@ -85,8 +85,10 @@ def check_seq_len(seq_len, max_positions: int = MAX_SEQ_LEN, model: str | None =
     longest = min(max_positions, MAX_SEQ_LEN)
     if not _is_int(seq_len) or not MIN_SEQ_LEN <= seq_len <= longest:
         source = f"model={model}'s" if model and longest < MAX_SEQ_LEN else "BERT's"
-        raise ConfigError(f"seq_len={seq_len}: accepted an integer in [{MIN_SEQ_LEN}, {longest}] ({longest}: "
-                          f"{source} max_position_embeddings)")  # fmt: skip
+        raise ConfigError(
+            f"seq_len={seq_len}: accepted an integer in [{MIN_SEQ_LEN}, {longest}] ({longest}: "
+            f"{source} max_position_embeddings)"
+        )
 
 
 def validate(spec: DataSpec, batch_size: int | None = None, seq_len: int | None = None, split: str = "train"):
@@ -97,9 +99,7 @@ def validate(spec: DataSpec, batch_size: int | None = None, seq_len: int | None 
     for option in ("num_train", "num_eval"):
         n = getattr(spec, option)
         if n is None and spec.name == "synthetic":
-            raise ConfigError(
-                f"data.{option}=null: the synthetic corpus needs a size; accepted: an integer >= 1"
-            )
+            raise ConfigError(f"data.{option}=null: the synthetic corpus needs a size; accepted: an integer >= 1")
         if n is not None and (not _is_int(n) or n < 1):
             raise ConfigError(f"data.{option}={n}: accepted: an integer >= 1, or null (ag_news: whole split)")
     if not _is_int(spec.seed) or not 0 <= spec.seed < MAX_SEED:
@@ -443,8 +443,7 @@ def _hf_ag_news() -> tuple[tuple[Split, Split] | None, str]:
             except Exception:  # any failure means "not available here"; the caller says what to do
                 continue
             return tuple(
-                Split(tuple(_unescape(t) for t in ds[s]["text"]), np.asarray(ds[s]["label"], np.int32))
-                for s in SPLITS
+                Split(tuple(_unescape(t) for t in ds[s]["text"]), np.asarray(ds[s]["label"], np.int32)) for s in SPLITS
             ), ""
     return (
         None,
@@ -488,8 +487,7 @@ def _subset(split: Split, n: int | None, seed: int, name: str) -> Split:
     if n > len(split):
         option = "num_train" if name == "train" else "num_eval"
         raise ConfigError(
-            f"data.{option}={n}: the ag_news {name} split has {len(split)} rows; accepted: 1 to "
-            f"{len(split)}, or null"
+            f"data.{option}={n}: the ag_news {name} split has {len(split)} rows; accepted: 1 to {len(split)}, or null"
         )
     rng = np.random.default_rng([seed, _stream("ag_news", "subset", name)])
     return _take(split, np.sort(rng.choice(len(split), size=n, replace=False)))
@@ -538,8 +536,10 @@ def check_source(spec: DataSpec, batch_size: int, evaluate: bool) -> None:
     for split in ("train", "test") if evaluate else ("train",):
         n = len(dataset.split(split))
         if batch_size > n:
-            raise ConfigError(f"batch_size={batch_size}: the {split} split of data.path={spec.path} has {n} samples; "
-                              f"accepted: 1 to {n}")  # fmt: skip
+            raise ConfigError(
+                f"batch_size={batch_size}: the {split} split of data.path={spec.path} has {n} samples; "
+                f"accepted: 1 to {n}"
+            )
 
 
 @functools.lru_cache(maxsize=8)
@@ -563,16 +563,11 @@ def make_batches(
     samples = load_dataset(data_spec).split(split)
     if batch_size > len(samples):  # num_* = null (a whole split) is only sized once loaded
         raise ConfigError(
-            f"batch_size={batch_size}: the {split} split has {len(samples)} samples; accepted: 1 to "
-            f"{len(samples)}"
+            f"batch_size={batch_size}: the {split} split has {len(samples)} samples; accepted: 1 to {len(samples)}"
         )
     encoded = encode(load_tokenizer(seq_len), samples.texts, seq_len)
     shuffle = split == "train"
-    return [
-        b
-        for epoch in range(epochs)
-        for b in batches(encoded, samples.labels, batch_size, seed, epoch, shuffle)
-    ]
+    return [b for epoch in range(epochs) for b in batches(encoded, samples.labels, batch_size, seed, epoch, shuffle)]
 
 
 def fingerprint(batches: Sequence[Batch]) -> str:

@@ -30,6 +30,7 @@ from bench.spec import Batch, is_trainable, param_shapes
 STRATEGIES = ("none", "ddp", "fsdp")
 FP32_BYTES = 4
 
+
 def world_size(cfg: BenchConfig) -> int:
     return cfg.devices * cfg.nodes
 
@@ -86,7 +87,9 @@ def expected_comm_bytes(cfg: BenchConfig, n_trainable: int, n_sharded: int) -> i
     p = 2 if cfg.dtype == "bf16_pure" else FP32_BYTES  # a parameter's (and its gradient's) bytes
     fsdp = cfg.parallel == "fsdp"
     context = CommContext(
-        step=step_spec(cfg), framework=cfg.framework, parallel=cfg.parallel,
+        step=step_spec(cfg),
+        framework=cfg.framework,
+        parallel=cfg.parallel,
         scalar=FP32_BYTES,  # the loss and the directional derivatives stay fp32 in every dtype
         gather=p * (padded_params(cfg) if torch else n_sharded) if fsdp else 0,
         gradient=p * (padded_params(cfg, trainable=True) if torch and fsdp else n_trainable),

@@ -112,8 +112,14 @@ def lora_shapes(spec: BertSpec, lora: LoraSpec) -> dict[str, tuple[int, ...]]:
     lora_A/lora_B (its ".default" adapter name dropped): bert.encoder.layer.0.attention.self.query.lora_A.weight
     (rank, in), ...lora_B.weight (out, rank)."""
     H, I = spec.hidden_size, spec.intermediate_size  # noqa: E741
-    dims = {"query": (H, H), "key": (H, H), "value": (H, H), "attention.output.dense": (H, H),
-            "intermediate.dense": (H, I), "output.dense": (I, H)}  # (in, out)  # fmt: skip
+    dims = {
+        "query": (H, H),
+        "key": (H, H),
+        "value": (H, H),
+        "attention.output.dense": (H, H),
+        "intermediate.dense": (H, I),
+        "output.dense": (I, H),
+    }  # (in, out)
     shapes = {}
     for i in range(spec.num_layers):
         for target in LORA_TARGETS:  # HF's order, whatever order the targets were given in

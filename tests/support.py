@@ -56,8 +56,9 @@ FAST = [
 # ---------------------------------------------------------------------------------------------- the command line
 
 
-def bench(*args: str, results: Path | None = None, env: dict | None = None,
-          check: bool = True) -> subprocess.CompletedProcess:  # fmt: skip
+def bench(
+    *args: str, results: Path | None = None, env: dict | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
     """`python -m bench ARGS [results_dir=RESULTS]` from the repository, as a user runs it."""
     cmd = [sys.executable, "-m", "bench", *args, *([f"results_dir={results}"] if results is not None else [])]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600)
@@ -153,8 +154,14 @@ def start_ranks(ranks: int, sweeps: dict[Path, list[str]]):
     stems = [Path(cfg.results_dir) / f"trial{i}" for i, cfg in enumerate(trials)]
     for stem, cfg in zip(stems, trials, strict=True):
         Path(f"{stem}.json").write_text(json.dumps(to_dict(cfg)))
-    env = {**os.environ, **trial_env(trials[0], SCENARIOS["model"]), **child_env(), "MASTER_ADDR": "127.0.0.1",
-           "WORLD_SIZE": str(ranks), "LOCAL_WORLD_SIZE": str(ranks)}  # fmt: skip
+    env = {
+        **os.environ,
+        **trial_env(trials[0], SCENARIOS["model"]),
+        **child_env(),
+        "MASTER_ADDR": "127.0.0.1",
+        "WORLD_SIZE": str(ranks),
+        "LOCAL_WORLD_SIZE": str(ranks),
+    }
     logs = [next(iter(sweeps)) / f"rank{r}.log" for r in range(ranks)]
     procs = []
     for r, log in enumerate(logs):
@@ -216,21 +223,75 @@ POISON = 987654.0
 _clock = itertools.count()
 
 # What identifies a configuration in these tests (the runner hashes the whole composed config the same way).
-IDENTITY = ("framework", "mode", "model", "num_layers", "data", "trainable", "optimizer", "batch_size", "seq_len",
-            "steps", "epochs", "seed", "remat", "num_tangents", "jvp_impl", "last_k", "attn_implementation",
-            "mezo_eps", "dropout", "lr", "momentum", "weight_decay", "beta1", "beta2", "adam_eps", "parallel",
-            "devices", "nodes", "fsdp_reshard_after_forward", "fsdp_offload")  # fmt: skip
+IDENTITY = (
+    "framework",
+    "mode",
+    "model",
+    "num_layers",
+    "data",
+    "trainable",
+    "optimizer",
+    "batch_size",
+    "seq_len",
+    "steps",
+    "epochs",
+    "seed",
+    "remat",
+    "num_tangents",
+    "jvp_impl",
+    "last_k",
+    "attn_implementation",
+    "mezo_eps",
+    "dropout",
+    "lr",
+    "momentum",
+    "weight_decay",
+    "beta1",
+    "beta2",
+    "adam_eps",
+    "parallel",
+    "devices",
+    "nodes",
+    "fsdp_reshard_after_forward",
+    "fsdp_offload",
+)
 
-MINILM = dict(model="minilm_l6", num_layers=6, hidden_size=384, batch_size=8, seq_len=128, n_params=22_714_756,
-              n_trainable=22_714_756)  # fmt: skip
+MINILM = dict(
+    model="minilm_l6",
+    num_layers=6,
+    hidden_size=384,
+    batch_size=8,
+    seq_len=128,
+    n_params=22_714_756,
+    n_trainable=22_714_756,
+)
 
 # Knobs the runner records in runs.csv; an older CSV has none of these columns.
-KNOB_COLUMNS = ("attn_implementation", "mezo_eps", "dropout", "lr", "momentum", "weight_decay", "beta1", "beta2",
-                "adam_eps")  # fmt: skip
+KNOB_COLUMNS = (
+    "attn_implementation",
+    "mezo_eps",
+    "dropout",
+    "lr",
+    "momentum",
+    "weight_decay",
+    "beta1",
+    "beta2",
+    "adam_eps",
+)
 # Beyond one device; an older CSV has none of these either.
-PARALLEL_CSV_COLUMNS = ("parallel", "devices", "nodes", "world_size", "global_batch_size",
-                        "fsdp_reshard_after_forward", "fsdp_offload", "comm_bytes_per_step", "comm_bytes_expected",
-                        "mem_params_mb", "mem_optimizer_mb")  # fmt: skip
+PARALLEL_CSV_COLUMNS = (
+    "parallel",
+    "devices",
+    "nodes",
+    "world_size",
+    "global_batch_size",
+    "fsdp_reshard_after_forward",
+    "fsdp_offload",
+    "comm_bytes_per_step",
+    "comm_bytes_expected",
+    "mem_params_mb",
+    "mem_optimizer_mb",
+)
 COLUMNS = MODEL_COLUMNS + tuple(c for c in KNOB_COLUMNS if c not in MODEL_COLUMNS)
 OLD_COLUMNS = tuple(c for c in MODEL_COLUMNS if c not in KNOB_COLUMNS + PARALLEL_CSV_COLUMNS)
 
@@ -246,13 +307,30 @@ def trial(framework: str, mode: str, status: str = "ok", **kw) -> dict:
     r = {
         "run_id": f"20261123-{i:06d}-{framework}-{mode}",
         "started_at": f"2026-11-23T{10 + i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}+00:00",
-        "framework": framework, "mode": mode, "data": "synthetic", "trainable": "all", "optimizer": "sgd",
-        "steps": 5, "seed": 0, "remat": False, "num_tangents": 1, "device": "cpu", "device_name": "AMD EPYC x2",
-        "dtype": "fp32", "jvp_impl": "func", "status": status, "sweep_id": "20261123-000000-abcdef",
-        "experiment": "default_bench", "git_sha": "de9bbbd",
-        "torch_version": "2.13.0+cpu", "jax_version": "0.10.2", "warmup_steps": 1, "grad_accum": 1, "last_k": 1,
+        "framework": framework,
+        "mode": mode,
+        "data": "synthetic",
+        "trainable": "all",
+        "optimizer": "sgd",
+        "steps": 5,
+        "seed": 0,
+        "remat": False,
+        "num_tangents": 1,
+        "device": "cpu",
+        "device_name": "AMD EPYC x2",
+        "dtype": "fp32",
+        "jvp_impl": "func",
+        "status": status,
+        "sweep_id": "20261123-000000-abcdef",
+        "experiment": "default_bench",
+        "git_sha": "de9bbbd",
+        "torch_version": "2.13.0+cpu",
+        "jax_version": "0.10.2",
+        "warmup_steps": 1,
+        "grad_accum": 1,
+        "last_k": 1,
         **MINILM,
-    }  # fmt: skip
+    }
     r.update(kw)
     r.setdefault("config_hash", hashlib.sha1(json.dumps([r.get(k) for k in IDENTITY]).encode()).hexdigest()[:12])
     if status != "ok":
@@ -260,9 +338,13 @@ def trial(framework: str, mode: str, status: str = "ok", **kw) -> dict:
         return r
     n, per_sample = r["n_trainable"], r["num_layers"] * r["batch_size"] * r["seq_len"] / 64  # MiB, made up
     param_mb = n * 4 / MIB
-    excess = {"inference": 10 + per_sample / r["num_layers"], "backprop": 10 + per_sample + param_mb,
-              "jvp": 10 + 2 * per_sample / r["num_layers"] + 2 * param_mb, "jacfwd": 12 + param_mb,
-              "mezo": 10 + per_sample / r["num_layers"]}[mode]  # fmt: skip
+    excess = {
+        "inference": 10 + per_sample / r["num_layers"],
+        "backprop": 10 + per_sample + param_mb,
+        "jvp": 10 + 2 * per_sample / r["num_layers"] + 2 * param_mb,
+        "jacfwd": 12 + param_mb,
+        "mezo": 10 + per_sample / r["num_layers"],
+    }[mode]
     step = {"inference": 0.1, "backprop": 0.3, "jvp": 0.35, "jacfwd": 2e-4 * n, "mezo": 0.2}[mode]
     step *= r["num_layers"] * r["batch_size"] * r["seq_len"] / 6144
     r.setdefault("excess_mem_mb", excess)
@@ -288,18 +370,36 @@ def main_context() -> list[dict]:
     for fw in ("torch", "jax"):
         rows += [
             trial(fw, "inference", excess_mem_mb=58.0 if fw == "torch" else 73.0),
-            trial(fw, "backprop", excess_mem_mb=400.0 if fw == "torch" else 520.0,
-                  step_time_median_s=3.2 if fw == "torch" else 2.56),
+            trial(
+                fw,
+                "backprop",
+                excess_mem_mb=400.0 if fw == "torch" else 520.0,
+                step_time_median_s=3.2 if fw == "torch" else 2.56,
+            ),
             trial(fw, "backprop", remat=True, excess_mem_mb=318.0 if fw == "torch" else 500.0),
-            trial(fw, "jvp", excess_mem_mb=200.0 if fw == "torch" else 300.0,
-                  step_time_median_s=3.2 if fw == "torch" else 2.0),
+            trial(
+                fw,
+                "jvp",
+                excess_mem_mb=200.0 if fw == "torch" else 300.0,
+                step_time_median_s=3.2 if fw == "torch" else 2.0,
+            ),
             trial(fw, "mezo", excess_mem_mb=116.0 if fw == "torch" else 114.0),
-        ]  # fmt: skip
+        ]
     rows.append(trial("torch", "jacfwd", trainable="head", n_trainable=148_996, step_time_median_s=21.0))
     # jax's jacfwd died before it knew its device: the row carries the configured one ("auto") and a poisoned number
-    rows.append(trial("jax", "jacfwd", "oom", trainable="head", device="auto", device_name="",
-                      peak_mem_mb=POISON, excess_mem_mb=POISON,
-                      error="RESOURCE_EXHAUSTED: Out of memory allocating 5368709120 bytes."))  # fmt: skip
+    rows.append(
+        trial(
+            "jax",
+            "jacfwd",
+            "oom",
+            trainable="head",
+            device="auto",
+            device_name="",
+            peak_mem_mb=POISON,
+            excess_mem_mb=POISON,
+            error="RESOURCE_EXHAUSTED: Out of memory allocating 5368709120 bytes.",
+        )
+    )
     return rows
 
 
@@ -314,26 +414,60 @@ def _minilm() -> BenchConfig:
     return composed("model=minilm_l6")  # FSDP2's expected gathers pad each tensor's rows: the real MiniLM shapes
 
 
-def parallel_trial(framework: str, mode: str, parallel: str = "none", devices: int = 1, reshard: bool = True,
-                   offload: bool = False, status: str = "ok", counted: float | None = None, **kw) -> dict:
+def parallel_trial(
+    framework: str,
+    mode: str,
+    parallel: str = "none",
+    devices: int = 1,
+    reshard: bool = True,
+    offload: bool = False,
+    status: str = "ok",
+    counted: float | None = None,
+    **kw,
+) -> dict:
     """A row as the runner writes it for a trial on `devices` devices: memory is the largest device's, step time
     the slowest's, samples/s the global batch's; the bytes expected are bench.parallel's formula, the bytes counted
     the same unless given."""
-    cfg = dataclasses.replace(_minilm(), framework=framework, parallel=parallel, devices=devices, nodes=1, mode=mode,
-                              num_tangents=1, grad_accum=1, fsdp_reshard_after_forward=reshard, trainable="all",
-                              last_k=1)  # fmt: skip
+    cfg = dataclasses.replace(
+        _minilm(),
+        framework=framework,
+        parallel=parallel,
+        devices=devices,
+        nodes=1,
+        mode=mode,
+        num_tangents=1,
+        grad_accum=1,
+        fsdp_reshard_after_forward=reshard,
+        trainable="all",
+        last_k=1,
+    )
     shards = devices if parallel == "fsdp" else 1
-    r = dict(SCALE, experiment="scale_out", parallel=parallel, devices=devices, nodes=1, world_size=devices,
-             global_batch_size=4 * devices, fsdp_reshard_after_forward=reshard, fsdp_offload=offload,
-             jvp_impl="lazy" if framework == "torch" else "func")  # fmt: skip
+    r = dict(
+        SCALE,
+        experiment="scale_out",
+        parallel=parallel,
+        devices=devices,
+        nodes=1,
+        world_size=devices,
+        global_batch_size=4 * devices,
+        fsdp_reshard_after_forward=reshard,
+        fsdp_offload=offload,
+        jvp_impl="lazy" if framework == "torch" else "func",
+    )
     if status == "ok":
         params, optimizer = PARAM_MB / shards, 2 * PARAM_MB / shards  # AdamW: two moments per parameter
         excess = {"backprop": 60.0 + params, "jvp": 30.0, "mezo": 20.0}[mode] + (5.0 if parallel == "ddp" else 0.0)
         step = {"backprop": 0.3, "jvp": 0.35, "mezo": 0.2}[mode] * (1.0 + 0.3 * (devices - 1))
         step = kw.pop("step_time_median_s", step)
-        r.update(excess_mem_mb=excess, peak_mem_mb=excess + 250 + params + optimizer, mem_params_mb=params,
-                 mem_optimizer_mb=optimizer, step_time_median_s=step, samples_per_s=4 * devices / step,
-                 mem_method="xla_memory_analysis" if framework == "jax" and devices > 1 else "rss_hwm")  # fmt: skip
+        r.update(
+            excess_mem_mb=excess,
+            peak_mem_mb=excess + 250 + params + optimizer,
+            mem_params_mb=params,
+            mem_optimizer_mb=optimizer,
+            step_time_median_s=step,
+            samples_per_s=4 * devices / step,
+            mem_method="xla_memory_analysis" if framework == "jax" and devices > 1 else "rss_hwm",
+        )
         if parallel != "none":
             expected = expected_comm_bytes(cfg, N, N)
             r.update(comm_bytes_expected=expected, comm_bytes_per_step=expected if counted is None else counted)
@@ -345,8 +479,16 @@ def whole_rows(path: Path, n: int = 3) -> bytes:
     """A runs.csv of n rows whose error cells hold what CSV must quote: commas, quotes, newlines."""
     sink = CsvSink(path, MODEL_COLUMNS)
     for i in range(n):
-        sink.write({"run_id": f"r{i}", "framework": "torch", "mode": "backprop", "status": "error",
-                    "error": f'ValueError: "x", y\nline two of {i}', "config_hash": f"h{i}"})  # fmt: skip
+        sink.write(
+            {
+                "run_id": f"r{i}",
+                "framework": "torch",
+                "mode": "backprop",
+                "status": "error",
+                "error": f'ValueError: "x", y\nline two of {i}',
+                "config_hash": f"h{i}",
+            }
+        )
     return path.read_bytes()
 
 

@@ -16,8 +16,10 @@ class Jacfwd(Estimator):
 
     def refuses(self, framework: str, parallel: str) -> str | None:
         if (framework, parallel) == ("torch", "fsdp"):
-            return ("forward-mode AD through FSDP2's sharded (DTensor) parameters is not supported by torch "
-                    "(aten._has_same_storage_numel has no sharding strategy); use parallel=ddp, or framework=jax")
+            return (
+                "forward-mode AD through FSDP2's sharded (DTensor) parameters is not supported by torch "
+                "(aten._has_same_storage_numel has no sharding strategy); use parallel=ddp, or framework=jax"
+            )
         return None
 
     def memory(self, c: MemoryContext) -> MemoryTerms:

@@ -30,8 +30,12 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"bench {self.name}: error: {message} (usage: {self.usage_line})\n")
 
 
-def run(name: str, body: Callable[[], int], interrupted: str = "nothing was recorded",
-        first: Callable[[], None] | None = None) -> int:  # fmt: skip
+def run(
+    name: str,
+    body: Callable[[], int],
+    interrupted: str = "nothing was recorded",
+    first: Callable[[], None] | None = None,
+) -> int:
     """Run `body` as command `name` and return its exit code. An interrupt prints one line: what the command keeps
     or discards (`interrupted`), and returns 128 + the signal; `first` runs before the interrupt is raised (it
     stops the command's child processes)."""
@@ -68,5 +72,7 @@ def disk_full(e: OSError) -> str:
     while not where.exists() and where != where.parent:
         where = where.parent
     free = shutil.disk_usage(where).free / 2**20
-    return (f"cannot write {e.filename or 'the results'}: {e.strerror} ({where}: {free:.1f} MiB free); nothing "
-            "partial was kept")
+    return (
+        f"cannot write {e.filename or 'the results'}: {e.strerror} ({where}: {free:.1f} MiB free); nothing "
+        "partial was kept"
+    )

@@ -77,9 +77,14 @@ def rank_env(cfg: BenchConfig, task: Task, rank: int) -> dict[str, str]:
     if task.processes == 1:
         return {}
     per_node = max(1, task.processes // cfg.nodes)
-    return {"MASTER_ADDR": task.master_addr, "MASTER_PORT": str(task.master_port), "RANK": str(rank),
-            "WORLD_SIZE": str(task.processes), "LOCAL_RANK": str(rank % per_node),
-            "LOCAL_WORLD_SIZE": str(per_node)}  # fmt: skip
+    return {
+        "MASTER_ADDR": task.master_addr,
+        "MASTER_PORT": str(task.master_port),
+        "RANK": str(rank),
+        "WORLD_SIZE": str(task.processes),
+        "LOCAL_RANK": str(rank % per_node),
+        "LOCAL_WORLD_SIZE": str(per_node),
+    }
 
 
 CPU_DEVICES_PER_CORE = 4  # CPU "devices" share the cores: beyond a few per core a trial times the scheduler
@@ -125,8 +130,10 @@ def check_launch(cfg: BenchConfig, launcher: dict, gpus: int) -> None:
         if cfg.device in ("cuda", "auto") and 0 < gpus < cfg.devices:
             raise ConfigError(f"devices={cfg.devices}: this host has {gpus} GPU(s); accepted 1..{gpus} or device=cpu")
     nodes, tasks = (launcher.get("nodes", 1), launcher.get("tasks_per_node", 1)) if submitit else (1, 1)
-    fix = (f"hydra/launcher=submitit_slurm hydra.launcher.nodes={cfg.nodes} "
-           f"hydra.launcher.tasks_per_node={processes_per_node(cfg) if cfg.framework == 'torch' else 1}")  # fmt: skip
+    fix = (
+        f"hydra/launcher=submitit_slurm hydra.launcher.nodes={cfg.nodes} "
+        f"hydra.launcher.tasks_per_node={processes_per_node(cfg) if cfg.framework == 'torch' else 1}"
+    )
     if cfg.nodes != nodes:
         raise ConfigError(f"nodes={cfg.nodes}: the launcher starts {nodes} node(s); accepted: {fix}")
     if tasks > 1:

@@ -40,8 +40,11 @@ def one_line(e: BaseException) -> str:
     """Hydra/OmegaConf errors span lines and causes; keep the first two meaningful lines."""
     lines = []
     while e is not None:
-        lines += [ln.strip() for ln in str(e).splitlines()
-                  if ln.strip() and not ln.strip().startswith(("full_key", "object_type", "reference_type"))]
+        lines += [
+            ln.strip()
+            for ln in str(e).splitlines()
+            if ln.strip() and not ln.strip().startswith(("full_key", "object_type", "reference_type"))
+        ]
         e = e.__cause__
     return "; ".join(lines[:2]) or "invalid configuration"
 
@@ -70,8 +73,10 @@ def check_path_value(option: str, key: str, path: Path) -> None:
     except Exception:  # noqa: BLE001 (Hydra raises several types; every one means it cannot carry the path)
         same = False
     if not same:
-        raise ConfigError(f"{option}={path}: Hydra cannot read it back from {key}=PATH; accepted: a path of ASCII "
-                          "letters, digits, spaces and / . _ - : (not = , ' \" [ ] ( ) { } ${ ; or &)")
+        raise ConfigError(
+            f"{option}={path}: Hydra cannot read it back from {key}=PATH; accepted: a path of ASCII "
+            "letters, digits, spaces and / . _ - : (not = , ' \" [ ] ( ) { } ${ ; or &)"
+        )
 
 
 def _search(overrides: list[str]) -> list[str]:
@@ -133,13 +138,12 @@ def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
             sweeps[o.key_or_group] = [f"{key}={v}" for v in o.sweep_string_iterator()]
         else:
             fixed.append(o.input_line)
-        for v in (o.sweep_string_iterator() if o.is_sweep_override() else [o.value()]):
+        for v in o.sweep_string_iterator() if o.is_sweep_override() else [o.value()]:
             _check_group(key, str(v), dirs)
         _check_moved(o)
     if multirun:  # an experiment config may declare its own sweep (hydra.sweeper.params)
         with _hydra_context():
-            base = _compose(fixed + [opts[0] for opts in sweeps.values()] + hydra_overrides,
-                            return_hydra_config=True)
+            base = _compose(fixed + [opts[0] for opts in sweeps.values()] + hydra_overrides, return_hydra_config=True)
         if base.hydra.sweeper.get("space") is not None:  # the tuning sweeper: a grid of points per case
             sweeper = OmegaConf.to_container(base.hydra.sweeper, resolve=True)
             check_tuning(sweeper.get("objective", "wall_to_target_s"), sweeper.get("repeats", []))

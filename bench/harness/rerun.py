@@ -33,8 +33,10 @@ def parse(argv: list[str] | None):
 def recorded(results: Path, run_id: str, scenarios: Registry):
     """(scenario, row) of a recorded run_id; ConfigError naming it when no results file of the folder has it."""
     if not is_run_id(run_id):
-        raise ConfigError(f"run_id={run_id}: not a run_id (a file name, never a path); accepted: a run_id of "
-                          f"{results}'s rows, e.g. 20260101-120000-torch-backprop-1a2b3c")  # fmt: skip
+        raise ConfigError(
+            f"run_id={run_id}: not a run_id (a file name, never a path); accepted: a run_id of "
+            f"{results}'s rows, e.g. 20260101-120000-torch-backprop-1a2b3c"
+        )
     for scenario in scenarios.values():
         rows = [r for r in read_rows(results / scenario.results_file) if r.get("run_id") == run_id]
         if rows:
@@ -46,8 +48,10 @@ def recorded(results: Path, run_id: str, scenarios: Registry):
 def saved_config(results: Path, run_id: str):
     path = config_path(results, run_id)
     if not path.is_file():
-        raise ConfigError(f"run_id={run_id}: its config {path} is missing (a trial recorded before configs were "
-                          "kept, or the file was removed); nothing was run")  # fmt: skip
+        raise ConfigError(
+            f"run_id={run_id}: its config {path} is missing (a trial recorded before configs were "
+            "kept, or the file was removed); nothing was run"
+        )
     try:
         return from_dict(json.loads(path.read_text()))
     except Exception as e:  # noqa: BLE001 (a JSON or schema error: either way the config is not usable)
@@ -74,8 +78,10 @@ def main(argv: list[str] | None, scenarios: Registry) -> int:
         scenario, _ = recorded(results, args.run_id, scenarios)
         old = scenario.losses(results, args.run_id)
         if old is None:
-            raise ConfigError(f"run_id={args.run_id}: a scenario={scenario.name} trial records no losses to "
-                              "compare; accepted: a run of runs.csv")  # fmt: skip
+            raise ConfigError(
+                f"run_id={args.run_id}: a scenario={scenario.name} trial records no losses to "
+                "compare; accepted: a run of runs.csv"
+            )
         cfg = saved_config(results, args.run_id)
         cfg.results_dir, cfg.resume = str(results), False
         validate(scenario, cfg)

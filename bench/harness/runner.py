@@ -122,8 +122,14 @@ def record_job(cfg: BenchConfig, scenario: Scenario, run_trial=None) -> dict:
     outcome = (run_trial or spawn_trial)(cfg, scenario, run_id, results_dir, task)
     if not task.main:  # another task of a multi-task job: the main one records the trial
         return {"run_id": run_id, "status": outcome["status"]}
-    ids = {"run_id": run_id, "started_at": started, "wall_time_s": time.perf_counter() - t0,
-           "sweep_id": sweep_id, "config_hash": h, "experiment": experiment}  # fmt: skip
+    ids = {
+        "run_id": run_id,
+        "started_at": started,
+        "wall_time_s": time.perf_counter() - t0,
+        "sweep_id": sweep_id,
+        "config_hash": h,
+        "experiment": experiment,
+    }
     rows = scenario.rows(cfg, outcome, ids)
     sink = CsvSink(csv_path, scenario.columns)
     for row in rows:
@@ -197,13 +203,19 @@ def spawn_trial(cfg: BenchConfig, scenario: Scenario, run_id: str, results_dir: 
                         [sys.executable, "-m", TRIAL_MODULE, str(payload), str(result(r))],
                         stdout=log,
                         stderr=subprocess.STDOUT,
-                        env={**os.environ, **trial_env(cfg, scenario), **rank_env(cfg, task, r), **child_env(),
-                             RUN_ID_ENV: run_id},
+                        env={
+                            **os.environ,
+                            **trial_env(cfg, scenario),
+                            **rank_env(cfg, task, r),
+                            **child_env(),
+                            RUN_ID_ENV: run_id,
+                        },
                         cwd=REPO,
                         start_new_session=True,
                     )
-                dogs = {r: stack.enter_context(HostMemWatchdog(p.pid, limit, on_exceed=kill_all))
-                        for r, p in procs.items()}  # fmt: skip
+                dogs = {
+                    r: stack.enter_context(HostMemWatchdog(p.pid, limit, on_exceed=kill_all)) for r, p in procs.items()
+                }
                 timed_out, first_down = watch(procs, cfg.timeout_s, kill_all)
             except BaseException:  # Interrupted, KeyboardInterrupt: stop the trial first (then its temp folder goes)
                 kill_all()

@@ -57,8 +57,10 @@ class SweepCallback(Callback):
         log_sweep(config, rows, scenario.columns, plan["sweep_id"])  # the sweep's W&B run: its rows as a Table
         print(f"bench: rows in {path}; tables and plots: {report_command(config)}", flush=True)
         counts = Counter(trial_statuses(rows, plan["sweep_id"]))
-        print(f"bench: {sum(counts.values())} trial(s): " + ", ".join(f"{n} {s}" for s, n in counts.most_common()),
-              flush=True)
+        print(
+            f"bench: {sum(counts.values())} trial(s): " + ", ".join(f"{n} {s}" for s, n in counts.most_common()),
+            flush=True,
+        )
 
     def hashes(self, composed) -> list[str]:
         return [config_hash(scenario_of(self.scenarios, cfg.scenario), resolve(cfg)) for cfg in composed]

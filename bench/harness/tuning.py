@@ -47,12 +47,16 @@ OBJECTIVES = ("wall_to_target_s", "seconds_to_target", "steps_to_target", "sampl
 def check_tuning(objective, repeats) -> None:
     """Before any trial: the objective is a cost the rows carry, the repeats are seeds (ConfigError, one line)."""
     if objective not in OBJECTIVES:
-        raise ConfigError(f"hydra.sweeper.objective={objective}: accepted {' | '.join(OBJECTIVES)} (a cost to the "
-                          "target: the lowest wins)")  # fmt: skip
+        raise ConfigError(
+            f"hydra.sweeper.objective={objective}: accepted {' | '.join(OBJECTIVES)} (a cost to the "
+            "target: the lowest wins)"
+        )
     seeds = list(repeats) if isinstance(repeats, (list, tuple)) else None
     if seeds is None or any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < MAX_SEED for s in seeds):
-        raise ConfigError(f"hydra.sweeper.repeats={repeats}: accepted a list of seeds, integers in [0, 2^63), that "
-                          "each winner runs again with")  # fmt: skip
+        raise ConfigError(
+            f"hydra.sweeper.repeats={repeats}: accepted a list of seeds, integers in [0, 2^63), that "
+            "each winner runs again with"
+        )
 
 
 def expand(params: Mapping[str, str] | None, space: Mapping, arguments: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -70,22 +74,28 @@ def expand(params: Mapping[str, str] | None, space: Mapping, arguments: Sequence
             compared.add(key)
     sizes = {name: len(points) for name, points in space.items()}
     if not sizes or min(sizes.values()) == 0:
-        raise ConfigError(f"hydra.sweeper.space={dict(sizes)}: a search space is empty; accepted: at least one point "
-                          "per case")  # fmt: skip
+        raise ConfigError(
+            f"hydra.sweeper.space={dict(sizes)}: a search space is empty; accepted: at least one point per case"
+        )
     if len(set(sizes.values())) > 1:
-        raise ConfigError(f"hydra.sweeper.space: {sizes} points; accepted: the same number for every case (the "
-                          "tuning budget is the same for every way of differentiating)")  # fmt: skip
+        raise ConfigError(
+            f"hydra.sweeper.space: {sizes} points; accepted: the same number for every case (the "
+            "tuning budget is the same for every way of differentiating)"
+        )
     trials = []
     for combo in itertools.product(*lists.values()):
         choices = dict(o.split("=", 1) for o in combo)
         name = choices.get("case") or choices.get("+case") or choices.get("mode")
         if name not in space:
-            raise ConfigError(f"case={name}: no search space in hydra.sweeper.space; accepted: "
-                              f"{' | '.join(space)}")  # fmt: skip
+            raise ConfigError(f"case={name}: no search space in hydra.sweeper.space; accepted: {' | '.join(space)}")
         group = " ".join(o for o in combo if o.split("=", 1)[0] in compared)
         for point in space[name]:
-            trials.append((group, [*combo, *(f"{k}={v}" for k, v in dict(point).items()), "tuning=search",
-                                   f"tune_group='{group}'"]))  # fmt: skip
+            trials.append(
+                (
+                    group,
+                    [*combo, *(f"{k}={v}" for k, v in dict(point).items()), "tuning=search", f"tune_group='{group}'"],
+                )
+            )
     return trials
 
 
@@ -104,9 +114,14 @@ def winners(results: list[tuple[str, list[str], dict]], objective: str) -> dict[
 
 
 class TuningSweeper(Sweeper):
-    def __init__(self, params: Mapping | None = None, space: Mapping | None = None,
-                 objective: str = "wall_to_target_s", repeats: Sequence[int] = (),
-                 max_batch_size: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        params: Mapping | None = None,
+        space: Mapping | None = None,
+        objective: str = "wall_to_target_s",
+        repeats: Sequence[int] = (),
+        max_batch_size: int | None = None,
+    ) -> None:
         super().__init__()
         self.params = dict(params or {})
         self.space = {k: [dict(p) for p in v] for k, v in (space or {}).items()}
@@ -136,14 +151,22 @@ class TuningSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         search = expand(self.params, self.space, arguments)
         returns = self.launch([overrides for _, overrides in search], 0)
-        rows = [(group, overrides, (r.return_value or {}).get("row") or {})
-                for (group, overrides), r in zip(search, returns)]  # fmt: skip
+        rows = [
+            (group, overrides, (r.return_value or {}).get("row") or {})
+            for (group, overrides), r in zip(search, returns)
+        ]
         won = winners(rows, self.objective)
-        repeats = [[*(o for o in overrides if not o.startswith(("tuning=", "seed="))), "tuning=repeat",
-                    f"seed={seed}"] for overrides in won.values() for seed in self.repeats]  # fmt: skip
+        repeats = [
+            [*(o for o in overrides if not o.startswith(("tuning=", "seed="))), "tuning=repeat", f"seed={seed}"]
+            for overrides in won.values()
+            for seed in self.repeats
+        ]
         # the jobs' "i of n" and the summary's trials: exact now that the winners are known
         add_trials(sweep_dir, repeats, len(search) + len(repeats))
         groups = len({group for group, _ in search})
-        print(f"bench: search done: {len(won)} of {groups} group(s) reached the target; {len(repeats)} trial(s) "
-              "repeat the winners", flush=True)
+        print(
+            f"bench: search done: {len(won)} of {groups} group(s) reached the target; {len(repeats)} trial(s) "
+            "repeat the winners",
+            flush=True,
+        )
         return [returns, self.launch(repeats, len(search))]

@@ -136,8 +136,14 @@ def sample_tangent(params, seed: int, step, k, kind: str = "gaussian", gather=wh
                 out[j] = z
             continue
         zeros = [jnp.zeros_like(leaves[j]) for j in idx]
-        drawn = jax.lax.fori_loop(0, leaves[idx[0]].shape[0], lambda i, zs, u=u: _put(
-            zs, layer_direction(_layer(zs, i), jax.random.fold_in(keys[u], i), kind, gather), i), zeros)  # fmt: skip
+        drawn = jax.lax.fori_loop(
+            0,
+            leaves[idx[0]].shape[0],
+            lambda i, zs, u=u: _put(
+                zs, layer_direction(_layer(zs, i), jax.random.fold_in(keys[u], i), kind, gather), i
+            ),
+            zeros,
+        )
         for j, z in zip(idx, drawn):
             out[j] = z
     return jax.tree.unflatten(treedef, out)
@@ -237,8 +243,17 @@ def tangent_gradient(tangents, coeffs):
     return jax.tree.map(lambda *ts: sum(c * t for c, t in zip(coeffs, ts)).astype(ts[0].dtype), *tangents)
 
 
-def seeded_update(optimizer: optax.GradientTransformation, params, opt_state, coeffs, seed: int, step,
-                  kind: str = "gaussian", gather=whole, shift=0.0):  # fmt: skip
+def seeded_update(
+    optimizer: optax.GradientTransformation,
+    params,
+    opt_state,
+    coeffs,
+    seed: int,
+    step,
+    kind: str = "gaussian",
+    gather=whole,
+    shift=0.0,
+):
     """(params, opt_state) after the optimizer's update with g = sum_k coeffs[k] z_k, the z_k regenerated from
     their keys, the parameters first moved by shift * z_0 (MeZO's last +eps z, which puts theta back: fused here,
     one draw of z fewer per step). The tensors outside the stacks are updated together, g fused into their update
@@ -255,8 +270,13 @@ def seeded_update(optimizer: optax.GradientTransformation, params, opt_state, co
     K = coeffs.shape[0]
     keys = [direction_keys(seed, step, k, len(units)) for k in range(K)]
     # which parameter each leaf of the optimizer state mirrors (AdamW's mu and nu), -1 for shared ones (the count)
-    mirrors = otu.tree_map_params(optimizer, lambda _, j: j, opt_state, jax.tree.unflatten(treedef, range(len(leaves))),
-                                  transform_non_params=lambda _: -1)  # fmt: skip
+    mirrors = otu.tree_map_params(
+        optimizer,
+        lambda _, j: j,
+        opt_state,
+        jax.tree.unflatten(treedef, range(len(leaves))),
+        transform_non_params=lambda _: -1,
+    )
 
     def update(values: dict, gs: dict, state, i=None) -> tuple[list, object]:
         """optimizer.update of the parameters in `values` (whole, or layer i of stacked ones) with gradients `gs`,
@@ -275,8 +295,15 @@ def seeded_update(optimizer: optax.GradientTransformation, params, opt_state, co
         return moved, [sum(coeffs[k] * zs[k][n] for k in range(K)).astype(x.dtype) for n, x in enumerate(values)]
 
     outside = [j for stack, idx in units if stack is None for j in idx]
-    zs = [[z for u, (stack, idx) in enumerate(units) if stack is None
-           for z in unit_direction([leaves[j] for j in idx], keys[k][u], kind, gather)] for k in range(K)]  # fmt: skip
+    zs = [
+        [
+            z
+            for u, (stack, idx) in enumerate(units)
+            if stack is None
+            for z in unit_direction([leaves[j] for j in idx], keys[k][u], kind, gather)
+        ]
+        for k in range(K)
+    ]
     moved, gs = step_of([leaves[j] for j in outside], zs)
     updated, state = update(dict(zip(outside, moved)), dict(zip(outside, gs)), opt_state)
     out = [updated[j] if j in outside else x for j, x in enumerate(leaves)]
@@ -289,8 +316,9 @@ def seeded_update(optimizer: optax.GradientTransformation, params, opt_state, co
         def body(i, carry, u=u, idx=idx):
             ps, state = carry
             slices = _layer([ps[j] for j in idx], i)
-            moved, g = step_of(slices, [layer_direction(slices, jax.random.fold_in(keys[k][u], i), kind, gather)
-                                        for k in range(K)])  # fmt: skip
+            moved, g = step_of(
+                slices, [layer_direction(slices, jax.random.fold_in(keys[k][u], i), kind, gather) for k in range(K)]
+            )
             updated, layer_state = update(dict(zip(idx, moved)), dict(zip(idx, g)), state, i)
             ps = [_put([x], [updated[j]], i)[0] if j in idx else x for j, x in enumerate(ps)]
             state = jax.tree.map(lambda x, y, j: _put([x], [y], i)[0] if j in idx else x, state, layer_state, mirrors)

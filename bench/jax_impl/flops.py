@@ -48,8 +48,12 @@ def count(trainer, micro_batches) -> dict:
         matmul, unknown = matmul + runs * flops, unknown + loops
         every += runs * cost_flops(compiled)
     uncounted = f"{unknown} while loops of unknown trip count, counted once" if unknown else ""
-    return {"flops_per_step": matmul, "flops_method": METHOD, "flops_all_ops_per_step": every,
-            "flops_uncounted": uncounted}  # fmt: skip
+    return {
+        "flops_per_step": matmul,
+        "flops_method": METHOD,
+        "flops_all_ops_per_step": every,
+        "flops_uncounted": uncounted,
+    }
 
 
 def cost_flops(compiled) -> float:

@@ -40,8 +40,11 @@ def saved_bytes(trainer, micro_batches) -> int:
     """Residuals the vjp of one micro-batch's loss keeps, beyond its arguments and constants."""
     key = dropout_key(trainer.spec.seed, 0)  # traced only: the loss's closed-over frozen state is never run
     found = saved_residuals(lambda p: trainer.loss_of(p, micro_batches[0], key), trainer.params)
-    return sum(int(np.prod(aval.shape)) * aval.dtype.itemsize for aval, why in found
-               if not why.startswith(("from the argument", "from a constant", "from a literal")))  # fmt: skip
+    return sum(
+        int(np.prod(aval.shape)) * aval.dtype.itemsize
+        for aval, why in found
+        if not why.startswith(("from the argument", "from a constant", "from a literal"))
+    )
 
 
 def breakdown(trainer, micro_batches) -> dict:

@@ -76,8 +76,9 @@ class LoRALinear(nnx.Linear):
         return y + self.lora(self.lora_dropout(x, deterministic=deterministic, rngs=rngs)) * self.scaling
 
 
-def _linear(n_in: int, n_out: int, spec: BertSpec, rngs: nnx.Rngs, p: Precision, lora: LoraSpec | None = None,
-            target: str = "") -> nnx.Linear:  # fmt: skip
+def _linear(
+    n_in: int, n_out: int, spec: BertSpec, rngs: nnx.Rngs, p: Precision, lora: LoraSpec | None = None, target: str = ""
+) -> nnx.Linear:
     """An nnx.Linear, or a LoRALinear where `lora` targets it (`target`: its name in LORA_TARGETS)."""
     # HF's _init_weights: N(0, initializer_range) weights, zero biases. build_model overwrites them with the
     # shared weights anyway; this only makes a model built directly start from the same distribution.
@@ -97,8 +98,14 @@ def _project(linear: nnx.Linear, x, deterministic, rngs):
 def _layer_norm(spec: BertSpec, rngs: nnx.Rngs, p: Precision) -> nnx.LayerNorm:
     # use_fast_variance=False: E[x^2] - E[x]^2 loses digits against torch's two-pass variance when |mean| >>
     # std.
-    return nnx.LayerNorm(spec.hidden_size, epsilon=spec.layer_norm_eps, use_fast_variance=False, dtype=p.norm,
-                         param_dtype=p.params, rngs=rngs)  # fmt: skip
+    return nnx.LayerNorm(
+        spec.hidden_size,
+        epsilon=spec.layer_norm_eps,
+        use_fast_variance=False,
+        dtype=p.norm,
+        param_dtype=p.params,
+        rngs=rngs,
+    )
 
 
 def _embed(n: int, spec: BertSpec, rngs: nnx.Rngs, p: Precision) -> nnx.Embed:
@@ -263,8 +270,17 @@ def _stacked_layers(n: int, spec: BertSpec, rngs: nnx.Rngs, p: Precision, lora: 
 LayerHook = Callable[[str, nnx.State, jax.Array], nnx.State]
 
 
-def _scan_stack(stack: BertLayer, x, mask_bias, rngs, deterministic, remat: bool, all_hidden: bool,
-                hook: LayerHook | None = None, name: str = ""):  # fmt: skip
+def _scan_stack(
+    stack: BertLayer,
+    x,
+    mask_bias,
+    rngs,
+    deterministic,
+    remat: bool,
+    all_hidden: bool,
+    hook: LayerHook | None = None,
+    name: str = "",
+):
     """Run a stack of layers as one jax.lax.scan over its parameters' leading axis: XLA compiles the layer once,
     whatever the depth. (last hidden state (B, T, H), each layer's output or [] unless `all_hidden`).
 
@@ -292,8 +308,16 @@ class BertEncoder(nnx.Module):
     layer_stacks), as stacks of layers whose parameters carry a leading layer axis, each run by one lax.scan
     (`stacks`: {index of its first layer: the stack}; bench/jax_impl/params.py maps each slice to its HF names)."""
 
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32,
-                 lora: LoraSpec | None = None, stacks: tuple[int, ...] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        spec: BertSpec,
+        *,
+        rngs: nnx.Rngs,
+        remat: bool = False,
+        p: Precision = FP32,
+        lora: LoraSpec | None = None,
+        stacks: tuple[int, ...] | None = None,
+    ):
         self.remat = remat
         self.scan = stacks is not None
         if stacks is None:
@@ -304,15 +328,15 @@ class BertEncoder(nnx.Module):
         starts = np.cumsum((0, *stacks[:-1]))
         self.stacks = nnx.Dict({str(s): _stacked_layers(n, spec, rngs, p, lora) for s, n in zip(starts, stacks)})
 
-    def __call__(self, x, mask_bias, *, deterministic, rngs, all_hidden: bool = False,
-                 layer_hook: LayerHook | None = None):  # fmt: skip
+    def __call__(
+        self, x, mask_bias, *, deterministic, rngs, all_hidden: bool = False, layer_hook: LayerHook | None = None
+    ):
         """(last hidden state (B, T, H), the L + 1 hidden states of HF's output_hidden_states, or () unless
         `all_hidden`). `layer_hook`: see LayerHook (stacked layers only; unrolled layers have no use for one)."""
         hidden_states = [x]
         if self.scan:
             for name, stack in self.stacks.items():  # in layer order (built in that order)
-                x, ys = _scan_stack(stack, x, mask_bias, rngs, deterministic, self.remat, all_hidden, layer_hook,
-                                    name)  # fmt: skip
+                x, ys = _scan_stack(stack, x, mask_bias, rngs, deterministic, self.remat, all_hidden, layer_hook, name)
                 hidden_states += ys
         else:
             forward = _remat_layer_forward if self.remat else _layer_forward
@@ -331,8 +355,16 @@ class BertPooler(nnx.Module):
 
 
 class BertModel(nnx.Module):
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32,
-                 lora: LoraSpec | None = None, stacks: tuple[int, ...] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        spec: BertSpec,
+        *,
+        rngs: nnx.Rngs,
+        remat: bool = False,
+        p: Precision = FP32,
+        lora: LoraSpec | None = None,
+        stacks: tuple[int, ...] | None = None,
+    ):
         self.embeddings = BertEmbeddings(spec, rngs=rngs, p=p)
         self.encoder = BertEncoder(spec, rngs=rngs, remat=remat, p=p, lora=lora, stacks=stacks)
         self.pooler = BertPooler(spec, rngs=rngs, p=p)
@@ -344,8 +376,16 @@ class BertForSequenceClassification(nnx.Module):
     output_hidden_states=True. With `lora`, the targeted linear layers carry adapters (LoRALinear); with
     `stacks`, the encoder's layers are stacked and scanned (BertEncoder, layer_stacks)."""
 
-    def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, remat: bool = False, p: Precision = FP32,
-                 lora: LoraSpec | None = None, stacks: tuple[int, ...] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        spec: BertSpec,
+        *,
+        rngs: nnx.Rngs,
+        remat: bool = False,
+        p: Precision = FP32,
+        lora: LoraSpec | None = None,
+        stacks: tuple[int, ...] | None = None,
+    ):
         self.spec = spec  # frozen dataclass: static metadata of the graph, not state
         self.lora = lora  # the same: which adapters the model has (params.py reads their names)
         self.bert = BertModel(spec, rngs=rngs, remat=remat, p=p, lora=lora, stacks=stacks)
@@ -373,14 +413,14 @@ class BertForSequenceClassification(nnx.Module):
         mask_bias = jnp.where(keep, 0.0, MASK_VALUE).astype(jnp.float32)  # (B, 1, 1, T)
         kw = dict(deterministic=deterministic, rngs=rngs)
         x = self.bert.embeddings(input_ids, token_type_ids, **kw)  # (B, T, H)
-        last, hidden_states = self.bert.encoder(x, mask_bias, **kw, all_hidden=output_hidden_states,
-                                                layer_hook=layer_hook)  # (B, T, H)
+        last, hidden_states = self.bert.encoder(
+            x, mask_bias, **kw, all_hidden=output_hidden_states, layer_hook=layer_hook
+        )  # (B, T, H)
         pooled = self.bert.pooler(last)  # (B, H)
         logits = self.classifier(self.dropout(pooled, **kw))  # (B, num_labels)
         if output_hidden_states:
             return BertOutput(logits, pooled, hidden_states)
         return logits
-
 
     # The same forward in two halves, for jacfwd on trainable=head: the frozen trunk runs once per batch and only
     # the head is pushed forward along every basis direction (steps.jacfwd_gradient).
@@ -397,8 +437,15 @@ class BertForSequenceClassification(nnx.Module):
 
 
 def build_model(
-    spec: BertSpec, weights: dict[str, np.ndarray], *, remat: bool = False, dtype: str = "fp32",
-    lora: LoraSpec | None = None, seed: int = 0, scan_layers: bool = True, stacks: tuple[int, ...] | None = None,
+    spec: BertSpec,
+    weights: dict[str, np.ndarray],
+    *,
+    remat: bool = False,
+    dtype: str = "fp32",
+    lora: LoraSpec | None = None,
+    seed: int = 0,
+    scan_layers: bool = True,
+    stacks: tuple[int, ...] | None = None,
 ) -> BertForSequenceClassification:
     """BertForSequenceClassification with exactly `weights` (HF names, torch layout; cast to bf16 for
     dtype=bf16_pure), computing as `dtype` says (PRECISIONS); see params.py. With `lora`, nnx.LoRA adapters on its
@@ -409,7 +456,8 @@ def build_model(
     # immediately.
     p = PRECISIONS[dtype]
     stacks = (stacks or (spec.num_layers,)) if scan_layers else None
-    model = nnx.eval_shape(lambda: BertForSequenceClassification(spec, rngs=nnx.Rngs(0), remat=remat, p=p, lora=lora,
-                                                                 stacks=stacks))  # fmt: skip
+    model = nnx.eval_shape(
+        lambda: BertForSequenceClassification(spec, rngs=nnx.Rngs(0), remat=remat, p=p, lora=lora, stacks=stacks)
+    )
     load_weights(model, with_adapters(weights, spec, lora, seed))
     return model

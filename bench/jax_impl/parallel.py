@@ -133,8 +133,12 @@ class World:
                 if transient is None:  # the programs are the same on every device: one analysis for all
                     transient = max(program_transient_bytes(p) for p, _ in trainer.programs()) / MiB
                 r = t.result()
-                row = {"peak_mem_mb": r.peak_mb + transient, "excess_mem_mb": r.peak_mb + transient - r.baseline_mb,
-                       "baseline_mem_mb": r.baseline_mb, "mem_method": t.method}  # fmt: skip
+                row = {
+                    "peak_mem_mb": r.peak_mb + transient,
+                    "excess_mem_mb": r.peak_mb + transient - r.baseline_mb,
+                    "baseline_mem_mb": r.baseline_mb,
+                    "mem_method": t.method,
+                }
             else:
                 continue
             digest = replicated_digest(trainer.params, t.device)
@@ -211,9 +215,16 @@ def start(cfg: BenchConfig) -> World:
             f"jax sees {len(devices)} over {processes} process(es)"
         )
     mesh = Mesh(np.array(devices), (AXIS,))
-    return World(parallel=p, size=size, rank=jax.process_index(), main=jax.process_index() == 0,
-                 device=mesh.local_devices[0], mesh=mesh, processes=processes,
-                 distributed=processes > 1)  # fmt: skip
+    return World(
+        parallel=p,
+        size=size,
+        rank=jax.process_index(),
+        main=jax.process_index() == 0,
+        device=mesh.local_devices[0],
+        mesh=mesh,
+        processes=processes,
+        distributed=processes > 1,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -317,8 +328,12 @@ class ResidentArraysTracker(MemoryTracker):
 
     def current_mb(self) -> float:
         # by buffer: a global array's shards are also listed as arrays of their own (one buffer, counted once)
-        held = {s.data.unsafe_buffer_pointer(): s.data.nbytes
-                for x in jax.live_arrays() for s in x.addressable_shards if s.device == self.device}  # fmt: skip
+        held = {
+            s.data.unsafe_buffer_pointer(): s.data.nbytes
+            for x in jax.live_arrays()
+            for s in x.addressable_shards
+            if s.device == self.device
+        }
         return sum(held.values()) / MiB
 
     def reset_peak(self) -> None:

@@ -163,8 +163,10 @@ def is_trained(path: tuple, x, scope: str, num_layers: int, last_k: int = 1) -> 
     names, _, _ = _entry(path, x)
     picks = {is_trainable(n, scope, num_layers, last_k) for n in names}
     if len(picks) > 1:
-        raise ValueError(f"trainable={scope} (last_k={last_k}) trains some layers of the stack {names[0]}.. and "
-                         "not others: stack the layers with bench.jax_impl.model.layer_stacks")
+        raise ValueError(
+            f"trainable={scope} (last_k={last_k}) trains some layers of the stack {names[0]}.. and "
+            "not others: stack the layers with bench.jax_impl.model.layer_stacks"
+        )
     return picks.pop()
 
 

@@ -28,8 +28,13 @@ def plain_loop(spec: BertSpec, weights: dict, batches: list[Batch], lr: float, w
     opt_state = tx.init(params)
 
     def loss_of(params, batch, key):
-        logits = nnx.merge(graphdef, params)(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                                             deterministic=False, rngs=nnx.Rngs(dropout=key))  # fmt: skip
+        logits = nnx.merge(graphdef, params)(
+            batch["input_ids"],
+            batch["token_type_ids"],
+            batch["attention_mask"],
+            deterministic=False,
+            rngs=nnx.Rngs(dropout=key),
+        )
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
 
     def train_step(params, opt_state, batch, key):

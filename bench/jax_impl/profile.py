@@ -22,8 +22,18 @@ TRACE_GLOB = "plugins/profile/*/perfetto_trace.json.gz"
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 # op_name words of random draws: jax.random's programs (the tangents, MeZO's perturbations, dropout masks, the
 # keys folded for them)
-RANDOM = ("rng_bit_generator", "rng-bit-generator", "random_bits", "threefry", "_uniform", "_normal", "_bernoulli",
-          "random_fold_in", "random_wrap", "dropout_key")  # fmt: skip
+RANDOM = (
+    "rng_bit_generator",
+    "rng-bit-generator",
+    "random_bits",
+    "threefry",
+    "_uniform",
+    "_normal",
+    "_bernoulli",
+    "random_fold_in",
+    "random_wrap",
+    "dropout_key",
+)
 MATMUL_CALLS = ("matmul", "gemm", "onednn", "dot")  # custom-call targets that are matmuls (oneDNN, cuBLAS)
 SOFTMAX = "softmax"  # the named scope jax_impl/model.py puts around attention's softmax
 OPTIMIZER_SOURCE = "/optax/"
@@ -58,8 +68,13 @@ def classify(trainer, events: list[dict]):
     for compiled, _ in trainer.programs():
         text = compiled.as_text()
         programs[module_name(text)] = instruction_categories(text)
-    devices = {e.get("pid") for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
-               and "/device:" in str(e.get("args", {}).get("name", ""))}  # fmt: skip
+    devices = {
+        e.get("pid")
+        for e in events
+        if e.get("ph") == "M"
+        and e.get("name") == "process_name"
+        and "/device:" in str(e.get("args", {}).get("name", ""))
+    }
 
     def category(event: dict, enclosing: tuple[str, ...]) -> str | None:
         args = event.get("args") or {}
@@ -94,15 +109,17 @@ def instruction_categories(hlo_text: str) -> dict[str, str]:
         frame = _FRAME.search(rest)
         calls = _CALLS.search(rest)
         target = _TARGET.search(rest)
-        current.append({
-            "name": name,
-            "opcode": opcode(rest),
-            "op_name": (_OPNAME.search(rest) or [None, ""])[1],
-            "files": files.get(int(frame.group(1)), ()) if frame else (),
-            "fuses": calls.group(1) if calls and " fusion(" in rest else None,
-            "batched": "lhs_batch_dims=" in rest,
-            "target": target.group(1).lower() if target else "",
-        })  # fmt: skip
+        current.append(
+            {
+                "name": name,
+                "opcode": opcode(rest),
+                "op_name": (_OPNAME.search(rest) or [None, ""])[1],
+                "files": files.get(int(frame.group(1)), ()) if frame else (),
+                "fuses": calls.group(1) if calls and " fusion(" in rest else None,
+                "batched": "lhs_batch_dims=" in rest,
+                "target": target.group(1).lower() if target else "",
+            }
+        )
 
     def contents(instr: dict, depth: int = 0) -> list[dict]:
         inner = computations.get(instr["fuses"], []) if instr["fuses"] and depth < 4 else []
@@ -116,8 +133,12 @@ def category_of(parts: list[dict]) -> str:
         return "collectives"
     if any(p["opcode"] in ("rng", "rng-bit-generator") or any(w in p["op_name"] for w in RANDOM) for p in parts):
         return "random"
-    dots = [p for p in parts if p["opcode"] in ("dot", "convolution")
-            or (p["opcode"] == "custom-call" and any(w in p["target"] for w in MATMUL_CALLS))]  # fmt: skip
+    dots = [
+        p
+        for p in parts
+        if p["opcode"] in ("dot", "convolution")
+        or (p["opcode"] == "custom-call" and any(w in p["target"] for w in MATMUL_CALLS))
+    ]
     if any(p["batched"] for p in dots) or any(SOFTMAX in p["op_name"] for p in parts):
         return "attention"
     if dots:
@@ -152,8 +173,11 @@ def source_files(hlo_text: str) -> dict[int, tuple[str, ...]]:
         key, value = line.split(" ", 1)
         section[int(key)] = value
     names = {k: v.strip('"') for k, v in tables.get("FileNames", {}).items()}
-    location_file = {k: int(re.search(r"file_name_id=(\d+)", v).group(1))
-                     for k, v in tables.get("FileLocations", {}).items() if "file_name_id=" in v}  # fmt: skip
+    location_file = {
+        k: int(re.search(r"file_name_id=(\d+)", v).group(1))
+        for k, v in tables.get("FileLocations", {}).items()
+        if "file_name_id=" in v
+    }
     frames = {}
     for k, v in tables.get("StackFrames", {}).items():
         loc, parent = re.search(r"file_location_id=(\d+)", v), re.search(r"parent_frame_id=(\d+)", v)

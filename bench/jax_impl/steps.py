@@ -60,7 +60,6 @@ def make_optimizer(opt) -> optax.GradientTransformation:
     raise ValueError(f"optimizer={opt.name!r}: accepted sgd, adamw, signsgd")
 
 
-
 # ---------------------------------------------------------------------------------------------------------------
 # trainer
 
@@ -132,8 +131,12 @@ class Trainer:
         if self.split:
             self.impl.prepare(self, sh)
         else:
-            self._step = self.jit(self._step_fn, (1, 2), (sh.frozen, sh.params, sh.opt, sh.batch, sh.scalar),
-                                  (sh.params, sh.opt, sh.scalar))  # fmt: skip
+            self._step = self.jit(
+                self._step_fn,
+                (1, 2),
+                (sh.frozen, sh.params, sh.opt, sh.batch, sh.scalar),
+                (sh.params, sh.opt, sh.scalar),
+            )
         self._gradient = jax.jit(self._gradient_program)  # tests and gradient quality: shardings as XLA sees fit
 
     def jit(self, fn, donate: tuple[int, ...], arguments: tuple, results):
@@ -241,8 +244,10 @@ class Trainer:
 
     def state_bytes(self) -> dict[str, int]:
         """Parameters and optimizer state held by one device (the fullest), from the arrays' own shards."""
-        return {"params": per_device_bytes((self.params, nnx.filter_state(self.frozen, nnx.Param))),
-                "optimizer": per_device_bytes(self.opt_state)}  # fmt: skip
+        return {
+            "params": per_device_bytes((self.params, nnx.filter_state(self.frozen, nnx.Param))),
+            "optimizer": per_device_bytes(self.opt_state),
+        }
 
     def weights(self) -> dict[str, np.ndarray]:
         return export_weights(nnx.merge(self.graphdef, self.params, self.frozen))
@@ -296,6 +301,14 @@ def make_trainer(
     device = resolve_device(device)
     use_fp32()
     s, remat = step_spec, estimators.get(step_spec.mode).backward and step_spec.remat
-    model = build_model(spec, weights, remat=remat, dtype=s.dtype, lora=s.adapters, seed=s.seed,
-                        scan_layers=s.scan_layers, stacks=layer_stacks(spec.num_layers, s.trainable, s.last_k))
+    model = build_model(
+        spec,
+        weights,
+        remat=remat,
+        dtype=s.dtype,
+        lora=s.adapters,
+        seed=s.seed,
+        scan_layers=s.scan_layers,
+        stacks=layer_stacks(spec.num_layers, s.trainable, s.last_k),
+    )
     return Trainer(model, step_spec, device, world)

@@ -138,8 +138,9 @@ class Matmul:
     layer: int | None  # its encoder layer; None for the pooler and the classifier
 
 
-def matmuls(spec: BertSpec, trainable: str, batch_size: int, seq_len: int, last_k: int = 1,
-            lora: LoraSpec | None = None) -> list[Matmul]:  # fmt: skip
+def matmuls(
+    spec: BertSpec, trainable: str, batch_size: int, seq_len: int, last_k: int = 1, lora: LoraSpec | None = None
+) -> list[Matmul]:
     """Every matmul of one forward pass of BERT for sequence classification, in the order the pass runs them;
     with `lora`, each adapted layer's two adapter matmuls after its own (A x, then B (A x): both carry, A and B
     being trained)."""
@@ -193,8 +194,15 @@ class Flops:
         return asdict(self)
 
 
-def predict(spec: BertSpec, step: StepSpec, batch_size: int, seq_len: int, *, jacfwd_chunk: int | None = None,
-            framework: str | None = None) -> Flops | None:  # fmt: skip
+def predict(
+    spec: BertSpec,
+    step: StepSpec,
+    batch_size: int,
+    seq_len: int,
+    *,
+    jacfwd_chunk: int | None = None,
+    framework: str | None = None,
+) -> Flops | None:
     """The model's matmul FLOPs of one optimizer step of `step` on `step.grad_accum` micro-batches of
     `batch_size` x `seq_len` (the module docstring has the formulas). `jacfwd_chunk`: the basis directions per
     pass (the trainer's, `Trainer.jacfwd_chunk`), needed where step.jacfwd_chunk is "auto".
@@ -215,8 +223,15 @@ def predict(spec: BertSpec, step: StepSpec, batch_size: int, seq_len: int, *, ja
     hoists = framework == "jax" and not step.scan_layers  # XLA hoists the primal out of the tangents' loop
     with_backward = {m.layer for m in mm if m.carrying and m.layer is not None}  # remat recomputes these layers
     context = FlopContext(
-        step=step, framework=framework, every=every, derivative=derivative, zero_terms=zero_terms, trunk=trunk,
-        pooler=pooler, recompute=sum(m.flops for m in mm if m.layer in with_backward), hoists=hoists,
+        step=step,
+        framework=framework,
+        every=every,
+        derivative=derivative,
+        zero_terms=zero_terms,
+        trunk=trunk,
+        pooler=pooler,
+        recompute=sum(m.flops for m in mm if m.layer in with_backward),
+        hoists=hoists,
         n=count_params(spec, step.trainable, step.last_k, step.lora),
         jacfwd_chunk=jacfwd_chunk if jacfwd_chunk is not None else step.jacfwd_chunk,
     )
@@ -240,8 +255,9 @@ PROBE_MATMUL_S = 0.05
 PROBE_REPEATS = 5  # timed matmuls at the chosen size; the fastest is the peak (the others met a busy host)
 
 
-def best_matmul_rate(make: Callable[[int], Callable[[], Any]], sync: Callable[[Any], Any] | None,
-                     sizes: tuple[int, ...]) -> float:  # fmt: skip
+def best_matmul_rate(
+    make: Callable[[int], Callable[[], Any]], sync: Callable[[Any], Any] | None, sizes: tuple[int, ...]
+) -> float:
     """FLOP/s of the fastest of PROBE_REPEATS n x n matmuls, `make(n)` returning the matmul to call and `sync`
     waiting for its result; n is the largest of `sizes` that the smallest one's rate says takes at most
     PROBE_MATMUL_S. Each size is called once untimed first (allocation, compilation, library warm-up)."""

@@ -60,8 +60,18 @@ def mask_bytes(framework: str, device: str) -> int:
     return FP32 if (framework, device) == ("torch", "cpu") else 1
 
 
-def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, framework: str, device: str = "cpu",
-            world: int = 1, sharded: bool = False, jacfwd_chunk: int = 1) -> Memory | None:  # fmt: skip
+def predict(
+    spec: BertSpec,
+    s: StepSpec,
+    batch_size: int,
+    seq_len: int,
+    *,
+    framework: str,
+    device: str = "cpu",
+    world: int = 1,
+    sharded: bool = False,
+    jacfwd_chunk: int = 1,
+) -> Memory | None:
     """The model's bytes per category on one device, for a step of `s` on a `batch_size` x `seq_len` micro-batch;
     `sharded`: parameters, gradients and optimizer state split over `world` devices (parallel=fsdp).
 
@@ -94,8 +104,9 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
         read = {"qkv" if t in ("query", "key", "value") else t for t in s.lora.targets}  # Q, K, V: one input
         layer += X * (sum(inputs[g] for g in read) + s.lora.rank * len(s.lora.targets))
     # a linear probe (classifier) saves only the pooled output it multiplies, (B, H): nothing per token
-    trained_layers = {"all": L, "bias": L, "lora": L, "last_k": min(s.last_k, L), "head": 0,
-                      "classifier": 0}[s.trainable]  # fmt: skip
+    trained_layers = {"all": L, "bias": L, "lora": L, "last_k": min(s.last_k, L), "head": 0, "classifier": 0}[
+        s.trainable
+    ]
     trunk_trains = s.trainable in ("all", "bias")
     embeddings = (X * H + d * mask * H) if trunk_trains else 0  # LayerNorm input and dropout mask
     head = X * H if trained_layers or s.trainable == "head" else 0  # the last hidden state the pooler slices
@@ -110,10 +121,21 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
     optimizer = state // share if estimator.updates else 0
     params = P * n_all // share
     context = MemoryContext(
-        step=s, framework=framework, param_bytes=P, activation_bytes=X, hidden=H, batch_size=batch_size, n=n,
-        share=share, largest=largest, layer_params=layer_params, forward_temp=forward_temp,
-        one_layer=tokens * layer * bool(trained_layers), saved=tokens * (trained_layers * layer + embeddings + head),
-        layer_inputs=tokens * (trained_layers * X * H + embeddings + head), bf16_weight_copies=2 * linear // share,
+        step=s,
+        framework=framework,
+        param_bytes=P,
+        activation_bytes=X,
+        hidden=H,
+        batch_size=batch_size,
+        n=n,
+        share=share,
+        largest=largest,
+        layer_params=layer_params,
+        forward_temp=forward_temp,
+        one_layer=tokens * layer * bool(trained_layers),
+        saved=tokens * (trained_layers * layer + embeddings + head),
+        layer_inputs=tokens * (trained_layers * X * H + embeddings + head),
+        bf16_weight_copies=2 * linear // share,
         jacfwd_chunk=jacfwd_chunk,
     )
     terms = estimator.memory(context)
@@ -121,4 +143,3 @@ def predict(spec: BertSpec, s: StepSpec, batch_size: int, seq_len: int, *, frame
         return None
     grads, directions, saved, temp = terms.grads, terms.directions, terms.saved, terms.temp
     return Memory(params, grads, optimizer, directions, saved, temp, optimizer + grads + directions + saved + temp)
-

@@ -32,8 +32,11 @@ def host_slug() -> str:
         words = [w for w in gpus[0].replace("NVIDIA", "").split() if any(c.isdigit() for c in w)]
         return f"{len(gpus)}gpu-{(words[0] if words else 'gpu').lower()}"
     model = cpu_name().rsplit(" x", 1)[0]
-    words = [w for w in model.replace("(R)", "").replace("(TM)", "").split()
-             if w.lower() not in ("amd", "intel", "core", "processor", "cpu", "genuine")]  # fmt: skip
+    words = [
+        w
+        for w in model.replace("(R)", "").replace("(TM)", "").split()
+        if w.lower() not in ("amd", "intel", "core", "processor", "cpu", "genuine")
+    ]
     return f"{os.cpu_count()}core-{(words[0] if words else 'cpu').lower()}"
 
 
@@ -59,8 +62,12 @@ def cuda_gpu_names() -> list[str]:
 
 def host_facts() -> dict[str, str]:
     """Where and with what a trial ran: host, Python, git commit and the frameworks' versions."""
-    return {"hostname": platform.node(), "python_version": platform.python_version(), "git_sha": git_sha(),
-            **versions()}  # fmt: skip
+    return {
+        "hostname": platform.node(),
+        "python_version": platform.python_version(),
+        "git_sha": git_sha(),
+        **versions(),
+    }
 
 
 def versions() -> dict[str, str]:

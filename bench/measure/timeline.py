@@ -59,8 +59,11 @@ class Explained:
     top_ops: list[dict] = field(default_factory=list)
 
     def columns(self) -> dict:
-        return {"profile_steps_traced": self.steps, "profile_step_ms": self.wall_ms,
-                **{f"time_{c}_ms": self.by_category_ms[c] for c in CATEGORIES}}  # fmt: skip
+        return {
+            "profile_steps_traced": self.steps,
+            "profile_step_ms": self.wall_ms,
+            **{f"time_{c}_ms": self.by_category_ms[c] for c in CATEGORIES},
+        }
 
 
 def load_events(path: Path) -> list[dict]:
@@ -180,6 +183,8 @@ def explain(events: list[dict], classify: Callable[[dict, tuple[str, ...]], str 
         steps=n,
         wall_ms=wall / n / 1e3,
         by_category_ms={c: v / n / 1e3 for c, v in by_cat.items()},
-        top_ops=[{"name": name, "category": cat, "self_ms_per_step": us / n / 1e3, "calls_per_step": calls / n}
-                 for (name, cat), (us, calls) in top],  # fmt: skip
+        top_ops=[
+            {"name": name, "category": cat, "self_ms_per_step": us / n / 1e3, "calls_per_step": calls / n}
+            for (name, cat), (us, calls) in top
+        ],
     )

@@ -1,9 +1,9 @@
 """Timing statistics. Knows nothing of BERT: it times callables, syncing the device after each call.
 
-    timer = StepTimer(sync=trainer.sync)        # a step's time includes the device finishing its work
-    loss = timer(trainer.step, batch)           # one timed call; timer.times_s holds every step
-    timer.stats()                               # median, p10, p90, mean, stdev (seconds)
-    time_calls(f, x, sync=..., warmup=1, repeats=5, min_sample_s=0.005)   # a micro-benchmark's samples
+timer = StepTimer(sync=trainer.sync)        # a step's time includes the device finishing its work
+loss = timer(trainer.step, batch)           # one timed call; timer.times_s holds every step
+timer.stats()                               # median, p10, p90, mean, stdev (seconds)
+time_calls(f, x, sync=..., warmup=1, repeats=5, min_sample_s=0.005)   # a micro-benchmark's samples
 """
 
 from __future__ import annotations

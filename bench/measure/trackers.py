@@ -348,9 +348,7 @@ class JaxDeviceTracker(MemoryTracker):
 
         self.device = jax.devices()[0] if device is None else device
         if self.device.memory_stats() is None:
-            raise RuntimeError(
-                f"JaxDeviceTracker: device {self.device} reports no memory_stats; use HostRssTracker"
-            )
+            raise RuntimeError(f"JaxDeviceTracker: device {self.device} reports no memory_stats; use HostRssTracker")
         resets = [getattr(self.device, n) for n in _JAX_RESET_NAMES if hasattr(self.device, n)]
         self._reset = resets[0] if resets else None
         self._peak_at_reset: int | None = None

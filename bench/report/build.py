@@ -43,8 +43,10 @@ def results_of(paths: Sequence[str | Path]) -> Results:
     runs = []
     for p in map(Path, paths or [DEFAULT_RESULTS]):
         if not p.is_dir() and not p.is_file():
-            raise ReadError(f"csv={p}: no such file (accepted: a results folder, or a results CSV written by "
-                            "`python -m bench`, e.g. results/runs.csv; `make bench` writes one)")  # fmt: skip
+            raise ReadError(
+                f"csv={p}: no such file (accepted: a results folder, or a results CSV written by "
+                "`python -m bench`, e.g. results/runs.csv; `make bench` writes one)"
+            )
         runs.append(p / RUNS_CSV if p.is_dir() else p)
     return Results(runs)
 
@@ -80,12 +82,16 @@ def keep_benchmark(report: Report, folder: Path, command: str, recorded: Sequenc
     path = Path(folder) / f"{date.today():%Y-%m-%d}_{host_slug()}_{sha}.md"
     facts = host_facts()
     hardware = ", ".join(cuda_gpu_names()) or cpu_name()
-    header = [f"# Measured {date.today():%Y-%m-%d} on {host_slug()} at git {sha}", "",
-              f"- host: {hardware}; Python {facts['python_version']}; torch {facts['torch_version']}, jax "
-              f"{facts['jax_version']}, flax {facts['flax_version']}, transformers {facts['transformers_version']}",
-              *([f"- the rows were measured at git {', '.join(recorded)}"] if recorded else []),
-              f"- written by: `{command}` from the rows below (each table names the experiment or sweep that "
-              "recorded it: `python -m bench -m +experiment=NAME`)", ""]  # fmt: skip
+    header = [
+        f"# Measured {date.today():%Y-%m-%d} on {host_slug()} at git {sha}",
+        "",
+        f"- host: {hardware}; Python {facts['python_version']}; torch {facts['torch_version']}, jax "
+        f"{facts['jax_version']}, flax {facts['flax_version']}, transformers {facts['transformers_version']}",
+        *([f"- the rows were measured at git {', '.join(recorded)}"] if recorded else []),
+        f"- written by: `{command}` from the rows below (each table names the experiment or sweep that "
+        "recorded it: `python -m bench -m +experiment=NAME`)",
+        "",
+    ]
     body = report.text.replace("# bench report\n", "", 1)
     body = re.sub(rf"!\[([^]]*)\]\(({PLOT_DIR}/[^)]+)\)", rf"*(plot: {report.path.parent}/\2)*", body)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,14 +100,25 @@ def keep_benchmark(report: Report, folder: Path, command: str, recorded: Sequenc
 
 
 def parse(argv: list[str] | None):
-    parser = OneLineParser("report", "python -m bench report [RESULTS ...] [--out DIR] [--benchmarks DIR]",
-                           description="Tables and plots from bench's results -> DIR/report.md and DIR/plots/*.png.")
-    parser.add_argument("results", nargs="*", metavar="RESULTS",
-                        help=f"results folders or runs CSVs (default: {DEFAULT_RESULTS})")
-    parser.add_argument("--out", default=str(DEFAULT_RESULTS), metavar="DIR",
-                        help=f"folder for report.md and plots/ (default: {DEFAULT_RESULTS})")
-    parser.add_argument("--benchmarks", metavar="DIR",
-                        help="also keep report.md as DIR/<date>_<host>_<sha>.md (make report: benchmarks)")  # fmt: skip
+    parser = OneLineParser(
+        "report",
+        "python -m bench report [RESULTS ...] [--out DIR] [--benchmarks DIR]",
+        description="Tables and plots from bench's results -> DIR/report.md and DIR/plots/*.png.",
+    )
+    parser.add_argument(
+        "results", nargs="*", metavar="RESULTS", help=f"results folders or runs CSVs (default: {DEFAULT_RESULTS})"
+    )
+    parser.add_argument(
+        "--out",
+        default=str(DEFAULT_RESULTS),
+        metavar="DIR",
+        help=f"folder for report.md and plots/ (default: {DEFAULT_RESULTS})",
+    )
+    parser.add_argument(
+        "--benchmarks",
+        metavar="DIR",
+        help="also keep report.md as DIR/<date>_<host>_<sha>.md (make report: benchmarks)",
+    )
     return parser.parse_args(argv)
 
 

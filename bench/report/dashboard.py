@@ -62,95 +62,158 @@ class Group:
 
 
 SECTIONS = (
-    Group("Memory", "Excess memory is what a step holds above the resident baseline (weights, framework, "
-            "interpreter): the cost of the way of differentiating. Peak is the whole process's high-water mark. "
-            "One bar per framework x mode, the mean of its runs; the range is their min and max, wide where the "
-            "group mixes shapes (see Scaling).", (
-                EXCESS_MEMORY,
-                PEAK_MEMORY,
-            )),
-    Group("Memory breakdown", "The parts of a trial's memory that have columns: the resident baseline, the "
-            "step's excess, and per device the parameters' and the optimizer state's share (MiB). Parts measured "
-            "later (activations, gradients) get their columns added to this panel.", (
-                bar("baseline, excess, parameters, optimizer state (MiB)", "baseline_mem_mb", "excess_mem_mb",
-                    "mem_params_mb", "mem_optimizer_mb"),
-            )),
-    Group("Step time", "The median synced step (s) with the 10th and 90th percentiles beside it: a wide gap is "
-            "a noisy host, not a slow mode. Per step: the first timed steps show any remaining warm-up. Samples/s "
-            "is the global batch over the median step.", (
-                bar("step time p10, median, p90 (s)", "step_time_p10_s", "step_time_median_s", "step_time_p90_s"),
-                line("step time per step (s)", "step_time_s"),
-                bar("throughput (samples/s)", "samples_per_s"),
-            )),
-    Group("Compile time", "The first (compiling) step, and the whole untimed warm-up (s): JAX traces and "
-            "compiles each program once, torch's eager modes pay little here.", (
-                bar("compile time (s)", "compile_time_s"),
-                bar("warm-up time (s)", "warmup_time_s"),
-            )),
-    Group("Training", "Training loss per step, and held-out loss and accuracy at each evaluation "
-            "(evaluate=true, eval_every=N): whether an estimate of the gradient trains as backprop does.", (
-                line("training loss", "loss"),
-                line("held-out loss", "eval_loss"),
-                line("held-out accuracy", "eval_accuracy"),
-                bar("held-out accuracy at the end", "eval_accuracy"),
-            )),
-    Group("Cost to target", "What reaching the held-out target cost each tuned mode (target.metric, the "
-          "cost_to_target experiment): steps, seconds (the steps' own, and the wall clock with compilation and "
-          "evaluations), excess memory x seconds; against the trained parameters, and at each mode's peak "
-          "memory (the matched-memory view). Trials that did not reach the target have none of these keys.", (
-                bar("wall seconds to the target", "wall_to_target_s"),
-                bar("steps to the target", "steps_to_target"),
-                bar("excess memory x seconds to the target (MiB*s)", "mib_s_to_target"),
-                scatter("steps to the target vs trained parameters", "steps_to_target", "n_trainable", log_y=True,
-                        x_measured=True),
-                scatter("wall seconds to the target vs peak memory (MiB)", "wall_to_target_s", "peak_mem_mb",
-                        x_measured=True),
-                line("held-out accuracy per step", "eval_accuracy"),
-            )),
-    Group("Scaling", "Memory and time against the shape, one point per trial (the depth_scaling, seq_scaling "
-            "and batch_scaling experiments): a mode whose excess grows with depth keeps every layer's activations "
-            "(backprop); a flat one holds about one layer's at a time (jvp in JAX, MeZO).", (
-                scatter("excess memory (MiB) vs depth", "excess_mem_mb", "num_layers"),
-                scatter("excess memory (MiB) vs sequence length", "excess_mem_mb", "seq_len"),
-                scatter("excess memory (MiB) vs batch", "excess_mem_mb", "batch_size"),
-                scatter("step time (s) vs depth", "step_time_median_s", "num_layers", log_y=True),
-            )),
-    Group("Gradient quality", "Cosine of the mode's gradient estimate with the exact gradient "
-            "(measure_grad_cosine=true; the grad_quality experiment) against the number of tangents K: a forward "
-            "gradient's cosine grows like sqrt(K / n).", (
-                scatter("gradient cosine vs tangents", "grad_cosine", "num_tangents"),
-                bar("gradient cosine", "grad_cosine"),
-            )),
-    Group("Beyond one device", "Per device: each device's peak (MiB), the parameters' and optimizer state's "
-            "share; communication bytes per step, measured against what the strategy should exchange "
-            "(comm_bytes_expected). Single-device runs fill only device 0.", (
-                bar("peak memory per device (MiB)", *(f"{DEVICES}/{i}/peak_mem_mb" for i in range(MAX_DEVICES))),
-                bar("parameters and optimizer state per device (MiB)", "mem_params_mb", "mem_optimizer_mb"),
-                bar("communication per step (bytes): measured, expected", "comm_bytes_per_step",
-                    "comm_bytes_expected"),
-                scatter("communication per step (bytes) vs world size", "comm_bytes_per_step", "world_size"),
-                scatter("peak memory (MiB) vs devices", "peak_mem_mb", "devices"),
-            )),
-    Group("Ops", "scenario=ops: what a jvp and a vjp cost against the primal, as the geometric mean over the "
-            "trial's ops (one bar per trial: framework, execution, dtype, threads), and every op and shape in the "
-            "table.", (
-                bar("jvp / primal, vjp / primal (geometric mean over ops)", geomean_key("jvp_over_primal"),
-                    geomean_key("vjp_over_primal"), grouped=False),
-                Panel("table", "ops, one row per op and shape", (OPS_TABLE,)),
-            )),
-    Group("What fits", "The capacity search's probes (python -m bench capacity): each a trial under a memory "
-            "budget, ok or oom. A probe's peak against its budget: the points under the diagonal fitted; the "
-            "batch (or sequence length) against the budget shows how far each mode gets.", (
-                scatter("peak memory (MiB) vs budget (MiB), per probe", "peak_mem_mb", "budget_mb"),
-                scatter("batch vs budget (MiB), per probe", "batch_size", "budget_mb"),
-                scatter("sequence length vs budget (MiB), per probe", "seq_len", "budget_mb"),
-            ), needs=("budget_mb",)),
-    Group("Sweeps", "Each sweep's rows as its summary table shows them (the sweep-level run), and the report's "
-            "plots (`make report` with W&B on).", (
-                Panel("table", "the sweep's rows", (SWEEP_TABLE,)),
-                Panel("media", "the report's plots", (REPORT_PLOTS,)),
-            )),
-)  # fmt: skip
+    Group(
+        "Memory",
+        "Excess memory is what a step holds above the resident baseline (weights, framework, "
+        "interpreter): the cost of the way of differentiating. Peak is the whole process's high-water mark. "
+        "One bar per framework x mode, the mean of its runs; the range is their min and max, wide where the "
+        "group mixes shapes (see Scaling).",
+        (
+            EXCESS_MEMORY,
+            PEAK_MEMORY,
+        ),
+    ),
+    Group(
+        "Memory breakdown",
+        "The parts of a trial's memory that have columns: the resident baseline, the "
+        "step's excess, and per device the parameters' and the optimizer state's share (MiB). Parts measured "
+        "later (activations, gradients) get their columns added to this panel.",
+        (
+            bar(
+                "baseline, excess, parameters, optimizer state (MiB)",
+                "baseline_mem_mb",
+                "excess_mem_mb",
+                "mem_params_mb",
+                "mem_optimizer_mb",
+            ),
+        ),
+    ),
+    Group(
+        "Step time",
+        "The median synced step (s) with the 10th and 90th percentiles beside it: a wide gap is "
+        "a noisy host, not a slow mode. Per step: the first timed steps show any remaining warm-up. Samples/s "
+        "is the global batch over the median step.",
+        (
+            bar("step time p10, median, p90 (s)", "step_time_p10_s", "step_time_median_s", "step_time_p90_s"),
+            line("step time per step (s)", "step_time_s"),
+            bar("throughput (samples/s)", "samples_per_s"),
+        ),
+    ),
+    Group(
+        "Compile time",
+        "The first (compiling) step, and the whole untimed warm-up (s): JAX traces and "
+        "compiles each program once, torch's eager modes pay little here.",
+        (
+            bar("compile time (s)", "compile_time_s"),
+            bar("warm-up time (s)", "warmup_time_s"),
+        ),
+    ),
+    Group(
+        "Training",
+        "Training loss per step, and held-out loss and accuracy at each evaluation "
+        "(evaluate=true, eval_every=N): whether an estimate of the gradient trains as backprop does.",
+        (
+            line("training loss", "loss"),
+            line("held-out loss", "eval_loss"),
+            line("held-out accuracy", "eval_accuracy"),
+            bar("held-out accuracy at the end", "eval_accuracy"),
+        ),
+    ),
+    Group(
+        "Cost to target",
+        "What reaching the held-out target cost each tuned mode (target.metric, the "
+        "cost_to_target experiment): steps, seconds (the steps' own, and the wall clock with compilation and "
+        "evaluations), excess memory x seconds; against the trained parameters, and at each mode's peak "
+        "memory (the matched-memory view). Trials that did not reach the target have none of these keys.",
+        (
+            bar("wall seconds to the target", "wall_to_target_s"),
+            bar("steps to the target", "steps_to_target"),
+            bar("excess memory x seconds to the target (MiB*s)", "mib_s_to_target"),
+            scatter(
+                "steps to the target vs trained parameters",
+                "steps_to_target",
+                "n_trainable",
+                log_y=True,
+                x_measured=True,
+            ),
+            scatter(
+                "wall seconds to the target vs peak memory (MiB)", "wall_to_target_s", "peak_mem_mb", x_measured=True
+            ),
+            line("held-out accuracy per step", "eval_accuracy"),
+        ),
+    ),
+    Group(
+        "Scaling",
+        "Memory and time against the shape, one point per trial (the depth_scaling, seq_scaling "
+        "and batch_scaling experiments): a mode whose excess grows with depth keeps every layer's activations "
+        "(backprop); a flat one holds about one layer's at a time (jvp in JAX, MeZO).",
+        (
+            scatter("excess memory (MiB) vs depth", "excess_mem_mb", "num_layers"),
+            scatter("excess memory (MiB) vs sequence length", "excess_mem_mb", "seq_len"),
+            scatter("excess memory (MiB) vs batch", "excess_mem_mb", "batch_size"),
+            scatter("step time (s) vs depth", "step_time_median_s", "num_layers", log_y=True),
+        ),
+    ),
+    Group(
+        "Gradient quality",
+        "Cosine of the mode's gradient estimate with the exact gradient "
+        "(measure_grad_cosine=true; the grad_quality experiment) against the number of tangents K: a forward "
+        "gradient's cosine grows like sqrt(K / n).",
+        (
+            scatter("gradient cosine vs tangents", "grad_cosine", "num_tangents"),
+            bar("gradient cosine", "grad_cosine"),
+        ),
+    ),
+    Group(
+        "Beyond one device",
+        "Per device: each device's peak (MiB), the parameters' and optimizer state's "
+        "share; communication bytes per step, measured against what the strategy should exchange "
+        "(comm_bytes_expected). Single-device runs fill only device 0.",
+        (
+            bar("peak memory per device (MiB)", *(f"{DEVICES}/{i}/peak_mem_mb" for i in range(MAX_DEVICES))),
+            bar("parameters and optimizer state per device (MiB)", "mem_params_mb", "mem_optimizer_mb"),
+            bar("communication per step (bytes): measured, expected", "comm_bytes_per_step", "comm_bytes_expected"),
+            scatter("communication per step (bytes) vs world size", "comm_bytes_per_step", "world_size"),
+            scatter("peak memory (MiB) vs devices", "peak_mem_mb", "devices"),
+        ),
+    ),
+    Group(
+        "Ops",
+        "scenario=ops: what a jvp and a vjp cost against the primal, as the geometric mean over the "
+        "trial's ops (one bar per trial: framework, execution, dtype, threads), and every op and shape in the "
+        "table.",
+        (
+            bar(
+                "jvp / primal, vjp / primal (geometric mean over ops)",
+                geomean_key("jvp_over_primal"),
+                geomean_key("vjp_over_primal"),
+                grouped=False,
+            ),
+            Panel("table", "ops, one row per op and shape", (OPS_TABLE,)),
+        ),
+    ),
+    Group(
+        "What fits",
+        "The capacity search's probes (python -m bench capacity): each a trial under a memory "
+        "budget, ok or oom. A probe's peak against its budget: the points under the diagonal fitted; the "
+        "batch (or sequence length) against the budget shows how far each mode gets.",
+        (
+            scatter("peak memory (MiB) vs budget (MiB), per probe", "peak_mem_mb", "budget_mb"),
+            scatter("batch vs budget (MiB), per probe", "batch_size", "budget_mb"),
+            scatter("sequence length vs budget (MiB), per probe", "seq_len", "budget_mb"),
+        ),
+        needs=("budget_mb",),
+    ),
+    Group(
+        "Sweeps",
+        "Each sweep's rows as its summary table shows them (the sweep-level run), and the report's "
+        "plots (`make report` with W&B on).",
+        (
+            Panel("table", "the sweep's rows", (SWEEP_TABLE,)),
+            Panel("media", "the report's plots", (REPORT_PLOTS,)),
+        ),
+    ),
+)
 
 
 # ------------------------------------------------------------------------------------------- keys, checked
@@ -169,8 +232,9 @@ def declared_summary(key: str, columns: Sequence[str]) -> bool:
 def ready(columns: Sequence[str], sections=SECTIONS) -> tuple[tuple[Group, ...], list[dict]]:
     """(the sections whose columns exist among `columns`, the others with the columns they wait for)."""
     built = tuple(s for s in sections if set(s.needs) <= set(columns))
-    waiting = [{"section": s.name, "needs": [c for c in s.needs if c not in columns]}
-               for s in sections if s not in built]  # fmt: skip
+    waiting = [
+        {"section": s.name, "needs": [c for c in s.needs if c not in columns]} for s in sections if s not in built
+    ]
     return built, waiting
 
 
@@ -182,10 +246,12 @@ def check_sections(columns: Sequence[str], sections=SECTIONS) -> None:
         for p in s.panels:
             ok = HISTORY_KEYS.__contains__ if p.where() == "history" else lambda k: declared_summary(k, columns)
             bad += [f"{s.name} / {p.title}: {p.where()} key {k}" for k in p.keys if not ok(k)]
-            bad += [f"{s.name} / {p.title}: summary key {k}" for k in p.measured_x()
-                    if not declared_summary(k, columns)]  # fmt: skip
-            bad += [f"{s.name} / {p.title}: config key {k}" for k in p.config_keys()
-                    if k not in (*columns, *DERIVED_CONFIG)]  # fmt: skip
+            bad += [
+                f"{s.name} / {p.title}: summary key {k}" for k in p.measured_x() if not declared_summary(k, columns)
+            ]
+            bad += [
+                f"{s.name} / {p.title}: config key {k}" for k in p.config_keys() if k not in (*columns, *DERIVED_CONFIG)
+            ]
     if bad:
         raise ValueError("panels name keys the runs never carry: " + "; ".join(bad))
 
@@ -207,8 +273,15 @@ def panel_status(runs: list[dict], sections=SECTIONS) -> list[dict]:
     out = []
     for s in sections:
         for p in s.panels:
-            entry = {"section": s.name, "title": p.title, "kind": p.kind, p.where(): list(p.keys),
-                     "config": list(p.config_keys()), "missing": [], "filled": None}  # fmt: skip
+            entry = {
+                "section": s.name,
+                "title": p.title,
+                "kind": p.kind,
+                p.where(): list(p.keys),
+                "config": list(p.config_keys()),
+                "missing": [],
+                "filled": None,
+            }
             if found is not None:
                 missing = [k for k in p.keys if k not in found[p.where()]]
                 missing_config = [k for k in p.config_keys() if k not in found["config"]]
@@ -237,8 +310,9 @@ def wandb_panel(p: Panel):
     if p.kind == "table":
         return wr.WeavePanelSummaryTable(table_name=p.keys[0], layout=wr.Layout(w=24, h=12))
     if p.kind == "media":
-        return wr.MediaBrowser(title=p.title, media_keys=list(p.keys), gallery_axis="step",
-                               layout=wr.Layout(w=24, h=12))  # fmt: skip
+        return wr.MediaBrowser(
+            title=p.title, media_keys=list(p.keys), gallery_axis="step", layout=wr.Layout(w=24, h=12)
+        )
     raise ValueError(f"panel {p.title!r}: kind={p.kind}; accepted bar | line | scatter | table | media")
 
 
@@ -253,16 +327,16 @@ def run_filters(sweeps: list[str], experiment: str | None) -> list:
     return filters
 
 
-def build_workspace(entity: str, project: str, title: str, sweeps: list[str], experiment: str | None,
-                    sections=SECTIONS):  # fmt: skip
+def build_workspace(
+    entity: str, project: str, title: str, sweeps: list[str], experiment: str | None, sections=SECTIONS
+):
     import wandb_workspaces.workspaces as ws
 
     return ws.Workspace(
         entity=entity,
         project=project,
         name=title,
-        sections=[ws.Section(name=s.name, panels=[wandb_panel(p) for p in s.panels], is_open=True)
-                  for s in sections],  # fmt: skip
+        sections=[ws.Section(name=s.name, panels=[wandb_panel(p) for p in s.panels], is_open=True) for s in sections],
         settings=ws.WorkspaceSettings(x_axis="Step", max_runs=MAX_RUNS),
         runset_settings=ws.RunsetSettings(
             filters=run_filters(sweeps, experiment),
@@ -271,8 +345,15 @@ def build_workspace(entity: str, project: str, title: str, sweeps: list[str], ex
     )
 
 
-def build_wandb_report(entity: str, project: str, title: str, sweeps: list[str], experiment: str | None,
-                 online: bool = False, sections=SECTIONS):  # fmt: skip
+def build_wandb_report(
+    entity: str,
+    project: str,
+    title: str,
+    sweeps: list[str],
+    experiment: str | None,
+    online: bool = False,
+    sections=SECTIONS,
+):
     """The report: an introduction, then per section a heading, what to read, and its panels over the filtered
     runs. Offline its run sets name no project (resolving one asks the server); the report's own is theirs."""
     import wandb_workspaces.reports.v2 as wr
@@ -280,22 +361,35 @@ def build_wandb_report(entity: str, project: str, title: str, sweeps: list[str],
     where = {"entity": entity, "project": project} if online else {}
     scope = ", ".join([*(f"sweep {s}" for s in sweeps), *([f"experiment {experiment}"] if experiment else [])])
     blocks: list = [
-        wr.P(f"JAX vs PyTorch automatic differentiation on BERT ({scope or 'every run of the project'}): one run "
-             "per trial, named by its label, grouped by sweep. Built by `python -m bench dashboard`."),
+        wr.P(
+            f"JAX vs PyTorch automatic differentiation on BERT ({scope or 'every run of the project'}): one run "
+            "per trial, named by its label, grouped by sweep. Built by `python -m bench dashboard`."
+        ),
         wr.TableOfContents(),
-    ]  # fmt: skip
+    ]
     for s in sections:
         runset = wr.Runset(name=s.name, filters=run_filters(sweeps, experiment), **where)
-        blocks += [wr.H2(s.name), wr.P(s.read),
-                   wr.PanelGrid(runsets=[runset], panels=[wandb_panel(p) for p in s.panels])]  # fmt: skip
-    return wr.Report(entity=entity, project=project, title=title, width="fluid", blocks=blocks,
-                     description="Memory, time, training and scaling of every way of differentiating.")  # fmt: skip
+        blocks += [
+            wr.H2(s.name),
+            wr.P(s.read),
+            wr.PanelGrid(runsets=[runset], panels=[wandb_panel(p) for p in s.panels]),
+        ]
+    return wr.Report(
+        entity=entity,
+        project=project,
+        title=title,
+        width="fluid",
+        blocks=blocks,
+        description="Memory, time, training and scaling of every way of differentiating.",
+    )
 
 
 def specification(workspace, report) -> dict[str, Any]:
     """The workspace's and the report's W&B specifications, as their save() would send them (JSON)."""
-    return {"workspace": json.loads(workspace._model.model_dump_json(by_alias=True, exclude_none=True)),
-            "report": json.loads(report._to_model().model_dump_json(by_alias=True, exclude_none=True))}  # fmt: skip
+    return {
+        "workspace": json.loads(workspace._model.model_dump_json(by_alias=True, exclude_none=True)),
+        "report": json.loads(report._to_model().model_dump_json(by_alias=True, exclude_none=True)),
+    }
 
 
 # ------------------------------------------------------------------------------------------------------ CLI
@@ -307,8 +401,12 @@ class DashboardError(ConfigError):
 
 def select_runs(runs: list[dict], sweeps: list[str], experiment: str | None) -> list[dict]:
     """The runs a view shows: those of the sweeps (W&B groups) and the experiment asked for, all by default."""
-    return [r for r in runs if (not sweeps or r["run"].get("group") in sweeps)
-            and (not experiment or r["config"].get("experiment") == experiment)]  # fmt: skip
+    return [
+        r
+        for r in runs
+        if (not sweeps or r["run"].get("group") in sweeps)
+        and (not experiment or r["config"].get("experiment") == experiment)
+    ]
 
 
 def parse(argv: list[str] | None):
@@ -318,16 +416,31 @@ def parse(argv: list[str] | None):
         "[--entity E] [--project P] [--dry-run [SPEC.json]] [--online]",
         description="A W&B workspace and report of the suite's runs: saved online, or their spec written offline.",
     )
-    parser.add_argument("--results", default=str(DEFAULT_RESULTS), metavar="DIR",
-                        help=f"results folder whose wandb/ holds the offline runs (default: {DEFAULT_RESULTS})")
-    parser.add_argument("--sweep", action="append", default=[], metavar="ID",
-                        help="only this sweep's runs (its sweep_id, the runs' W&B group); repeat for several")
+    parser.add_argument(
+        "--results",
+        default=str(DEFAULT_RESULTS),
+        metavar="DIR",
+        help=f"results folder whose wandb/ holds the offline runs (default: {DEFAULT_RESULTS})",
+    )
+    parser.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="only this sweep's runs (its sweep_id, the runs' W&B group); repeat for several",
+    )
     parser.add_argument("--experiment", metavar="NAME", help="only runs of +experiment=NAME")
     parser.add_argument("--title", help="the workspace's and the report's title (default: bench and the filters)")
     parser.add_argument("--entity", help="W&B entity (default: the runs' logger.entity, WANDB_ENTITY, your own)")
     parser.add_argument("--project", help="W&B project (default: the offline runs' project, else bench)")
-    parser.add_argument("--dry-run", nargs="?", const="", default=None, metavar="SPEC.json",
-                        help=f"never touch the network: write the spec only (default file: <results>/{SPEC_NAME})")
+    parser.add_argument(
+        "--dry-run",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="SPEC.json",
+        help=f"never touch the network: write the spec only (default file: <results>/{SPEC_NAME})",
+    )
     parser.add_argument("--online", action="store_true", help="save to W&B (also with WANDB_MODE=online)")
     args = parser.parse_args(argv)
     for name in ("sweep", "experiment", "title", "entity", "project"):
@@ -364,12 +477,18 @@ def build(args, mode: str, columns: Sequence[str]) -> tuple[dict[str, Any], Any,
         raise DashboardError(f"--results={results}: is a file; accepted a results folder")
     runs = offline_runs(results)
     if not runs and not (args.sweep or args.experiment):
-        raise DashboardError(f"no W&B runs under {results / 'wandb'} and nothing to filter on; accepted: a "
-                             "sweep run with logger=wandb first, or --sweep ID / --experiment NAME for runs on W&B")
+        raise DashboardError(
+            f"no W&B runs under {results / 'wandb'} and nothing to filter on; accepted: a "
+            "sweep run with logger=wandb first, or --sweep ID / --experiment NAME for runs on W&B"
+        )
     shown = select_runs(runs, args.sweep, args.experiment)
     project = args.project or most_common([r["run"].get("project") for r in shown or runs]) or "bench"
-    entity = (args.entity or most_common([r["run"].get("entity") for r in shown or runs])
-              or os.environ.get("WANDB_ENTITY") or "")  # fmt: skip
+    entity = (
+        args.entity
+        or most_common([r["run"].get("entity") for r in shown or runs])
+        or os.environ.get("WANDB_ENTITY")
+        or ""
+    )
     title = args.title or default_title(args.sweep, args.experiment)
     check_sections(columns)
     sections, waiting = ready(columns)
@@ -387,8 +506,12 @@ def build(args, mode: str, columns: Sequence[str]) -> tuple[dict[str, Any], Any,
         "project": project,
         "title": title,
         "filters": {"sweeps": args.sweep, "experiment": args.experiment},
-        "runs": {"dir": str(results / "wandb"), "read": len(runs), "shown": len(shown),
-                 "groups": sorted({r["run"].get("group") or "" for r in shown})},  # fmt: skip
+        "runs": {
+            "dir": str(results / "wandb"),
+            "read": len(runs),
+            "shown": len(shown),
+            "groups": sorted({r["run"].get("group") or "" for r in shown}),
+        },
         "panels": panel_status(shown, sections),
         "waiting": waiting,
         **specification(workspace, report),
@@ -409,22 +532,28 @@ def outcome_lines(spec: dict, path: Path, args) -> list[str]:
     """What the command says: where the spec went, which panels these runs fill, and the URLs or the way on."""
     empty = [f"{p['section']} / {p['title']}" for p in spec["panels"] if p["filled"] is False]
     n, shown = len(spec["panels"]), spec["runs"]["shown"]
-    checked = (f"{n - len(empty)} of {n} panels filled by these {shown} runs" if shown
-               else f"{n} panels, not checked: no run under {spec['runs']['dir']} matches")  # fmt: skip
+    checked = (
+        f"{n - len(empty)} of {n} panels filled by these {shown} runs"
+        if shown
+        else f"{n} panels, not checked: no run under {spec['runs']['dir']} matches"
+    )
     lines = [f"workspace and report '{spec['title']}' -> {path} ({checked})"]
     if empty:
         lines.append(f"not filled by these runs: {'; '.join(empty)}")
     if spec["waiting"]:
-        lines.append("waiting for columns: " + "; ".join(f"{w['section']} ({', '.join(w['needs'])})"
-                                                         for w in spec["waiting"]))  # fmt: skip
+        lines.append(
+            "waiting for columns: " + "; ".join(f"{w['section']} ({', '.join(w['needs'])})" for w in spec["waiting"])
+        )
     if spec["mode"] == "online":
         lines += [f"workspace {spec['saved']['workspace']}", f"report {spec['saved']['report']}"]
     else:
         again = ["--results", str(args.results)] if Path(args.results) != DEFAULT_RESULTS else []
         again += [a for s in args.sweep for a in ("--sweep", s)]
         again += ["--experiment", args.experiment] if args.experiment else []
-        lines.append(f"to save them: wandb sync {shlex.quote(str(Path(args.results) / 'wandb'))}/offline-run-* && "
-                     + shlex.join(["python", "-m", "bench", "dashboard", "--online", *again]))  # fmt: skip
+        lines.append(
+            f"to save them: wandb sync {shlex.quote(str(Path(args.results) / 'wandb'))}/offline-run-* && "
+            + shlex.join(["python", "-m", "bench", "dashboard", "--online", *again])
+        )
     return [f"bench dashboard: {line}" for line in lines]
 
 

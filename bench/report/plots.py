@@ -64,9 +64,17 @@ class Plot:
 
 FRAMEWORK_COLORS = {"torch": "#ee4c2c", "jax": "#4285f4"}  # PyTorch's orange-red, a Google blue
 FRAMEWORK_LINES = {"torch": ("-", "o"), "jax": ("--", "s")}
-MODE_COLORS = {"inference": "#7f7f7f", "backprop": "#1f77b4", "backprop+remat": "#17becf", "jvp": "#ff7f0e",
-               "jvp[naive]": "#d62728", "jvp[dual]": "#bcbd22",
-               "jvp[lazy]": "#8c564b", "jacfwd": "#2ca02c", "mezo": "#9467bd"}  # fmt: skip
+MODE_COLORS = {
+    "inference": "#7f7f7f",
+    "backprop": "#1f77b4",
+    "backprop+remat": "#17becf",
+    "jvp": "#ff7f0e",
+    "jvp[naive]": "#d62728",
+    "jvp[dual]": "#bcbd22",
+    "jvp[lazy]": "#8c564b",
+    "jacfwd": "#2ca02c",
+    "mezo": "#9467bd",
+}
 _MORE_COLORS = ("#e377c2", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2")
 
 
@@ -80,8 +88,7 @@ def _byte_axis(ax, values: list[float]) -> None:
     ticks = [2.0**k for k in range(0, 51, 5) if 2.0**k <= hi]
     names = []
     for t in ticks:
-        unit = next(((u, size) for u, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)) if t >= size),
-                    ("B", 1))  # fmt: skip
+        unit = next(((u, size) for u, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)) if t >= size), ("B", 1))
         names.append(f"{t / unit[1]:g} {unit[0]}")
     ax.set_yticks(ticks, names)
     ax.minorticks_off()
@@ -183,8 +190,14 @@ def _draw_panel(ax, p: Chart) -> None:
             color = _mode_color(s.mode)
             if len(s.xs) > 50:  # long training runs: the raw loss is noise around the trend
                 ax.plot(s.xs, s.ys, color=color, linestyle=style, linewidth=0.6, alpha=0.35)
-                ax.plot(s.xs, moving_average(s.ys, max(2, len(s.xs) // 25)), color=color, linestyle=style,
-                        linewidth=1.8, label=s.label)  # fmt: skip
+                ax.plot(
+                    s.xs,
+                    moving_average(s.ys, max(2, len(s.xs) // 25)),
+                    color=color,
+                    linestyle=style,
+                    linewidth=1.8,
+                    label=s.label,
+                )
             else:
                 ax.plot(s.xs, s.ys, color=color, linestyle=style, marker=marker, markersize=4, label=s.label)
         xs = sorted({x for s in p.series if not s.guide for x in s.xs})
@@ -226,17 +239,30 @@ def _draw_bars(ax, p: Chart) -> None:
         err = None
         if s.lo is not None and s.hi is not None:
             err = [[max(0.0, y - lo) for y, lo in zip(s.ys, s.lo)], [max(0.0, hi - y) for y, hi in zip(s.ys, s.hi)]]
-        drawn = ax.bar(xs, s.ys, width, yerr=err, capsize=2, label=FRAMEWORK_NAMES.get(s.framework, s.framework),
-                       color=FRAMEWORK_COLORS.get(s.framework, "0.5"), error_kw={"linewidth": 0.8})  # fmt: skip
+        drawn = ax.bar(
+            xs,
+            s.ys,
+            width,
+            yerr=err,
+            capsize=2,
+            label=FRAMEWORK_NAMES.get(s.framework, s.framework),
+            color=FRAMEWORK_COLORS.get(s.framework, "0.5"),
+            error_kw={"linewidth": 0.8},
+        )
         ax.bar_label(drawn, labels=[label(y) for y in s.ys], fontsize=7, padding=2)
     for i, g in enumerate(s for s in p.series if s.guide):  # a tick across its framework's bar
         xs = [x + offset.get(g.framework, 0.0) for x in g.xs]
-        ax.hlines(g.ys, [x - 0.45 * width for x in xs], [x + 0.45 * width for x in xs], colors="black",
-                  linewidth=2, zorder=3, label=g.label if i == 0 else None)  # fmt: skip
+        ax.hlines(
+            g.ys,
+            [x - 0.45 * width for x in xs],
+            [x + 0.45 * width for x in xs],
+            colors="black",
+            linewidth=2,
+            zorder=3,
+            label=g.label if i == 0 else None,
+        )
     long = max((len(c) for c in p.categories), default=0) > 8
     ax.set_xticks(range(len(p.categories)), p.categories, rotation=25 if long else 0, ha="right" if long else "center")
     ax.margins(y=0.15)  # room for the value labels above the tallest bar
     if p.legend:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-
-

@@ -55,8 +55,10 @@ def md_table(head: list[str], body: list[list], align: str = "") -> str:
     """A markdown table. align: "l" (text) or "r" (numbers) per column; by default two text columns, then
     numbers."""
     align = align or "ll" + "r" * (len(head) - 2)
-    lines = ["| " + " | ".join(_md_cell(h) for h in head) + " |",
-             "|" + "|".join(":---" if a == "l" else "---:" for a in align) + "|"]  # fmt: skip
+    lines = [
+        "| " + " | ".join(_md_cell(h) for h in head) + " |",
+        "|" + "|".join(":---" if a == "l" else "---:" for a in align) + "|",
+    ]
     lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in body]
     return "\n".join(lines)
 

@@ -27,9 +27,19 @@ SCENARIOS: Registry = {s.name: s for s in (MODEL, OPS)}
 COLUMNS: tuple[str, ...] = tuple(dict.fromkeys(c for s in SCENARIOS.values() for c in s.columns))
 
 REPORT_SECTIONS: tuple[Section, ...] = (
-    modes.ModesSection(), zo_family.ZoFamilySection(), cost.CostSection(), modes.StudySection(),
+    modes.ModesSection(),
+    zo_family.ZoFamilySection(),
+    cost.CostSection(),
+    modes.StudySection(),
     modes.PathologySection(),
-    targets.TargetsSection(), SpeedSection(), modes.DepthSection(), memory.MemorySection(),
+    targets.TargetsSection(),
+    SpeedSection(),
+    modes.DepthSection(),
+    memory.MemorySection(),
     time_explained.TimeSection(),
-    parallel.ParallelSection(), plots.PlotsSection(), modes.FailedSection(), OpsSection(), CapacitySection(),
-)  # fmt: skip
+    parallel.ParallelSection(),
+    plots.PlotsSection(),
+    modes.FailedSection(),
+    OpsSection(),
+    CapacitySection(),
+)

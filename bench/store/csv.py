@@ -260,8 +260,10 @@ def set_aside_damaged(path: Path) -> str | None:
         tmp.unlink(missing_ok=True)
     where = ", ".join(f"line {a}" if b == a + 1 else f"lines {a}-{b - 1}" for a, b, _ in scan.damaged[:3])
     more = f" and {len(scan.damaged) - 3} more" if len(scan.damaged) > 3 else ""
-    return (f"{path}: {len(scan.damaged)} row(s) not whole ({where}{more}: {scan.damaged[0][2]}) set aside in "
-            f"{side.name}; the {scan.rows} whole row(s) are kept")  # fmt: skip
+    return (
+        f"{path}: {len(scan.damaged)} row(s) not whole ({where}{more}: {scan.damaged[0][2]}) set aside in "
+        f"{side.name}; the {scan.rows} whole row(s) are kept"
+    )
 
 
 MIN_FREE_MB = 1.0  # what a trial writes beside its results: its row (~4 KiB), its log, its history and config
@@ -273,8 +275,10 @@ def check_free_space(folder: Path) -> None:
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     free = shutil.disk_usage(existing).free / 2**20
     if free < MIN_FREE_MB:
-        raise ResultsFileError(f"results_dir={folder}: {free:.2f} MiB free on its filesystem; a trial needs "
-                               f"{MIN_FREE_MB:g} MiB for its row, log and history; accepted: a folder with room")
+        raise ResultsFileError(
+            f"results_dir={folder}: {free:.2f} MiB free on its filesystem; a trial needs "
+            f"{MIN_FREE_MB:g} MiB for its row, log and history; accepted: a folder with room"
+        )
 
 
 def earlier_schema(header: Sequence[str], columns: Sequence[str]) -> bool:
@@ -300,8 +304,10 @@ def check_folders(results_dir: Path, names: Sequence[str]) -> None:
         if folder.exists() and not folder.is_dir():
             raise ResultsFileError(f"results_dir={results_dir}: its {name}/ is a file; accepted: a folder (or none)")
         if (existing := unwritable(folder)) is not None:
-            raise ResultsFileError(f"results_dir={results_dir}: its {name}/ folder cannot be written ({existing}: "
-                                   "permission denied); accepted: a results folder you can write")  # fmt: skip
+            raise ResultsFileError(
+                f"results_dir={results_dir}: its {name}/ folder cannot be written ({existing}: "
+                "permission denied); accepted: a results folder you can write"
+            )
 
 
 def check_results_file(path: Path, columns: Sequence[str]) -> str | None:
@@ -313,8 +319,9 @@ def check_results_file(path: Path, columns: Sequence[str]) -> str | None:
     if folder.exists() and not folder.is_dir():
         raise ResultsFileError(f"results_dir={folder}: is a file; accepted: a folder (created if missing)")
     if (existing := unwritable(folder)) is not None:
-        raise ResultsFileError(f"results_dir={folder}: cannot be written ({existing}: permission denied); "
-                               "accepted: a folder you can write")  # fmt: skip
+        raise ResultsFileError(
+            f"results_dir={folder}: cannot be written ({existing}: permission denied); accepted: a folder you can write"
+        )
     check_free_space(folder)
     if not path.exists():
         return None
@@ -331,7 +338,6 @@ def check_results_file(path: Path, columns: Sequence[str]) -> str | None:
     if header and not earlier_schema(header, columns):
         other = [c for c in header if c not in columns] or [c for c in columns[: len(header)] if c not in header]
         shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
-        raise ResultsFileError(f"{path}: its header is not bench's {path.name} schema (differs at {shown}); "
-                               f"{accepted}")  # fmt: skip
+        raise ResultsFileError(f"{path}: its header is not bench's {path.name} schema (differs at {shown}); {accepted}")
     with filelock.FileLock(str(path) + ".lock"):
         return set_aside_damaged(path)

@@ -45,8 +45,16 @@ def flatten(d: Mapping[str, Any], sep: str = ".", prefix: str = "") -> dict[str,
 REDACTED = "<redacted>"
 # Whole words of a key name that mark a secret ("wandb.api_key", "hf_token"; not "tokens_per_s", "tokenizer").
 _SECRET_WORDS = {
-    "key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials", "auth",
-}  # fmt: skip
+    "key",
+    "apikey",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "credential",
+    "credentials",
+    "auth",
+}
 # A W&B API key is 40 hex characters (local servers prefix it, e.g. "local-<40 hex>"). So is a git SHA-1:
 # values under a name that says hash/sha/digest/commit keep them.
 _KEY_VALUE = re.compile(r"^(?:[a-z]+-)?[0-9a-f]{40}$")
@@ -269,8 +277,12 @@ def run_config(config: Mapping[str, Any], columns: Mapping[str, Any]) -> dict[st
 def device_summary(devices: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Each device's numbers (a trial's history["devices"]: one dict per device, not per step) as summary keys
     devices/<i>/<column>: W&B history is per step, so a list per device has no place there."""
-    return {f"{DEVICES}/{i}/{k}": v for i, d in enumerate(devices) for k, v in d.items()
-            if v is None or isinstance(v, (bool, int, float, str))}  # fmt: skip
+    return {
+        f"{DEVICES}/{i}/{k}": v
+        for i, d in enumerate(devices)
+        for k, v in d.items()
+        if v is None or isinstance(v, (bool, int, float, str))
+    }
 
 
 def run_tags(*tags: Any) -> list[str]:
@@ -278,8 +290,9 @@ def run_tags(*tags: Any) -> list[str]:
     return list(dict.fromkeys(str(t) for t in tags if t not in (None, "")))
 
 
-def log_sweep(config: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
-              sweep_id: str) -> Path | None:  # fmt: skip
+def log_sweep(
+    config: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], columns: Sequence[str], sweep_id: str
+) -> Path | None:
     """The sweep-level run, when a sweep ends (logger=wandb): the sweep's rows as one W&B Table (SWEEP_TABLE,
     `columns` in the CSV's order) and its trials counted by status, in the sweep's group, job_type "sweep".
     `config` is the sweep's (Hydra) config: its logger and results_dir say where the run goes."""
@@ -290,15 +303,24 @@ def log_sweep(config: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], colu
     statuses = Counter(f"trials_{r.get('status') or 'unknown'}" for r in rows)
     table = [{c: r.get(c) for c in columns if c in r} for r in rows]
     sink = WandbSink(
-        project=lg["project"], group=sweep_id, name=f"sweep {sweep_id}", mode=lg["mode"], dir=config["results_dir"],
+        project=lg["project"],
+        group=sweep_id,
+        name=f"sweep {sweep_id}",
+        mode=lg["mode"],
+        dir=config["results_dir"],
         config={"sweep_id": sweep_id, "experiment": experiment, "scenario": config.get("scenario", "model")},
-        entity=lg["entity"], tags=run_tags("sweep", experiment, *lg["tags"]), job_type="sweep",
-    )  # fmt: skip
+        entity=lg["entity"],
+        tags=run_tags("sweep", experiment, *lg["tags"]),
+        job_type="sweep",
+    )
     return sink.write({"sweep_id": sweep_id, "rows": len(rows), **statuses}, tables={SWEEP_TABLE: table})
 
 
-def log_report(report_path: str | os.PathLike[str], plot_paths: Sequence[str | os.PathLike[str]],
-               results_dir: str | os.PathLike[str] | None = None) -> Path | None:  # fmt: skip
+def log_report(
+    report_path: str | os.PathLike[str],
+    plot_paths: Sequence[str | os.PathLike[str]],
+    results_dir: str | os.PathLike[str] | None = None,
+) -> Path | None:
     """The report's PNG plots (REPORT_PLOTS) and its markdown (an artifact of type "report") as one run, job_type
     "report", when W&B is on for these results: their folder (default: the report's) holds offline runs
     (results/wandb/offline-run-*) and WANDB_MODE is not disabled. The run goes where the trials' runs went: their
@@ -309,11 +331,21 @@ def log_report(report_path: str | os.PathLike[str], plot_paths: Sequence[str | o
         return None
     project = Counter(r["run"].get("project") for r in found).most_common(1)[0][0] or "bench"
     entity = next((r["run"]["entity"] for r in reversed(found) if r["run"].get("entity")), None)
-    sink = WandbSink(project=project, group="report", name=f"report {time.strftime('%Y%m%d-%H%M%S')}",
-                     config={"report": str(report_path)}, dir=results, entity=entity, tags=["report"],
-                     job_type="report")  # fmt: skip
-    return sink.write({"plots": len(plot_paths)}, images={REPORT_PLOTS: list(plot_paths)},
-                      artifacts={"bench-report": [report_path, *plot_paths]})
+    sink = WandbSink(
+        project=project,
+        group="report",
+        name=f"report {time.strftime('%Y%m%d-%H%M%S')}",
+        config={"report": str(report_path)},
+        dir=results,
+        entity=entity,
+        tags=["report"],
+        job_type="report",
+    )
+    return sink.write(
+        {"plots": len(plot_paths)},
+        images={REPORT_PLOTS: list(plot_paths)},
+        artifacts={"bench-report": [report_path, *plot_paths]},
+    )
 
 
 # --- reading an offline run back (tests, the dashboard, log_report)
@@ -421,8 +453,14 @@ def read_wandb_offline(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         kind = rec.WhichOneof("record_type")
         if kind == "run":
             r = rec.run
-            run = {"project": r.project, "entity": r.entity, "name": r.display_name, "group": r.run_group,
-                   "job_type": r.job_type, "tags": list(r.tags)}  # fmt: skip
+            run = {
+                "project": r.project,
+                "entity": r.entity,
+                "name": r.display_name,
+                "group": r.run_group,
+                "job_type": r.job_type,
+                "tags": list(r.tags),
+            }
         if kind in ("run", "config"):
             cfg = rec.run.config if kind == "run" else rec.config
             for item in cfg.update:

@@ -60,8 +60,9 @@ def rademacher(shape, g: torch.Generator, device, dtype) -> torch.Tensor:
     return bits.view(-1)[:n].to(dtype).mul_(2).sub_(1).view(shape)
 
 
-def sample_tangent(params: dict[str, torch.Tensor], seed: int, step: int, k: int,
-                   kind: str = "gaussian") -> dict[str, torch.Tensor]:  # fmt: skip
+def sample_tangent(
+    params: dict[str, torch.Tensor], seed: int, step: int, k: int, kind: str = "gaussian"
+) -> dict[str, torch.Tensor]:
     return {n: direction(p, direction_seed(seed, step, k, i), kind=kind) for i, (n, p) in enumerate(params.items())}
 
 

@@ -38,8 +38,12 @@ def count(trainer, micro_batches) -> dict:
     with FlopCounterMode(display=False) as counter:
         trainer.step(micro_batches)
         trainer.sync()
-    return {"flops_per_step": float(counter.get_total_flops()), "flops_method": METHOD,
-            "flops_all_ops_per_step": None, "flops_uncounted": ""}  # fmt: skip
+    return {
+        "flops_per_step": float(counter.get_total_flops()),
+        "flops_method": METHOD,
+        "flops_all_ops_per_step": None,
+        "flops_uncounted": "",
+    }
 
 
 def matmul_peak(device, dtype: str) -> float:

@@ -88,8 +88,11 @@ def watching(trainer, ledger: Ledger):
         ledger.hold("saved", alias)
         return alias
 
-    hooks = [p.register_post_accumulate_grad_hook(lambda p: ledger.hold("grads", p.grad))
-             for p in trainer.params.values() if p.requires_grad]  # fmt: skip
+    hooks = [
+        p.register_post_accumulate_grad_hook(lambda p: ledger.hold("grads", p.grad))
+        for p in trainer.params.values()
+        if p.requires_grad
+    ]
     directions.WATCHERS.append(ledger.hold)
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -126,4 +129,3 @@ def breakdown(trainer, micro_batches) -> dict:
         "temp": temp,
         "method": "torch_saved_tensors_hooks" + ("+cuda_allocator" if cuda else ""),
     }
-

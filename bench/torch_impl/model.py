@@ -15,9 +15,7 @@ def hf_config(spec: BertSpec, attn_implementation: str = "eager"):
     # Eager attention by default: PyTorch's fused SDPA kernels have no forward-mode AD rule (NotImplementedError
     # under torch.func.jvp / forward_ad), and the same attention math in both frameworks keeps parity exact.
     if attn_implementation not in ATTN_IMPLEMENTATIONS:
-        raise ValueError(
-            f"attn_implementation={attn_implementation!r}: accepted {', '.join(ATTN_IMPLEMENTATIONS)}"
-        )
+        raise ValueError(f"attn_implementation={attn_implementation!r}: accepted {', '.join(ATTN_IMPLEMENTATIONS)}")
     return BertConfig(
         vocab_size=spec.vocab_size,
         hidden_size=spec.hidden_size,
@@ -65,8 +63,9 @@ def add_adapters(model, spec: BertSpec, lora: LoraSpec) -> None:
     from peft import LoraConfig, inject_adapter_in_model  # only trainable=lora needs PEFT
 
     modules = [f"bert.encoder.layer.{i}.{lora_module(t)}" for i in range(spec.num_layers) for t in lora.targets]
-    config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=modules,
-                        bias="none")  # fmt: skip
+    config = LoraConfig(
+        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=modules, bias="none"
+    )
     inject_adapter_in_model(config, model)
 
 
@@ -77,8 +76,9 @@ def hf_name(name: str) -> str:
     return name.replace(".base_layer.", ".").replace(".default.", ".")
 
 
-def load_weights(model, weights: dict[str, np.ndarray], device: str | torch.device = "cpu",
-                 lora: LoraSpec | None = None) -> None:  # fmt: skip
+def load_weights(
+    model, weights: dict[str, np.ndarray], device: str | torch.device = "cpu", lora: LoraSpec | None = None
+) -> None:
     """Copy the numpy weights into the model (strict: every key checked, all problems reported together)."""
     spec = _spec_of(model)
     check_weights(weights, spec, lora=lora)

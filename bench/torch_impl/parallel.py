@@ -161,12 +161,20 @@ def start(cfg: BenchConfig) -> World:
     timeout = timedelta(seconds=cfg.timeout_s)
     device_id = device if device.type == "cuda" else None
     if size == 1 and "MASTER_ADDR" not in os.environ:  # one device: a group of one, no rendezvous to wait for
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout,
-                                device_id=device_id)  # fmt: skip
+        dist.init_process_group(
+            backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, device_id=device_id
+        )
     else:
         dist.init_process_group(backend, init_method="env://", timeout=timeout, device_id=device_id)
-    return World(parallel=p, size=size, rank=rank, main=rank == 0, device=device,
-                 reshard_after_forward=cfg.fsdp_reshard_after_forward, offload=cfg.fsdp_offload)  # fmt: skip
+    return World(
+        parallel=p,
+        size=size,
+        rank=rank,
+        main=rank == 0,
+        device=device,
+        reshard_after_forward=cfg.fsdp_reshard_after_forward,
+        offload=cfg.fsdp_offload,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -21,12 +21,36 @@ TRACE_FILE = "trace.json"
 # aten operations by category (their backward kernels too); anything else an aten operation does is elementwise
 # or normalisation work. Attention: eager BERT's scores and context are batched matmuls (bmm), its probabilities a
 # softmax; the projections are linear layers (addmm/mm).
-MATMUL = ("aten::mm", "aten::addmm", "aten::addmv", "aten::mv", "aten::dot", "aten::linear", "aten::matmul",
-          "aten::_addmm_activation", "aten::einsum")  # fmt: skip
-ATTENTION = ("aten::bmm", "aten::baddbmm", "aten::_softmax", "aten::softmax", "aten::_softmax_backward_data",
-             "aten::scaled_dot_product_attention", "aten::_scaled_dot_product")  # fmt: skip
-RANDOM = ("aten::normal_", "aten::randn", "aten::randint", "aten::random_", "aten::uniform_", "aten::bernoulli_",
-          "aten::rand", "aten::native_dropout")  # fmt: skip
+MATMUL = (
+    "aten::mm",
+    "aten::addmm",
+    "aten::addmv",
+    "aten::mv",
+    "aten::dot",
+    "aten::linear",
+    "aten::matmul",
+    "aten::_addmm_activation",
+    "aten::einsum",
+)
+ATTENTION = (
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::_softmax",
+    "aten::softmax",
+    "aten::_softmax_backward_data",
+    "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product",
+)
+RANDOM = (
+    "aten::normal_",
+    "aten::randn",
+    "aten::randint",
+    "aten::random_",
+    "aten::uniform_",
+    "aten::bernoulli_",
+    "aten::rand",
+    "aten::native_dropout",
+)
 COLLECTIVES = ("c10d::", "nccl:", "gloo:", "record_param_comms")
 OPTIMIZER = "Optimizer.step"
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")  # a CUDA trace's device-side events
@@ -54,8 +78,11 @@ def classify(trainer, events: list[dict]):
     operation's category (joined by the trace's External id), so that busy time is the GPU's and `overhead` the
     time the GPU waited for the host."""
     gpu = any(e.get("cat") in GPU_WORK for e in events)
-    launched = {e["args"]["External id"]: e["name"] for e in events
-                if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}  # fmt: skip
+    launched = {
+        e["args"]["External id"]: e["name"]
+        for e in events
+        if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})
+    }
 
     def category(event: dict, enclosing: tuple[str, ...]) -> str | None:
         cat = event.get("cat", "")

@@ -76,8 +76,9 @@ class Trainer:
         self.model, self.spec, self.device = model, step_spec, torch.device(device)
         s = step_spec
         num_layers = model.config.num_hidden_layers
-        trainable = [n for n, _ in model.named_parameters() if is_trainable(hf_name(n), s.trainable, num_layers,
-                                                                            s.last_k)]  # fmt: skip
+        trainable = [
+            n for n, _ in model.named_parameters() if is_trainable(hf_name(n), s.trainable, num_layers, s.last_k)
+        ]
         # Only a backward pass (and the naive jvp) needs autograd to track anything. Everything else runs with every
         # parameter detached, so no graph is ever recorded (frozen parameters never get a gradient either way).
         self.estimator, self.impl = estimators.get(s.mode), implementation(s.mode)
@@ -169,8 +170,10 @@ class Trainer:
         """Parameters and optimizer state held by this process's device, from the tensors themselves."""
         nbytes = lambda ts: sum(local(t).numel() * local(t).element_size() for t in ts)  # FSDP2: this shard
         states = [] if self.optimizer is None else self.optimizer.state.values()
-        return {"params": nbytes(self.model.parameters()),
-                "optimizer": nbytes(v for st in states for v in st.values() if torch.is_tensor(v))}  # fmt: skip
+        return {
+            "params": nbytes(self.model.parameters()),
+            "optimizer": nbytes(v for st in states for v in st.values() if torch.is_tensor(v)),
+        }
 
     # -- after the measurements: accuracy and gradient quality (never on the timed path) ----------------------
     def evaluate(self, micro_batches) -> tuple[float, float]:

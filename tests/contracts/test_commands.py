@@ -65,9 +65,15 @@ def check(command: str, tmp_path: Path) -> None:
         return
     if args and args[0] in COMMANDS:
         name, rest = args[0], args[1:]
-        parsed = {"capacity": capacity.parse, "overhead": overhead.parse, "report": build.parse,
-                  "targets": targets.parse, "dashboard": dashboard.parse, "gpu-check": gpu_check.parse,
-                  "rerun": rerun.parse}.get(name, lambda a: a)(rest)  # fmt: skip
+        parsed = {
+            "capacity": capacity.parse,
+            "overhead": overhead.parse,
+            "report": build.parse,
+            "targets": targets.parse,
+            "dashboard": dashboard.parse,
+            "gpu-check": gpu_check.parse,
+            "rerun": rerun.parse,
+        }.get(name, lambda a: a)(rest)
         if name == "capacity":
             capacity.prepare(parsed)
         return

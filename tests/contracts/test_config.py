@@ -45,8 +45,15 @@ def test_preflight_composes_each_trial_as_hydra_does(name):
 def test_preflight_applies_values_as_hydra_does():
     """The override forms a command line may hold, beside groups: a value that a case preset also sets (the
     command line wins), a nested value, a list, a new key (+), and what Hydra refuses (a bad value, a deletion)."""
-    combo = ["case=jvp", "num_tangents=3", "optimizer=adamw", "optimizer.lr=0.5", "lora.targets=[query,value]",
-             "model=tiny", "+note=x"]  # fmt: skip
+    combo = [
+        "case=jvp",
+        "num_tangents=3",
+        "optimizer=adamw",
+        "optimizer.lr=0.5",
+        "lora.targets=[query,value]",
+        "model=tiny",
+        "+note=x",
+    ]
     ((_, fast),), _ = compose_trials(combo, multirun=False)
     assert OmegaConf.to_container(fast) == plain_compose(combo)
     # trials sharing their groups share one composition: the first's values must not reach the second
@@ -121,6 +128,8 @@ def test_optimizer_defaults_are_the_presets_in_conf():
             column = {"eps": "adam_eps"}.get(key, key)
             if column in defaults:
                 assert defaults[column] == pytest.approx(float(value)), (name, key)
-    rows = [trial("jax", "backprop", optimizer="adamw", lr=5e-5, weight_decay=0.01),
-            trial("jax", "backprop", optimizer="adamw")]  # the preset's values, and an older row without them
+    rows = [
+        trial("jax", "backprop", optimizer="adamw", lr=5e-5, weight_decay=0.01),
+        trial("jax", "backprop", optimizer="adamw"),
+    ]  # the preset's values, and an older row without them
     assert context_key(rows[0]) == context_key(rows[1])

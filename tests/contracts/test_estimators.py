@@ -36,8 +36,13 @@ def test_what_each_estimator_declares_is_what_its_trainers_do():
     assert estimators.get("jvp").records_graph(StepSpec(mode="jvp", jvp_impl="naive"))
     assert [n for n in estimators.names() if estimators.get(n).dropout] == ["backprop", "jvp", "jacfwd"]
     assert [n for n in estimators.names() if not estimators.get(n).updates] == ["inference"]
-    refused = {(n, fw, p) for n in estimators.names() for fw in ("torch", "jax") for p in ("ddp", "fsdp")
-               if estimators.get(n).refuses(fw, p)}  # fmt: skip
+    refused = {
+        (n, fw, p)
+        for n in estimators.names()
+        for fw in ("torch", "jax")
+        for p in ("ddp", "fsdp")
+        if estimators.get(n).refuses(fw, p)
+    }
     # jacfwd's torch gradient needs the basis whole on a device; HiZOO's Hessian and LOZO's U V^T are drawn whole
     whole = {(n, fw, "fsdp") for n in ("hizoo", "lozo") for fw in ("torch", "jax")}
     assert refused == {("jacfwd", "torch", "fsdp"), *whole}

@@ -29,8 +29,16 @@ MAX_LINES = 600
 # must agree on names and parameters. Helpers particular to a framework (torch's lazy duals, JAX's key folding)
 # may differ.
 IMPL_API = {
-    "device": ("resolve_device", "device_kind", "device_name", "use_fp32", "deterministic", "num_threads",
-               "limit_memory", "memory_trackers"),
+    "device": (
+        "resolve_device",
+        "device_kind",
+        "device_name",
+        "use_fp32",
+        "deterministic",
+        "num_threads",
+        "limit_memory",
+        "memory_trackers",
+    ),
     "estimators": ("implementation",),
     "parallel": ("start",),
     "directions": ("sample_tangent", "perturb"),
@@ -55,6 +63,19 @@ def test_import_contracts_hold():
     assert "0 broken" in proc.stdout
 
 
+@pytest.mark.parametrize("command", [["format", "--check"], ["check"]], ids=["ruff-format", "ruff-check"])
+def test_code_is_formatted_and_passes_the_linter(command):
+    """`make lint`'s ruff, here too, so CI (make test) holds the code to it: ruff format's layout, no markers."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", *command, "bench", "tests"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize("path", modules(BENCH), ids=lambda p: str(p.relative_to(REPO)))
 def test_no_module_is_too_long(path):
     assert len(path.read_text().splitlines()) <= MAX_LINES
@@ -65,8 +86,9 @@ def test_no_private_name_is_imported_across_modules():
     for path in modules(BENCH) + modules(REPO / "tests"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bench"):
-                found += [f"{path.name}: from {node.module} import {a.name}" for a in node.names
-                          if a.name.startswith("_")]  # fmt: skip
+                found += [
+                    f"{path.name}: from {node.module} import {a.name}" for a in node.names if a.name.startswith("_")
+                ]
     assert not found
 
 
@@ -78,8 +100,13 @@ def test_bench_modules_are_imported_at_the_top():
         for fn in ast.walk(ast.parse(path.read_text())):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for node in ast.walk(fn):
-                    names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
-                             else [a.name for a in node.names] if isinstance(node, ast.Import) else [])  # fmt: skip
+                    names = (
+                        [node.module or ""]
+                        if isinstance(node, ast.ImportFrom)
+                        else [a.name for a in node.names]
+                        if isinstance(node, ast.Import)
+                        else []
+                    )
                     found += [f"{path.name}:{node.lineno} {n}" for n in names if n.split(".")[0] == "bench"]
     assert not found
 
@@ -96,9 +123,13 @@ def test_both_frameworks_implement_the_same_interface(module):
 
 
 # Each estimator's gradient, by the same name in both frameworks' modules (bench/<framework>_impl/estimators/)
-ESTIMATOR_API = {"inference": ("step",), "backprop": ("gradient", "backprop_gradient"),
-                 "jvp": ("gradient", "directional_derivative", "forward_gradient", "forward_gradient_coeffs"),
-                 "jacfwd": ("gradient", "jacfwd_gradient"), "mezo": ("gradient", "spsa_gradient")}  # fmt: skip
+ESTIMATOR_API = {
+    "inference": ("step",),
+    "backprop": ("gradient", "backprop_gradient"),
+    "jvp": ("gradient", "directional_derivative", "forward_gradient", "forward_gradient_coeffs"),
+    "jacfwd": ("gradient", "jacfwd_gradient"),
+    "mezo": ("gradient", "spsa_gradient"),
+}
 
 
 @pytest.mark.parametrize("name", estimators.names())

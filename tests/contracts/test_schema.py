@@ -50,7 +50,7 @@ def test_defaults_are_read_from_the_schema():
 
 
 def test_the_resolved_config_is_typed_and_round_trips():
-    (_, composed), = compose_trials(["model=tiny", "mode=jvp", "num_tangents=4", "max_timed_s=3"], False)[0]
+    ((_, composed),) = compose_trials(["model=tiny", "mode=jvp", "num_tangents=4", "max_timed_s=3"], False)[0]
     cfg = resolve(composed)
     assert isinstance(cfg, BenchConfig) and cfg.model.num_layers == 2 and cfg.num_tangents == 4
     assert cfg.max_timed_s == 3.0 and isinstance(cfg.max_timed_s, float)
@@ -62,5 +62,5 @@ def test_the_resolved_config_is_typed_and_round_trips():
 @pytest.mark.parametrize("group", [g for g in GROUPS if g != "experiment"])
 def test_every_preset_composes(group):
     for name in available(group):
-        (_, composed), = compose_trials([f"{group}={name}"], False)[0]
+        ((_, composed),) = compose_trials([f"{group}={name}"], False)[0]
         assert isinstance(resolve(composed), BenchConfig)

@@ -60,8 +60,13 @@ def rel(a, b) -> float:
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_every_mode_steps_in_bf16_with_the_parameters_in_their_dtype(framework, dtype):
     want = {"bf16": "float32", "bf16_pure": "bfloat16"}[dtype]
-    cases = [("inference", {}), ("backprop", {}), ("backprop", {"remat": True}), ("jvp", {}),
-             ("jacfwd", {"trainable": "head"})]  # fmt: skip
+    cases = [
+        ("inference", {}),
+        ("backprop", {}),
+        ("backprop", {"remat": True}),
+        ("jvp", {}),
+        ("jacfwd", {"trainable": "head"}),
+    ]
     if dtype == "bf16":  # MeZO's in-place round trip needs fp32 parameters: refused with bf16_pure (below)
         cases.append(("mezo", {}))
     for mode, kw in cases:
@@ -108,8 +113,16 @@ def test_the_memory_model_counts_bf16_bytes():
 @pytest.mark.slow
 def test_a_bf16_sweep_records_its_dtype_and_breakdown(tmp_path):
     # what the trials measure and record is the subject, not their processes: measured here (tests/support.py)
-    run_here("-m", "framework=torch,jax", "mode=backprop", "dtype=bf16_pure", "optimizer=adamw", *FAST, "logger=none",
-             results=tmp_path)  # fmt: skip
+    run_here(
+        "-m",
+        "framework=torch,jax",
+        "mode=backprop",
+        "dtype=bf16_pure",
+        "optimizer=adamw",
+        *FAST,
+        "logger=none",
+        results=tmp_path,
+    )
     found = rows(tmp_path)
     assert len(found) == 2 and {r["status"] for r in found} == {"ok"}, [r["error"] for r in found]
     for r in found:

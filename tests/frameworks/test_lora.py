@@ -200,8 +200,18 @@ def test_two_devices_train_the_adapters_as_one_device_with_the_global_batch(tmp_
     sharded) takes one device's steps on the global batch: the same losses, step by step. The two-device trials run
     in processes of their own (start_ranks: JAX fixes its device count when it starts, torch's ranks are processes);
     `python -m bench ... parallel=fsdp devices=2` itself is tests/frameworks/test_parallel_*.py's."""
-    common = [*FAST, f"framework={framework}", "device=cpu", "model.dropout=0", "optimizer=adamw", "optimizer.lr=1e-3",
-              "trainable=lora", "lora.rank=2", "lora.targets=all_linear", "logger=none"]  # fmt: skip
+    common = [
+        *FAST,
+        f"framework={framework}",
+        "device=cpu",
+        "model.dropout=0",
+        "optimizer=adamw",
+        "optimizer.lr=1e-3",
+        "trainable=lora",
+        "lora.rank=2",
+        "lora.targets=all_linear",
+        "logger=none",
+    ]
     common += ["jvp_impl=lazy"] if framework == "torch" else []  # FSDP2's jvp: the tangent module by module
     ranks = 2 if framework == "torch" else 1
     finish = start_ranks(ranks, {tmp_path / "two": ["mode=backprop,jvp,mezo", *common, "parallel=fsdp", "devices=2"]})

@@ -122,9 +122,17 @@ def test_the_breakdown_is_deterministic(framework):
 
 
 @pytest.mark.parametrize(
-    "kw", [{}, {"remat": True}, {"trainable": "bias"}, {"trainable": "last_k"}, {"mode": "jvp"},
-           {"mode": "mezo"}, {"mode": "jvp", "jvp_impl": "lazy"}],
-)  # fmt: skip
+    "kw",
+    [
+        {},
+        {"remat": True},
+        {"trainable": "bias"},
+        {"trainable": "last_k"},
+        {"mode": "jvp"},
+        {"mode": "mezo"},
+        {"mode": "jvp", "jvp_impl": "lazy"},
+    ],
+)
 def test_the_model_predicts_what_torch_holds(kw):
     """Saved activations, gradients and directions as the formulas in bench/measure/memory_model.py say, at a shape
     where every term is visible (BERT's layer widths scaled down, 3 layers)."""

@@ -45,11 +45,25 @@ def sweeps(tmp_path_factory) -> dict[str, list[dict]]:
     compared with it is its losses, not its process."""
     root = tmp_path_factory.mktemp("parallel_jax")
     procs = {
-        p: subprocess.Popen([sys.executable, "-m", "bench", "-m", f"case={CASES}", *TINY, f"parallel={p}", "devices=2",
-                             f"results_dir={root / p}"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+        p: subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench",
+                "-m",
+                f"case={CASES}",
+                *TINY,
+                f"parallel={p}",
+                "devices=2",
+                f"results_dir={root / p}",
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for p in ("ddp", "fsdp")
-    }  # fmt: skip
+    }
     try:
         run_here("-m", f"case={CASES}", *TINY, "batch_size=8", results=root / "none")
         logs = {name: p.communicate(timeout=900)[0] for name, p in procs.items()}
@@ -121,8 +135,14 @@ def xla_exchanges(mode: str, parallel: str, n: int, k: int) -> int:
     gather = s * SHARDED if parallel == "fsdp" else 0
     gradient = s * (n - (SPEC.max_position_embeddings - SEQ_LEN) * SPEC.hidden_size)
     backprop = gather + gradient + loss
-    return {"inference": gather + loss, "backprop": backprop, "backprop remat": backprop,
-            "jvp": gather + s * (k + 1), "jacfwd": gather + s * n + loss, "mezo": 2 * gather + 2 * s}[mode]  # fmt: skip
+    return {
+        "inference": gather + loss,
+        "backprop": backprop,
+        "backprop remat": backprop,
+        "jvp": gather + s * (k + 1),
+        "jacfwd": gather + s * n + loss,
+        "mezo": 2 * gather + 2 * s,
+    }[mode]
 
 
 @pytest.mark.slow
@@ -137,8 +157,14 @@ def test_the_compiled_steps_exchange_what_each_mode_needs(sweeps):
             assert 0 < counted - xla < 64 * 1024, counted
         else:
             assert counted == xla, (what, counted)
-        if what in {("inference", "ddp"), ("jvp", "ddp"), ("jacfwd", "ddp"), ("mezo", "ddp"), ("inference", "fsdp"),
-                    ("mezo", "fsdp")}:  # fmt: skip
+        if what in {
+            ("inference", "ddp"),
+            ("jvp", "ddp"),
+            ("jacfwd", "ddp"),
+            ("mezo", "ddp"),
+            ("inference", "fsdp"),
+            ("mezo", "fsdp"),
+        }:
             assert counted == expected, (what, counted)  # the definition, to the byte
     ddp = by_mode(sweeps["two"], "ddp")
     assert {m: int(float(ddp[m]["comm_bytes_per_step"])) for m in ("inference", "jvp", "mezo")} == {
@@ -179,8 +205,9 @@ def test_fsdp_draws_each_devices_part_of_the_directions_without_exchanging_them(
     each device's part, and XLA:CPU fuses the slice into the generator, so the rest is never computed)."""
     args = [*TINY, "mode=mezo", "parallel=fsdp", "devices=2", "seq_len=8", "optimizer=sgd"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=false"}
-    out = subprocess.run([sys.executable, "-c", DIRECTIONS, *args], cwd=REPO, capture_output=True, text=True, env=env,
-                         timeout=600)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", DIRECTIONS, *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=600
+    )
     assert out.returncode == 0, out.stderr
     programs = json.loads(out.stdout.strip().splitlines()[-1])
     word_embeddings_shard = SPEC.vocab_size * SPEC.hidden_size * 4 // 2  # the largest tensor's part on one device
@@ -207,9 +234,16 @@ def test_two_processes_run_one_trial_through_jax_distributed(tmp_path, sweeps):
     port = free_port()
     procs = []
     for rank in range(2):
-        env = {**os.environ, **trial_env(cfg, SCENARIOS["model"]), "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": "2"}  # fmt: skip
+        env = {
+            **os.environ,
+            **trial_env(cfg, SCENARIOS["model"]),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": "2",
+        }
         cmd = [sys.executable, "-m", TRIAL_MODULE, str(tmp_path / "payload.json"), str(tmp_path / f"{rank}.json")]
         procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     logs = [p.communicate(timeout=600)[0].decode(errors="replace") for p in procs]

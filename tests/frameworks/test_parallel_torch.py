@@ -21,8 +21,15 @@ from tests.support import FAST, bench, bench_here, composed, rows, start_ranks
 # Dropout off: each rank draws its masks over its own rows, so with dropout on only the distribution (not the
 # values) matches one device's. AdamW: the optimizer state is what fsdp shards beside the parameters; its lr given,
 # since case=jvp and case=mezo bring their own and the one-device reference below names the mode, not the case.
-TINY = [*FAST, "framework=torch", "device=cpu", "model.dropout=0", "optimizer=adamw", "optimizer.lr=5e-5",
-        "logger=none"]  # fmt: skip
+TINY = [
+    *FAST,
+    "framework=torch",
+    "device=cpu",
+    "model.dropout=0",
+    "optimizer=adamw",
+    "optimizer.lr=5e-5",
+    "logger=none",
+]
 TWO = ["devices=2", "batch_size=4"]  # FAST's batch_size, per device
 # Start to end through `python -m bench`, one trial per strategy: the runner starts both ranks, watches them and
 # records the row. The sweeps below run the same way of measuring (bench.harness.trial) in one pair of ranks.
@@ -37,6 +44,7 @@ SWEEPS = {
     "jvp_lazy": ["mode=jvp", "jvp_impl=lazy", "num_tangents=2", "parallel=ddp,fsdp", *TWO],
     "fsdp_shard_grad_op": ["mode=backprop", "parallel=fsdp", "fsdp_reshard_after_forward=false", *TWO],
 }
+
 
 def history(results: Path, row: dict) -> dict:
     return json.loads((results / "history" / f"{row['run_id']}.json").read_text())
@@ -92,8 +100,11 @@ def one_device_trial(row: dict) -> dict:
     batches = data.make_batches(data.data_spec(cfg.data), cfg.batch_size, cfg.seq_len, cfg.seed, "train")[:n]
     trainer = make_trainer(spec, weights, step_spec(cfg), "cpu")
     losses = [float(trainer.step(trainer.to_device([b]))) for b in batches]
-    return {"weights_digest": weights_digest(weights), "data_fingerprint": data.fingerprint(batches)[:16],
-            "loss": losses[cfg.warmup_steps:]}  # fmt: skip
+    return {
+        "weights_digest": weights_digest(weights),
+        "data_fingerprint": data.fingerprint(batches)[:16],
+        "loss": losses[cfg.warmup_steps :],
+    }
 
 
 @pytest.mark.slow
@@ -151,19 +162,25 @@ def test_each_mode_exchanges_what_it_needs(sweeps):
     ddp = {label(r): r for r in sweeps["ddp"]}
     n = int(ddp["backprop"]["n_trainable"])
     assert {m: float(r["comm_bytes_per_step"]) for m, r in ddp.items()} == {
-        "inference": 4, "backprop": 4 * n + 4, "jvp K=1": 8, "mezo": 8,
+        "inference": 4,
+        "backprop": 4 * n + 4,
+        "jvp K=1": 8,
+        "mezo": 8,
         "jacfwd": 4 * int(ddp["jacfwd"]["n_trainable"]) + 4,
-    }  # fmt: skip
+    }
     lazy = {r["parallel"]: float(r["comm_bytes_per_step"]) for r in sweeps["jvp_lazy"]}
     assert lazy["ddp"] == 4 * (2 + 1)
-    fsdp = {(label(r), r["fsdp_reshard_after_forward"]): float(r["comm_bytes_per_step"])
-            for r in sweeps["fsdp"] + sweeps["fsdp_shard_grad_op"]}  # fmt: skip
+    fsdp = {
+        (label(r), r["fsdp_reshard_after_forward"]): float(r["comm_bytes_per_step"])
+        for r in sweeps["fsdp"] + sweeps["fsdp_shard_grad_op"]
+    }
     gather = 4 * n  # tiny's dim 0s are even: FSDP2 pads nothing on two devices
     assert fsdp == {
-        ("inference", "True"): gather + 4, ("mezo", "True"): 2 * gather + 8,
+        ("inference", "True"): gather + 4,
+        ("mezo", "True"): 2 * gather + 8,
         ("backprop", "True"): 2 * gather + 4 * n + 4,  # remat recomputes on the parameters gathered for backward
         ("backprop", "False"): gather + 4 * n + 4,  # SHARD_GRAD_OP keeps them from the forward pass
-    }  # fmt: skip
+    }
     # jvp: a gather per tangent's forward pass, then [loss, d_1..d_K] in one all-reduce
     assert lazy["fsdp"] == 2 * gather + 12
 
@@ -203,8 +220,15 @@ def test_a_rank_that_dies_ends_the_trial_as_crashed_and_leaves_no_process(tmp_pa
 def test_a_rank_over_its_host_memory_limit_is_oom(tmp_path):
     marker = str(tmp_path)
     # 150 MiB: below what a Python process with torch imported holds (~400 MiB here), so a rank outgrows it
-    bench(*TINY, "mode=backprop", "parallel=ddp", *TWO, "max_host_mem_mb=150", results=tmp_path,
-          env={"BENCH_TEST_MARKER": marker})  # fmt: skip
+    bench(
+        *TINY,
+        "mode=backprop",
+        "parallel=ddp",
+        *TWO,
+        "max_host_mem_mb=150",
+        results=tmp_path,
+        env={"BENCH_TEST_MARKER": marker},
+    )
     (row,) = rows(tmp_path)
     assert row["status"] == "oom"
     assert re.match(r"rank [01]: host memory limit max_host_mem_mb=150\.0 exceeded", row["error"]), row["error"]
@@ -232,6 +256,9 @@ def test_a_process_group_of_another_size_is_refused(monkeypatch):
 
     monkeypatch.setenv("WORLD_SIZE", "3")
     cfg = composed("framework=torch", "parallel=ddp", "devices=2", "nodes=1", "device=cpu")
-    with pytest.raises(ValueError, match=r"parallel=ddp: 3 process\(es\) started \(WORLD_SIZE\), devices=2 x "
-                                         r"nodes=1 = 2 expected"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"parallel=ddp: 3 process\(es\) started \(WORLD_SIZE\), devices=2 x "
+        r"nodes=1 = 2 expected",
+    ):
         start(cfg)

@@ -76,8 +76,10 @@ def torch_inputs(batch):
 
 def trainer(pair, mode):
     """Each framework's trainer (make_trainer, as a trial builds it) on the pair's weights: dropout 0, fp32, CPU."""
-    return {fw: implementation(fw, "steps").make_trainer(pair.spec, pair.weights, StepSpec(mode=mode), "cpu")
-            for fw in FRAMEWORKS}  # fmt: skip
+    return {
+        fw: implementation(fw, "steps").make_trainer(pair.spec, pair.weights, StepSpec(mode=mode), "cpu")
+        for fw in FRAMEWORKS
+    }
 
 
 class Pair:

@@ -19,8 +19,7 @@ TINY, _ = model_preset("tiny", num_layers=1)  # one layer: JAX compiles each of 
 assert TINY.dropout > 0  # the point: dropout draws random masks every step
 WEIGHTS = build_weights(TINY, 0)
 BATCHES = data.make_batches(data.data_spec(num_train=64, num_eval=8), 4, 16, 0, "train")[:3]
-MODES = {"backprop": {}, "backprop+remat": {"remat": True}, "jvp": {}, "jacfwd": {"trainable": "head"},
-         "mezo": {}}  # fmt: skip
+MODES = {"backprop": {}, "backprop+remat": {"remat": True}, "jvp": {}, "jacfwd": {"trainable": "head"}, "mezo": {}}
 
 
 def losses(framework: str, mode: str, seed: int, build: int = 0) -> list[float]:
@@ -56,5 +55,4 @@ def test_checkpointing_replays_the_first_pass_dropout():
     """remat recomputes each layer in the backward pass with the dropout masks of its forward pass: the same steps
     as plain backprop, to rounding."""
     for framework in FRAMEWORKS:
-        np.testing.assert_allclose(losses(framework, "backprop+remat", 0), losses(framework, "backprop", 0),
-                                   rtol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(losses(framework, "backprop+remat", 0), losses(framework, "backprop", 0), rtol=1e-6)

@@ -51,8 +51,9 @@ def _grads(model, args, key=None, labels=LABELS):
     graphdef, params = nnx.split(model, nnx.Param)
 
     def loss(p, key):  # the key an argument, not a constant: one program for every key
-        logits = nnx.merge(graphdef, p)(*args, deterministic=key is None, rngs=None if key is None else
-                                        nnx.Rngs(dropout=key))  # fmt: skip
+        logits = nnx.merge(graphdef, p)(
+            *args, deterministic=key is None, rngs=None if key is None else nnx.Rngs(dropout=key)
+        )
         return -jax.nn.log_softmax(logits)[np.arange(3), labels].mean()
 
     return to_hf(jax.jit(jax.grad(loss))(params, key))
@@ -150,8 +151,12 @@ def _compiled(mode, layers, scan=True, **model):
     spec, _ = model_preset("tiny", num_layers=layers, **model)
     t = make_trainer(spec, build_weights(spec, 0), StepSpec(mode=mode, scan_layers=scan), "cpu")
     rng = np.random.default_rng(0)
-    batch = {"input_ids": rng.integers(1000, 5000, (2, 16)), "token_type_ids": np.zeros((2, 16)),
-             "attention_mask": np.ones((2, 16)), "labels": np.array([0, 1])}  # fmt: skip
+    batch = {
+        "input_ids": rng.integers(1000, 5000, (2, 16)),
+        "token_type_ids": np.zeros((2, 16)),
+        "attention_mask": np.ones((2, 16)),
+        "labels": np.array([0, 1]),
+    }
     mb = t.to_device([batch])
     t.compile(mb)
     return t, mb

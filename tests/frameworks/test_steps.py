@@ -214,8 +214,10 @@ def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(mo
     trainers = {impl: make("torch", "jvp", jvp_impl=impl) for impl in ("func", "lazy")}
     for impl, t in trainers.items():
         alive[0], most[impl] = 0, 0
-        hooks = [m.register_forward_hook(lambda *_, i=impl: most.__setitem__(i, max(most[i], alive[0])))
-                 for m in t.model.modules()]  # fmt: skip
+        hooks = [
+            m.register_forward_hook(lambda *_, i=impl: most.__setitem__(i, max(most[i], alive[0])))
+            for m in t.model.modules()
+        ]
         grads = t.gradient(t.to_device(BATCH))[1]
         for h in hooks:
             h.remove()
@@ -223,8 +225,9 @@ def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(mo
     assert most["func"] == len(trainers["func"].params)
     assert 1 <= most["lazy"] <= 3  # a module's weight and bias (LayerNorm, Linear); BERT's largest owns two
     for n, p in trainers["func"].params.items():
-        np.testing.assert_allclose(trainers["lazy"].params[n].detach().numpy(), p.detach().numpy(), rtol=1e-6,
-                                   atol=1e-7, err_msg=n)  # fmt: skip
+        np.testing.assert_allclose(
+            trainers["lazy"].params[n].detach().numpy(), p.detach().numpy(), rtol=1e-6, atol=1e-7, err_msg=n
+        )
 
 
 @pytest.mark.slow

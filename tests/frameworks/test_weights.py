@@ -76,8 +76,11 @@ def test_hf_name_covers_every_parameter_and_every_path_spelling():
     assert sorted(tree_names) == sorted(names)
     # scan_layers (the default): a stacked parameter names its first layer, layer_names all of them
     stacked = jax_build_model(spec, init_weights(spec, 0))
-    every = [n for p, v in nnx.to_flat_state(nnx.state(stacked, nnx.Param))
-             for n in jax_params.layer_names(p, v.shape[0] if jax_params.is_stacked(p) else 1)]  # fmt: skip
+    every = [
+        n
+        for p, v in nnx.to_flat_state(nnx.state(stacked, nnx.Param))
+        for n in jax_params.layer_names(p, v.shape[0] if jax_params.is_stacked(p) else 1)
+    ]
     assert sorted(every) == sorted(names)
     assert jax_params.hf_name(("bert", "encoder", "layer", 1, "attention", "self", "query", "kernel")) == (
         "bert.encoder.layer.1.attention.self.query.weight"

@@ -150,8 +150,9 @@ def hizoo_on_quadratic(framework: str, hessian: np.ndarray, alpha: float, step: 
         h = {"w": torch.from_numpy(hessian.astype(np.float32))}
         loss_of = lambda batch: 0.5 * (a * (params["w"] - c) ** 2).sum()  # noqa: E731
         tangents = None if z is None else [{"w": torch.from_numpy(z)}]
-        _, est = thizoo.hizoo_gradient(loss_of, params, h, [None], eps=eps, alpha=alpha, seed=0, step=step,
-                                       commit=True, tangents=tangents)  # fmt: skip
+        _, est = thizoo.hizoo_gradient(
+            loss_of, params, h, [None], eps=eps, alpha=alpha, seed=0, step=step, commit=True, tangents=tangents
+        )
         g = est.materialize()["w"].numpy().copy()
         return g, h["w"].numpy()
     g, h = hizoo_on_quadratic_jax(hessian, alpha, jnp.int32(step), None if z is None else jnp.asarray(z))
@@ -164,8 +165,9 @@ def hizoo_on_quadratic_jax(hessian, alpha: float, step, z=None):
     loss_of = lambda p, batch, key: 0.5 * (a * (p["w"] - c) ** 2).sum()  # noqa: E731
     tangents = None if z is None else [{"w": z}]
     hessian = {"w": jnp.asarray(hessian, jnp.float32)}
-    _, _, g, h = jhizoo.hizoo_gradient(loss_of, params, hessian, [None], None, eps=1e-2, alpha=alpha, seed=0,
-                                       step=step, tangents=tangents)  # fmt: skip
+    _, _, g, h = jhizoo.hizoo_gradient(
+        loss_of, params, hessian, [None], None, eps=1e-2, alpha=alpha, seed=0, step=step, tangents=tangents
+    )
     return g["w"], h["w"]
 
 
@@ -294,8 +296,11 @@ def test_lozo_mean_over_draws_is_the_gradient_times_the_rank(framework):
         params = {"w": jnp.zeros((8, 6)), "b": jnp.zeros(6)}
         jw, jb = jnp.asarray(cw), jnp.asarray(cb)
         loss_of = lambda p, batch, key: 0.5 * ((p["w"] - jw) ** 2).sum() + 0.5 * ((p["b"] - jb) ** 2).sum()  # noqa: E731
-        draw = jax.jit(lambda step: jlozo.lozo_gradient(loss_of, params, [None], None, eps=eps, rank=rank, interval=1,
-                                                        seed=0, step=step)[2])  # fmt: skip
+        draw = jax.jit(
+            lambda step: jlozo.lozo_gradient(
+                loss_of, params, [None], None, eps=eps, rank=rank, interval=1, seed=0, step=step
+            )[2]
+        )
         est = [{n: np.asarray(v) for n, v in draw(jnp.int32(step)).items()} for step in range(draws)]
     for name, want in (("w", rank * -cw), ("b", -cb)):  # G = theta - C at theta = 0
         x = np.stack([e[name] for e in est])

@@ -70,18 +70,27 @@ def reported_in_timed_steps(launcher_pid: int) -> bool:
     # signal handling is one handler for both signals, so each launcher is tried once (SIGINT alone to a launch
     # is test_an_interrupt_to_a_single_trial_stops_it's)
     [("basic", signal.SIGTERM, False), ("joblib", signal.SIGINT, True), ("submitit_local", signal.SIGINT, False)],
-)  # fmt: skip
+)
 def test_an_interrupt_stops_the_trial_records_nothing_and_resume_finishes(tmp_path, launcher, sig, group):
     """`group`: the signal goes to the launch's whole process group, as a terminal's Ctrl-C does (the launcher's
     workers get it too); otherwise to the launching process alone, as `kill <pid>` does."""
     # the second trial outlasts the test (ENDLESS): only the interrupt can stop it. An evaluation after every timed
     # step says when it is inside them (its curve, reported to the runner).
-    args = ["-m", "framework=torch", "mode=inference", *FAST, "evaluate=true", "eval_every=1", "logger=none",
-            *LAUNCHERS[launcher]]  # fmt: skip
+    args = [
+        "-m",
+        "framework=torch",
+        "mode=inference",
+        *FAST,
+        "evaluate=true",
+        "eval_every=1",
+        "logger=none",
+        *LAUNCHERS[launcher],
+    ]
     cmd = [sys.executable, "-m", "bench", *args, f"steps=3,{ENDLESS}", f"results_dir={tmp_path}"]
     # with `group`, its own process group: killpg reaches it and not pytest
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=group)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=group
+    )
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not read_rows(tmp_path / "runs.csv"):
@@ -109,8 +118,13 @@ def test_an_interrupt_stops_the_trial_records_nothing_and_resume_finishes(tmp_pa
     if launcher != "basic":
         return  # resuming is the runner's, whichever launcher started the trials: once is enough
 
-    resumed = subprocess.run([*cmd[:-2], "steps=3,5", "resume=true", f"results_dir={tmp_path}"], cwd=REPO,
-                             capture_output=True, text=True, timeout=600)  # fmt: skip
+    resumed = subprocess.run(
+        [*cmd[:-2], "steps=3,5", "resume=true", f"results_dir={tmp_path}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr
     after = [r["run_id"] for r in read_rows(tmp_path / "runs.csv")]
     # the trial recorded before the interrupt was skipped, the other ran: one row per trial, the earlier untouched
@@ -121,9 +135,23 @@ def test_an_interrupt_stops_the_trial_records_nothing_and_resume_finishes(tmp_pa
 def test_an_interrupt_to_a_single_trial_stops_it(tmp_path):
     """`python -m bench ...` without -m: Hydra runs the one job in this process; Ctrl-C stops its trial too."""
     env = {**os.environ, "BENCH_INJECT_FAULT": ""}
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "framework=torch", *FAST, "logger=none", "steps=1000000",
-                             f"results_dir={tmp_path}"], cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "framework=torch",
+            *FAST,
+            "logger=none",
+            "steps=1000000",
+            f"results_dir={tmp_path}",
+        ],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not trials_of(proc.pid):
         time.sleep(0.1)

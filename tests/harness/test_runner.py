@@ -49,8 +49,14 @@ def test_multirun_records_every_trial_ok_with_plausible_numbers(tmp_path):
     command = lines[-2].split("tables and plots: ")[1]
     assert command == f"python -m bench report '{results}' --out '{results}'"
     pasted = shlex.quote(sys.executable) + command.removeprefix("python")
-    report = subprocess.run(pasted, shell=True, capture_output=True, text=True, cwd=REPO,
-                            env={**os.environ, "PWNED": str(tmp_path / "pwned")})  # fmt: skip
+    report = subprocess.run(
+        pasted,
+        shell=True,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PWNED": str(tmp_path / "pwned")},
+    )
     assert report.returncode == 0, report.stderr
     assert "| jax | backprop |" in (results / "report.md").read_text() and not (tmp_path / "pwned").exists()
 
@@ -131,8 +137,16 @@ def test_resume_skips_trials_recorded_ok(tmp_path):
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
 def test_parallel_and_slurm_style_launchers_record_every_trial(tmp_path, launcher):
     extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else ["hydra.launcher.timeout_min=10"]
-    out = bench("-m", f"hydra/launcher={launcher}", *extra, "framework=torch,jax", "mode=inference", *FAST,
-                "logger=none", results=tmp_path)
+    out = bench(
+        "-m",
+        f"hydra/launcher={launcher}",
+        *extra,
+        "framework=torch,jax",
+        "mode=inference",
+        *FAST,
+        "logger=none",
+        results=tmp_path,
+    )
     rs = rows(tmp_path)
     assert sorted(r["framework"] for r in rs) == ["jax", "torch"], out.stdout + out.stderr
     assert all(r["status"] == "ok" for r in rs), [r["error"] for r in rs]
@@ -153,8 +167,18 @@ def test_max_timed_s_stops_the_timed_steps_and_says_how_many_ran(tmp_path):
 
 @pytest.mark.slow
 def test_evaluate_and_gradient_cosine_are_recorded(tmp_path):
-    run_here("-m", "framework=torch,jax", "mode=jvp", *FAST, "num_tangents=2", "evaluate=true", "eval_every=2",
-             "measure_grad_cosine=true", "logger=none", results=tmp_path)  # fmt: skip
+    run_here(
+        "-m",
+        "framework=torch,jax",
+        "mode=jvp",
+        *FAST,
+        "num_tangents=2",
+        "evaluate=true",
+        "eval_every=2",
+        "measure_grad_cosine=true",
+        "logger=none",
+        results=tmp_path,
+    )
     rs = rows(tmp_path)
     assert len(rs) == 2
     for r in rs:

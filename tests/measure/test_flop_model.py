@@ -13,8 +13,15 @@ from bench.measure.flop_model import matmuls, predict, published_peak
 from bench.spec import BertSpec, StepSpec, count_params
 
 # B=2, T=4 (8 tokens), H=8, I=16, 2 layers, C=3: small enough to count by hand
-SPEC = BertSpec(vocab_size=100, hidden_size=8, num_layers=2, num_heads=2, intermediate_size=16,
-                max_position_embeddings=16, num_labels=3)  # fmt: skip
+SPEC = BertSpec(
+    vocab_size=100,
+    hidden_size=8,
+    num_layers=2,
+    num_heads=2,
+    intermediate_size=16,
+    max_position_embeddings=16,
+    num_labels=3,
+)
 B, T = 2, 4
 PROJ = 2 * 8 * 8 * 8  # one of query, key, value, output: 2 BT H H = 1024
 FFN = 2 * 8 * 8 * 16  # one feed-forward matmul: 2 BT H I = 2048

@@ -23,8 +23,14 @@ def by_name(event, enclosing):
 
 
 def test_self_time_subtracts_nested_operations_only():
-    events = [ev("step", 0, 100, cat="annotation"), ev("matmul.outer", 10, 50), ev("elementwise.inner", 20, 15),
-              ev("matmul.inner2", 40, 10), ev("Optimizer.step", 70, 20, cat="annotation"), ev("elementwise.u", 75, 10)]
+    events = [
+        ev("step", 0, 100, cat="annotation"),
+        ev("matmul.outer", 10, 50),
+        ev("elementwise.inner", 20, 15),
+        ev("matmul.inner2", 40, 10),
+        ev("Optimizer.step", 70, 20, cat="annotation"),
+        ev("elementwise.u", 75, 10),
+    ]
     ops = {o.name: o for o in operations(events, by_name)}
     assert ops["matmul.outer"].self_us == pytest.approx(50 - 15 - 10)
     assert ops["elementwise.inner"].self_us == pytest.approx(15)
@@ -46,8 +52,12 @@ def test_categories_add_up_to_the_step_and_overlap_is_shared():
     # random draw for 20 us: busy 60 us, overhead 40 us; the 40 us when both run are split between them
     events = []
     for start in (0, 1000):
-        events += [ev("step", start, 100, cat="annotation"), ev("matmul.a", start + 10, 40, tid=2),
-                   ev("elementwise.b", start + 10, 40, tid=3), ev("random.c", start + 60, 20, tid=2)]  # fmt: skip
+        events += [
+            ev("step", start, 100, cat="annotation"),
+            ev("matmul.a", start + 10, 40, tid=2),
+            ev("elementwise.b", start + 10, 40, tid=3),
+            ev("random.c", start + 60, 20, tid=2),
+        ]
     x = explain(events, by_name)
     assert x.steps == 2 and x.wall_ms == pytest.approx(0.1)
     assert sum(x.by_category_ms.values()) == pytest.approx(x.wall_ms)
@@ -64,16 +74,29 @@ def test_every_category_is_its_known_duration():
     before the step (only its part inside counts), an attention op holding an elementwise one, a random draw on a
     second thread overlapping the attention (the 10 us both run split between them), an optimizer op, gaps
     nothing runs in (overhead), and an op after the step that no category may count."""
-    events = [ev("step", 100, 200, cat="annotation"), ev("matmul.early", 80, 50), ev("attention.a", 150, 60),
-              ev("elementwise.in_attention", 160, 10), ev("random.r", 200, 30, tid=2),
-              ev("Optimizer.step", 260, 30, cat="annotation"), ev("elementwise.update", 265, 25),
-              ev("matmul.between_steps", 320, 40)]  # fmt: skip
+    events = [
+        ev("step", 100, 200, cat="annotation"),
+        ev("matmul.early", 80, 50),
+        ev("attention.a", 150, 60),
+        ev("elementwise.in_attention", 160, 10),
+        ev("random.r", 200, 30, tid=2),
+        ev("Optimizer.step", 260, 30, cat="annotation"),
+        ev("elementwise.update", 265, 25),
+        ev("matmul.between_steps", 320, 40),
+    ]
     x = explain(events, by_name).by_category_ms
     # us: matmul 100-130 = 30; attention 60 less 10 nested = 50, less half of the 10 (200-210) it shares with the
     # random draw = 45; elementwise 10; random 30 - 5 = 25; optimizer 25; collectives 0; overhead, where nothing
     # runs: 130-150, 230-265 and 290-300 = 65
-    want = {"matmul": 30, "attention": 45, "elementwise": 10, "random": 25, "optimizer": 25, "collectives": 0,
-            "overhead": 65}  # fmt: skip
+    want = {
+        "matmul": 30,
+        "attention": 45,
+        "elementwise": 10,
+        "random": 25,
+        "optimizer": 25,
+        "collectives": 0,
+        "overhead": 65,
+    }
     assert x == pytest.approx({c: us / 1e3 for c, us in want.items()})
 
 

@@ -157,9 +157,7 @@ def test_jax_tracker_marks_a_lifetime_peak():
     dev = _FakeJaxDevice()
     t = JaxDeviceTracker(dev)
     assert t.baseline() == 100
-    with (
-        t.track()
-    ):  # the window stays below the compile-time peak of 500 MiB: the window's own peak is unknown
+    with t.track():  # the window stays below the compile-time peak of 500 MiB: the window's own peak is unknown
         dev.stats["bytes_in_use"] = 150 * MiB
     r = t.result()
     assert (r.method, r.peak_mb) == ("jax_peak_bytes_in_use(lifetime)", 500)
@@ -263,9 +261,7 @@ def test_watchdog_flags_a_child_past_the_limit():
     child = subprocess.Popen([sys.executable, "-c", _ALLOCATOR, "12", "5"], stdout=subprocess.PIPE, text=True)
     seen = []
     try:
-        with HostMemWatchdog(
-            child.pid, max_host_mem_mb=300, on_exceed=lambda mb: (seen.append(mb), child.kill())
-        ):
+        with HostMemWatchdog(child.pid, max_host_mem_mb=300, on_exceed=lambda mb: (seen.append(mb), child.kill())):
             child.wait(timeout=30)
     finally:
         child.kill()

@@ -30,23 +30,63 @@ def scaling_rows() -> list[dict]:
         n = bert_params(layers)
         for fw in ("torch", "jax"):
             for mode in ("inference", "backprop", "jvp", "mezo"):
-                rows.append(trial(fw, mode, experiment="depth_scaling", **{**bert, "num_layers": layers},
-                                  n_params=n, n_trainable=n))  # fmt: skip
-    rows.append(trial("torch", "backprop", "crashed", experiment="depth_scaling", **{**bert, "num_layers": 12},
-                      n_params=bert_params(12), n_trainable=bert_params(12),
-                      error="trial process died (signal 9): Killed\nlast line of the log"))  # fmt: skip
+                rows.append(
+                    trial(
+                        fw,
+                        mode,
+                        experiment="depth_scaling",
+                        **{**bert, "num_layers": layers},
+                        n_params=n,
+                        n_trainable=n,
+                    )
+                )
+    rows.append(
+        trial(
+            "torch",
+            "backprop",
+            "crashed",
+            experiment="depth_scaling",
+            **{**bert, "num_layers": 12},
+            n_params=bert_params(12),
+            n_trainable=bert_params(12),
+            error="trial process died (signal 9): Killed\nlast line of the log",
+        )
+    )
     n = bert_params(4)
     for fw in ("torch", "jax"):
         for mode in ("backprop", "jvp", "mezo"):
             for t in (32, 64, 256):  # 128 is the depth sweep's 4-layer row: the same configuration
-                rows.append(trial(fw, mode, experiment="seq_scaling", **{**bert, "num_layers": 4, "seq_len": t},
-                                  n_params=n, n_trainable=n))  # fmt: skip
+                rows.append(
+                    trial(
+                        fw,
+                        mode,
+                        experiment="seq_scaling",
+                        **{**bert, "num_layers": 4, "seq_len": t},
+                        n_params=n,
+                        n_trainable=n,
+                    )
+                )
             for b in (1, 2, 8):
-                rows.append(trial(fw, mode, experiment="batch_scaling", **{**bert, "num_layers": 4, "batch_size": b},
-                                  n_params=n, n_trainable=n))  # fmt: skip
-    rows.append(trial("jax", "mezo", "timeout", experiment="batch_scaling",
-                      **{**bert, "num_layers": 4, "batch_size": 64},
-                      error="no result within timeout_s=1800"))  # fmt: skip
+                rows.append(
+                    trial(
+                        fw,
+                        mode,
+                        experiment="batch_scaling",
+                        **{**bert, "num_layers": 4, "batch_size": b},
+                        n_params=n,
+                        n_trainable=n,
+                    )
+                )
+    rows.append(
+        trial(
+            "jax",
+            "mezo",
+            "timeout",
+            experiment="batch_scaling",
+            **{**bert, "num_layers": 4, "batch_size": 64},
+            error="no result within timeout_s=1800",
+        )
+    )
     return rows
 
 
@@ -56,42 +96,109 @@ def grad_quality_rows() -> list[dict]:
     for scope, n in (("head", 1188), ("bias", 772)):
         for fw in ("torch", "jax"):
             for k in (1, 4, 16, 64, 256):
-                rows.append(trial(fw, "jvp", experiment="grad_quality", trainable=scope, n_trainable=n, num_tangents=k,
-                                  grad_cosine=math.sqrt(k / (k + n - 1)) * (0.95 if fw == "torch" else 1.05),
-                                  **tiny))  # fmt: skip
-            rows.append(trial(fw, "mezo", experiment="grad_quality", trainable=scope, n_trainable=n, grad_cosine=0.03,
-                              **tiny))  # fmt: skip
+                rows.append(
+                    trial(
+                        fw,
+                        "jvp",
+                        experiment="grad_quality",
+                        trainable=scope,
+                        n_trainable=n,
+                        num_tangents=k,
+                        grad_cosine=math.sqrt(k / (k + n - 1)) * (0.95 if fw == "torch" else 1.05),
+                        **tiny,
+                    )
+                )
+            rows.append(
+                trial(fw, "mezo", experiment="grad_quality", trainable=scope, n_trainable=n, grad_cosine=0.03, **tiny)
+            )
     for scope, n in (("bias", 772), ("head", 1188), ("last_k", 18_276)):
         for fw in ("torch", "jax"):
             for mode in ("backprop", "jvp", "jacfwd"):
-                rows.append(trial(fw, mode, experiment="jacfwd_scaling", trainable=scope, n_trainable=n, last_k=2,
-                                  grad_cosine=1.0 if mode != "jvp" else 0.03, **{**tiny, "steps": 3}))  # fmt: skip
-    rows.append(trial("jax", "mezo", "error", experiment="grad_quality", trainable="last_k", last_k=2,
-                      n_trainable=18_276, error="ValueError: mezo_eps=0: must be > 0", **tiny))  # fmt: skip
+                rows.append(
+                    trial(
+                        fw,
+                        mode,
+                        experiment="jacfwd_scaling",
+                        trainable=scope,
+                        n_trainable=n,
+                        last_k=2,
+                        grad_cosine=1.0 if mode != "jvp" else 0.03,
+                        **{**tiny, "steps": 3},
+                    )
+                )
+    rows.append(
+        trial(
+            "jax",
+            "mezo",
+            "error",
+            experiment="grad_quality",
+            trainable="last_k",
+            last_k=2,
+            n_trainable=18_276,
+            error="ValueError: mezo_eps=0: must be > 0",
+            **tiny,
+        )
+    )
     return rows
 
 
 def study_rows() -> list[dict]:
-    study = dict(experiment="seed_agnews", model="bert_base", num_layers=12, hidden_size=768, optimizer="adamw",
-                steps=625, epochs=5, warmup_steps=2, n_params=bert_params(12), n_trainable=bert_params(12))  # fmt: skip
-    numbers = {("torch", "backprop"): (2100.0, 1200.0, 310.0, 0.91), ("torch", "jvp"): (1500.0, 600.0, 290.0, 0.42),
-               ("jax", "backprop"): (2300.0, 1400.0, 250.0, 0.90), ("jax", "jvp"): (1700.0, 800.0, 240.0, 0.44)}
-    return [trial(fw, mode, peak_mem_mb=peak, excess_mem_mb=excess, total_train_time_s=total, eval_accuracy=acc,
-                  eval_loss=0.5, **study) for (fw, mode), (peak, excess, total, acc) in numbers.items()]  # fmt: skip
+    study = dict(
+        experiment="seed_agnews",
+        model="bert_base",
+        num_layers=12,
+        hidden_size=768,
+        optimizer="adamw",
+        steps=625,
+        epochs=5,
+        warmup_steps=2,
+        n_params=bert_params(12),
+        n_trainable=bert_params(12),
+    )
+    numbers = {
+        ("torch", "backprop"): (2100.0, 1200.0, 310.0, 0.91),
+        ("torch", "jvp"): (1500.0, 600.0, 290.0, 0.42),
+        ("jax", "backprop"): (2300.0, 1400.0, 250.0, 0.90),
+        ("jax", "jvp"): (1700.0, 800.0, 240.0, 0.44),
+    }
+    return [
+        trial(
+            fw,
+            mode,
+            peak_mem_mb=peak,
+            excess_mem_mb=excess,
+            total_train_time_s=total,
+            eval_accuracy=acc,
+            eval_loss=0.5,
+            **study,
+        )
+        for (fw, mode), (peak, excess, total, acc) in numbers.items()
+    ]
 
 
 def pathology_rows() -> list[dict]:
-    ctx = dict(experiment="jvp_pathology", model="bert_base", num_layers=4, hidden_size=768, steps=2,
-               n_params=bert_params(4), n_trainable=bert_params(4))  # fmt: skip
-    return [trial("torch", "inference", excess_mem_mb=60.0, **ctx),
-            trial("torch", "backprop", excess_mem_mb=900.0, **ctx),
-            trial("torch", "jvp", jvp_impl="naive", excess_mem_mb=1800.0, **ctx),
-            trial("torch", "jvp", jvp_impl="func", excess_mem_mb=450.0, **ctx),
-            trial("torch", "jvp", jvp_impl="dual", excess_mem_mb=470.0, **ctx)]  # fmt: skip
+    ctx = dict(
+        experiment="jvp_pathology",
+        model="bert_base",
+        num_layers=4,
+        hidden_size=768,
+        steps=2,
+        n_params=bert_params(4),
+        n_trainable=bert_params(4),
+    )
+    return [
+        trial("torch", "inference", excess_mem_mb=60.0, **ctx),
+        trial("torch", "backprop", excess_mem_mb=900.0, **ctx),
+        trial("torch", "jvp", jvp_impl="naive", excess_mem_mb=1800.0, **ctx),
+        trial("torch", "jvp", jvp_impl="func", excess_mem_mb=450.0, **ctx),
+        trial("torch", "jvp", jvp_impl="dual", excess_mem_mb=470.0, **ctx),
+    ]
 
 
-FSDP_JVP_REFUSED = ("ConfigError: mode=jvp with parallel=fsdp, framework=torch: forward-mode AD through FSDP2's "
-                    "sharded (DTensor) parameters is not supported by torch")  # fmt: skip
+FSDP_JVP_REFUSED = (
+    "ConfigError: mode=jvp with parallel=fsdp, framework=torch: forward-mode AD through FSDP2's "
+    "sharded (DTensor) parameters is not supported by torch"
+)
 
 
 def scale_out_rows() -> list[dict]:
@@ -99,25 +206,49 @@ def scale_out_rows() -> list[dict]:
     fsdp), then strategy_table (torch on 2 devices: ddp, SHARD_GRAD_OP, FULL_SHARD; its ddp and FULL_SHARD trials
     are scale_out's configurations again, measured later), and the single-device trials of the same work."""
     rows = []
-    for fw, parallel, devices, mode in itertools.product(("torch", "jax"), ("ddp", "fsdp"), (1, 2),
-                                                         ("backprop", "jvp", "mezo")):  # fmt: skip
+    for fw, parallel, devices, mode in itertools.product(
+        ("torch", "jax"), ("ddp", "fsdp"), (1, 2), ("backprop", "jvp", "mezo")
+    ):
         if (fw, parallel, mode) == ("torch", "fsdp", "jvp"):
             rows.append(parallel_trial(fw, mode, parallel, devices, status="error", error=FSDP_JVP_REFUSED))
         else:
             rows.append(parallel_trial(fw, mode, parallel, devices))
-    for (parallel, reshard), mode in itertools.product((("ddp", True), ("fsdp", False), ("fsdp", True)),
-                                                       ("backprop", "jvp", "mezo")):  # fmt: skip
+    for (parallel, reshard), mode in itertools.product(
+        (("ddp", True), ("fsdp", False), ("fsdp", True)), ("backprop", "jvp", "mezo")
+    ):
         if (parallel, mode) == ("fsdp", "jvp"):
-            rows.append(parallel_trial("torch", mode, parallel, 2, reshard, status="error", error=FSDP_JVP_REFUSED,
-                                       experiment="strategy_table"))  # fmt: skip
+            rows.append(
+                parallel_trial(
+                    "torch",
+                    mode,
+                    parallel,
+                    2,
+                    reshard,
+                    status="error",
+                    error=FSDP_JVP_REFUSED,
+                    experiment="strategy_table",
+                )
+            )
         else:
             step = 0.5 if reshard else 0.45  # FULL_SHARD gathers once more than SHARD_GRAD_OP
-            rows.append(parallel_trial("torch", mode, parallel, 2, reshard, experiment="strategy_table",
-                                       step_time_median_s=step if parallel == "fsdp" else 0.4))  # fmt: skip
+            rows.append(
+                parallel_trial(
+                    "torch",
+                    mode,
+                    parallel,
+                    2,
+                    reshard,
+                    experiment="strategy_table",
+                    step_time_median_s=step if parallel == "fsdp" else 0.4,
+                )
+            )
     for fw, mode in itertools.product(("torch", "jax"), ("backprop", "jvp", "mezo", "inference")):
         extra = {} if mode != "inference" else {"excess_mem_mb": 9.0, "peak_mem_mb": 600.0}
-        rows.append(parallel_trial(fw, mode, experiment="default_bench", **extra) if mode != "inference"
-                    else trial(fw, mode, experiment="default_bench", **{**SCALE, **extra}))  # fmt: skip
+        rows.append(
+            parallel_trial(fw, mode, experiment="default_bench", **extra)
+            if mode != "inference"
+            else trial(fw, mode, experiment="default_bench", **{**SCALE, **extra})
+        )
     return rows
 
 
@@ -131,19 +262,28 @@ def write_device_histories(results: Path, rows: list[dict], imbalanced: str = ""
         devices = []
         for rank in range(r["devices"]):
             less = 0.8 if rank == 1 and r["run_id"] == imbalanced else 1.0
-            devices.append({"device": f"cpu:{rank}", "rank": rank, "peak_mem_mb": r["peak_mem_mb"] * less,
-                            "excess_mem_mb": r["excess_mem_mb"] * less, "baseline_mem_mb": r["peak_mem_mb"] -
-                            r["excess_mem_mb"], "mem_method": r["mem_method"], "mem_params_mb": r["mem_params_mb"],
-                            "mem_optimizer_mb": r["mem_optimizer_mb"],
-                            "step_time_median_s": r["step_time_median_s"]})  # fmt: skip
+            devices.append(
+                {
+                    "device": f"cpu:{rank}",
+                    "rank": rank,
+                    "peak_mem_mb": r["peak_mem_mb"] * less,
+                    "excess_mem_mb": r["excess_mem_mb"] * less,
+                    "baseline_mem_mb": r["peak_mem_mb"] - r["excess_mem_mb"],
+                    "mem_method": r["mem_method"],
+                    "mem_params_mb": r["mem_params_mb"],
+                    "mem_optimizer_mb": r["mem_optimizer_mb"],
+                    "step_time_median_s": r["step_time_median_s"],
+                }
+            )
         history = {"loss": [1.39, 1.38, 1.37], "step_time_s": [r["step_time_median_s"]] * 3, "devices": devices}
         (results / "history" / f"{r['run_id']}.json").write_text(json.dumps(history))
 
 
 def write_history(results: Path, row: dict, steps: int, eval_every: int) -> None:
     rng = np.random.default_rng(len(row["run_id"]) + steps)
-    loss = (1.4 * np.exp(-np.arange(steps) / (steps / 2 if row["mode"] == "backprop" else steps * 4))
-            + 0.05 * rng.standard_normal(steps))  # fmt: skip
+    loss = 1.4 * np.exp(
+        -np.arange(steps) / (steps / 2 if row["mode"] == "backprop" else steps * 4)
+    ) + 0.05 * rng.standard_normal(steps)
     acc = [None] * steps
     for i in range(eval_every - 1, steps, eval_every):
         acc[i] = row["eval_accuracy"] * (i + 1) / steps
@@ -163,13 +303,21 @@ def full(tmp_path_factory):
     for r in rows:
         if r.get("experiment") == "seed_agnews":
             write_history(results, r, 625, 125)
-    imbalanced = next(r for r in scale if r["framework"] == "jax" and r.get("parallel") == "ddp"
-                      and r["devices"] == 2 and r["mode"] == "backprop")  # fmt: skip
+    imbalanced = next(
+        r
+        for r in scale
+        if r["framework"] == "jax" and r.get("parallel") == "ddp" and r["devices"] == 2 and r["mode"] == "backprop"
+    )
     write_device_histories(results, scale, imbalanced["run_id"])
     (results / "history" / "not-a-run.json").write_text("{broken")  # ignored: no row names it
     before = csv_path.read_bytes(), os.stat(csv_path).st_mtime_ns
     out = results / "report"
     rep = build_report([csv_path], out)
-    return {"rows": rows, "csv": csv_path, "before": before, "out": out, "report": rep,
-            "md": (out / "report.md").read_text()}  # fmt: skip
-
+    return {
+        "rows": rows,
+        "csv": csv_path,
+        "before": before,
+        "out": out,
+        "report": rep,
+        "md": (out / "report.md").read_text(),
+    }

@@ -31,21 +31,40 @@ from tests.support import FAST, bench_here, run_here
 MARKER = "bench-marker-" + "5e" * 20  # the API key in the environment: it must reach no file
 # What a single-device model sweep without evaluate / measure_grad_cosine (and one ops trial) does not log: the
 # panels naming these are "not filled by these runs", and nothing else may be.
-NOT_FILLED = {"eval_loss", "eval_accuracy", "grad_cosine", "comm_bytes_per_step",
-              "steps_to_target", "wall_to_target_s", "mib_s_to_target",  # trials without a target
-              *(f"{DEVICES}/{i}/peak_mem_mb" for i in range(1, 8)),
-              *(["budget_mb"] if "budget_mb" in CSV_COLUMNS else [])}  # fmt: skip (budget_mb: no probe ran under one)
+NOT_FILLED = {
+    "eval_loss",
+    "eval_accuracy",
+    "grad_cosine",
+    "comm_bytes_per_step",
+    "steps_to_target",
+    "wall_to_target_s",
+    "mib_s_to_target",  # trials without a target
+    *(f"{DEVICES}/{i}/peak_mem_mb" for i in range(1, 8)),
+    *(["budget_mb"] if "budget_mb" in CSV_COLUMNS else []),
+}  # budget_mb: no probe ran under one
 SWEEP = ["-m", "framework=torch,jax", "mode=backprop,jvp", *FAST, "logger=wandb"]
-OPS = ["scenario=ops", "framework=torch", "ops.names=[exp,matmul]", "ops.sizes=[8]", "ops.shapes=[]", "ops.repeats=2",
-       "ops.min_sample_s=0"]  # fmt: skip
+OPS = [
+    "scenario=ops",
+    "framework=torch",
+    "ops.names=[exp,matmul]",
+    "ops.sizes=[8]",
+    "ops.shapes=[]",
+    "ops.repeats=2",
+    "ops.min_sample_s=0",
+]
 
 
 def use_wandb_env(mp: pytest.MonkeyPatch, tmp: Path) -> None:
     """Offline, quiet, a marker API key in the environment, W&B's own folders kept in the test's."""
     for k in [k for k in os.environ if k.startswith("WANDB_")]:
         mp.delenv(k)
-    env = {"WANDB_API_KEY": MARKER, "WANDB_SILENT": "true", "WANDB_CONFIG_DIR": str(tmp / "wandb-config"),
-           "WANDB_CACHE_DIR": str(tmp / "wandb-cache"), "WANDB_DATA_DIR": str(tmp / "wandb-data")}  # fmt: skip
+    env = {
+        "WANDB_API_KEY": MARKER,
+        "WANDB_SILENT": "true",
+        "WANDB_CONFIG_DIR": str(tmp / "wandb-config"),
+        "WANDB_CACHE_DIR": str(tmp / "wandb-cache"),
+        "WANDB_DATA_DIR": str(tmp / "wandb-data"),
+    }
     for k, v in env.items():
         mp.setenv(k, v)
 
@@ -55,8 +74,12 @@ def sweep_ends(*args: str, results: Path) -> None:
     names, given the sweep's config, at its start and its end. bench's writes the sweep-level W&B run."""
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = GlobalHydra.instance().hydra.compose_config("config", [a for a in args if a != "-m"] + [
-            f"results_dir={results}"], run_mode=RunMode.MULTIRUN, with_log_configuration=False)  # fmt: skip
+        cfg = GlobalHydra.instance().hydra.compose_config(
+            "config",
+            [a for a in args if a != "-m"] + [f"results_dir={results}"],
+            run_mode=RunMode.MULTIRUN,
+            with_log_configuration=False,
+        )
         callbacks = [instantiate(c) for c in cfg.hydra.callbacks.values()]
         for callback in callbacks:
             callback.on_multirun_start(config=cfg, config_name="config")
@@ -85,8 +108,13 @@ def sweep(tmp_path_factory):
         dash = bench_here("dashboard", "--results", str(results), "--dry-run", str(spec_path))
         assert dash.returncode == 0, dash.stderr
     runs = offline_runs(results)  # read_wandb_offline of each: W&B's own datastore, record by record
-    return {"results": results, "stdout": out.getvalue(), "runs": runs, "dashboard": dash,
-            "spec": json.loads(spec_path.read_text())}  # fmt: skip
+    return {
+        "results": results,
+        "stdout": out.getvalue(),
+        "runs": runs,
+        "dashboard": dash,
+        "spec": json.loads(spec_path.read_text()),
+    }
 
 
 def trial_runs(sweep) -> list[dict]:
@@ -117,12 +145,15 @@ def test_no_runs_is_one_line_and_exit_2(tmp_path, monkeypatch):
     assert not (tmp_path / "none").exists()  # nothing written
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--bogus"], "unrecognized arguments: --bogus"),
-    (["--sweep", ""], "--sweep='': empty"),
-    (["--title", "t" * 129], "--title: 129 characters; accepted at most 128"),
-    (["--online", "--dry-run", "x.json"], "--online with --dry-run: accepted one of them"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--sweep", ""], "--sweep='': empty"),
+        (["--title", "t" * 129], "--title: 129 characters; accepted at most 128"),
+        (["--online", "--dry-run", "x.json"], "--online with --dry-run: accepted one of them"),
+    ],
+)
 def test_bad_options_are_one_line_and_exit_2(tmp_path, monkeypatch, args, expected):
     use_wandb_env(monkeypatch, tmp_path)
     proc = bench_here("dashboard", "--results", str(tmp_path), *args)
@@ -136,8 +167,12 @@ def spec_keys(spec: dict) -> dict[str, set[str]]:
     """Every key the built W&B objects refer to, read from their specification as W&B would store it."""
     found: dict[str, set[str]] = {"summary": set(), "history": set(), "config": set()}
     panels = [p for s in spec["workspace"]["spec"]["section"]["panelBankConfig"]["sections"] for p in s["panels"]]
-    panels += [p for b in spec["report"]["spec"]["blocks"] if b["type"] == "panel-grid"
-               for p in b["metadata"]["panelBankSectionConfig"]["panels"]]  # fmt: skip
+    panels += [
+        p
+        for b in spec["report"]["spec"]["blocks"]
+        if b["type"] == "panel-grid"
+        for p in b["metadata"]["panelBankSectionConfig"]["panels"]
+    ]
     for p in panels:
         cfg, kind = p["config"], p["viewType"]
         if kind == "Bar Chart":
@@ -151,8 +186,9 @@ def spec_keys(spec: dict) -> dict[str, set[str]]:
         elif kind == "Media Browser":
             found["summary"] |= set(cfg["mediaKeys"])
         elif kind == "Weave":
-            found["summary"] |= set(re.findall(r'"nodeType": "const", "type": "string", "val": "(\w+)"',
-                                               json.dumps(cfg)))  # fmt: skip
+            found["summary"] |= set(
+                re.findall(r'"nodeType": "const", "type": "string", "val": "(\w+)"', json.dumps(cfg))
+            )
         else:
             raise AssertionError(f"a panel of an unexpected kind: {kind}")
         if "groupBy" in cfg:
@@ -165,9 +201,11 @@ def test_the_dashboard_refers_only_to_what_the_runs_carry(sweep):
     spec, runs = sweep["spec"], sweep["runs"]
     assert spec["format"] == "bench.dashboard/1" and spec["mode"] == "offline" and spec["project"] == "bench"
     assert spec["runs"]["shown"] == len(runs) == 7  # 4 trials, the sweep-level run, an ops trial, the report's
-    logged = {"summary": set().union(*(r["summary"] for r in runs)),
-              "history": set().union(*(h for r in runs for h in r["history"])),
-              "config": set().union(*(r["config"] for r in runs))}  # fmt: skip
+    logged = {
+        "summary": set().union(*(r["summary"] for r in runs)),
+        "history": set().union(*(h for r in runs for h in r["history"])),
+        "config": set().union(*(r["config"] for r in runs)),
+    }
     referred = spec_keys(spec)
     assert referred["history"] and referred["config"] >= {"framework_mode", "num_layers", "num_tangents"}
     for where, keys in referred.items():
@@ -199,8 +237,21 @@ def test_runs_are_named_grouped_tagged_and_keyed_as_the_csv(sweep):
         row, cfg, summary = rows[t["summary"]["run_id"]], t["config"], t["summary"]
         assert t["run"]["group"] == row["sweep_id"] and t["run"]["job_type"] == row["mode"]
         assert t["run"]["tags"] == [row["framework"], row["mode"]]  # no experiment, no strategy here
-        for column in ("framework", "mode", "model", "num_layers", "batch_size", "seq_len", "num_tangents",
-                       "parallel", "devices", "world_size", "device", "sweep_id", "config_hash"):  # fmt: skip
+        for column in (
+            "framework",
+            "mode",
+            "model",
+            "num_layers",
+            "batch_size",
+            "seq_len",
+            "num_tangents",
+            "parallel",
+            "devices",
+            "world_size",
+            "device",
+            "sweep_id",
+            "config_hash",
+        ):
             assert str(cfg[column]) == row[column] == str(summary[column]), column
         assert cfg["model.num_layers"] == 2 and cfg["requested.device"] == "auto"  # the Hydra config stays too
         assert cfg["framework_mode"] == f"{row['framework']} {row['mode']}" and cfg["experiment"] == ""

@@ -14,24 +14,53 @@ from bench.scenarios.model.select import select
 from bench.store.read import load_rows
 from tests.support import COLUMNS, POISON, assert_real_png, build_report, trial, write_csv
 
-BREAKDOWN = ("mem_trainable_mb", "mem_grads_mb", "mem_directions_mb", "mem_saved_mb", "mem_temp_mb",
-             "mem_tracked_peak_mb", "mem_breakdown_method", "mem_predicted_mb", "mem_predicted_saved_mb",
-             "mem_predicted_grads_mb", "mem_predicted_directions_mb", "mem_predicted_temp_mb")  # fmt: skip
+BREAKDOWN = (
+    "mem_trainable_mb",
+    "mem_grads_mb",
+    "mem_directions_mb",
+    "mem_saved_mb",
+    "mem_temp_mb",
+    "mem_tracked_peak_mb",
+    "mem_breakdown_method",
+    "mem_predicted_mb",
+    "mem_predicted_saved_mb",
+    "mem_predicted_grads_mb",
+    "mem_predicted_directions_mb",
+    "mem_predicted_temp_mb",
+)
 PARAMS = 86.6  # MiniLM's parameters in fp32, MiB
 NAIVE_SAVED, FUNC_SAVED = 1374.0, 0.0
 LAZY_DIRECTIONS = 11.4  # the largest parameter tensor: the word embeddings
 
 
-def measured(framework: str, mode: str, *, excess: float, predicted: float, saved=0.0, grads=0.0,
-             directions=0.0, temp=0.0, optimizer_mb=0.0, **kw) -> dict:  # fmt: skip
+def measured(
+    framework: str,
+    mode: str,
+    *,
+    excess: float,
+    predicted: float,
+    saved=0.0,
+    grads=0.0,
+    directions=0.0,
+    temp=0.0,
+    optimizer_mb=0.0,
+    **kw,
+) -> dict:
     """A row with the breakdown; the predicted categories are the measured ones unless given."""
     cats = {"saved": saved, "grads": grads, "directions": directions, "temp": temp}
-    row = {"excess_mem_mb": excess, "mem_params_mb": PARAMS, "mem_optimizer_mb": optimizer_mb,
-           "mem_trainable_mb": PARAMS, "mem_tracked_peak_mb": saved + grads + directions,
-           "mem_breakdown_method": "torch_saved_tensors_hooks+rss_hwm_remainder" if framework == "torch"
-           else "jax_saved_residuals+xla_memory_analysis",
-           "mem_predicted_mb": predicted, **{f"mem_{c}_mb": v for c, v in cats.items()},
-           **{f"mem_predicted_{c}_mb": v for c, v in cats.items()}}  # fmt: skip
+    row = {
+        "excess_mem_mb": excess,
+        "mem_params_mb": PARAMS,
+        "mem_optimizer_mb": optimizer_mb,
+        "mem_trainable_mb": PARAMS,
+        "mem_tracked_peak_mb": saved + grads + directions,
+        "mem_breakdown_method": "torch_saved_tensors_hooks+rss_hwm_remainder"
+        if framework == "torch"
+        else "jax_saved_residuals+xla_memory_analysis",
+        "mem_predicted_mb": predicted,
+        **{f"mem_{c}_mb": v for c, v in cats.items()},
+        **{f"mem_predicted_{c}_mb": v for c, v in cats.items()},
+    }
     row.update(kw)
     return trial(framework, mode, **row)
 
@@ -41,13 +70,31 @@ def breakdown_rows() -> list[dict]:
         # superseded by the later row of the same configuration: never shown
         measured("torch", "backprop", excess=POISON, predicted=POISON, saved=POISON),
         measured("torch", "backprop", excess=400.0, predicted=380.0, saved=150.0, grads=86.6, temp=60.0),
-        measured("torch", "jvp", excess=1800.0, predicted=1000.0, saved=NAIVE_SAVED, directions=86.6, temp=300.0,
-                 jvp_impl="naive", mem_predicted_saved_mb=900.0),
+        measured(
+            "torch",
+            "jvp",
+            excess=1800.0,
+            predicted=1000.0,
+            saved=NAIVE_SAVED,
+            directions=86.6,
+            temp=300.0,
+            jvp_impl="naive",
+            mem_predicted_saved_mb=900.0,
+        ),
         measured("torch", "jvp", excess=200.0, predicted=190.0, saved=FUNC_SAVED, directions=86.6, temp=100.0),
-        measured("torch", "jvp", excess=210.0, predicted=190.0, saved=0.0, directions=86.6, temp=110.0,
-                 jvp_impl="dual"),
-        measured("torch", "jvp", excess=120.0, predicted=115.0, saved=0.0, directions=LAZY_DIRECTIONS, temp=100.0,
-                 jvp_impl="lazy"),
+        measured(
+            "torch", "jvp", excess=210.0, predicted=190.0, saved=0.0, directions=86.6, temp=110.0, jvp_impl="dual"
+        ),
+        measured(
+            "torch",
+            "jvp",
+            excess=120.0,
+            predicted=115.0,
+            saved=0.0,
+            directions=LAZY_DIRECTIONS,
+            temp=100.0,
+            jvp_impl="lazy",
+        ),
         measured("jax", "backprop", excess=520.0, predicted=380.0, saved=160.0, grads=86.6, temp=70.0),
         measured("jax", "backprop", excess=300.0, predicted=280.0, saved=20.0, grads=86.6, temp=150.0, remat=True),
         measured("jax", "jvp", excess=300.0, predicted=190.0, directions=86.6, temp=120.0),
@@ -56,7 +103,7 @@ def breakdown_rows() -> list[dict]:
         trial("torch", "inference", excess_mem_mb=58.0),
         # a failed trial never enters a number, breakdown or not
         trial("jax", "mezo", "oom", mem_saved_mb=POISON, mem_predicted_mb=POISON),
-    ]  # fmt: skip
+    ]
     return rows
 
 
@@ -72,8 +119,13 @@ def report(tmp_path_factory):
     out = results / "report"
     rep = build_report([csv_path], out)
     md = (out / "report.md").read_text()
-    return {"out": out, "report": rep, "md": md, "section": md.split("## Memory, explained", 1)[1].split("\n## ")[0],
-            "plot": memory_plot(csv_path)}  # fmt: skip
+    return {
+        "out": out,
+        "report": rep,
+        "md": md,
+        "section": md.split("## Memory, explained", 1)[1].split("\n## ")[0],
+        "plot": memory_plot(csv_path),
+    }
 
 
 def table_line(section: str, framework: str, mode: str) -> str:
@@ -116,8 +168,17 @@ def test_the_chart_is_a_real_png_embedded_with_how_to_read(report):
     assert report["md"].split(link, 1)[1].lstrip("\n").startswith(f"*How to read it:* {p.how_to_read}")
     # one bar per cell with the breakdown, stacked by category, the measured and predicted excess as guides
     (panel,) = [row[0] for row in p.grid]
-    assert panel.categories == ["torch backprop", "jax backprop", "jax backprop+remat", "torch jvp", "jax jvp",
-                                "torch jvp[lazy]", "torch jvp[dual]", "torch jvp[naive]", "torch mezo"]  # fmt: skip
+    assert panel.categories == [
+        "torch backprop",
+        "jax backprop",
+        "jax backprop+remat",
+        "torch jvp",
+        "jax jvp",
+        "torch jvp[lazy]",
+        "torch jvp[dual]",
+        "torch jvp[naive]",
+        "torch mezo",
+    ]
     stacks = {s.mode: s.ys for s in p.grid[0][0].series if not s.guide}
     assert list(stacks) == ["params", "optimizer", "grads", "directions", "saved", "temp"]
     naive = panel.categories.index("torch jvp[naive]")
@@ -131,16 +192,29 @@ def test_the_jvp_impl_paragraph_compares_what_each_implementation_saves_and_hold
     line = next(line for line in report["section"].splitlines() if line.startswith("Torch's `jvp` by `jvp_impl`"))
     assert f"`naive` saves {NAIVE_SAVED - FUNC_SAVED:.0f} MiB of activations that `func` does not" in line
     assert "require grad" in line
-    assert f"`lazy` saves as much as `func` (0 MiB) and holds {LAZY_DIRECTIONS:.0f} MiB of tangent at once " \
-           "instead of 87 MiB" in line  # fmt: skip
+    assert (
+        f"`lazy` saves as much as `func` (0 MiB) and holds {LAZY_DIRECTIONS:.0f} MiB of tangent at once "
+        "instead of 87 MiB" in line
+    )
     assert "`dual` saves as much as `func` (0 MiB) and holds the same 87 MiB of tangent" in line
 
 
 def test_each_context_has_its_table_and_panel_and_one_jvp_impl_has_no_paragraph(tmp_path):
-    rows = [measured("torch", "jvp", excess=200.0, predicted=190.0, directions=86.6),
-            measured("jax", "jvp", excess=300.0, predicted=190.0, directions=86.6),
-            measured("torch", "backprop", excess=900.0, predicted=800.0, saved=500.0, grads=86.6, optimizer_mb=173.3,
-                     optimizer="adamw", batch_size=32)]  # fmt: skip
+    rows = [
+        measured("torch", "jvp", excess=200.0, predicted=190.0, directions=86.6),
+        measured("jax", "jvp", excess=300.0, predicted=190.0, directions=86.6),
+        measured(
+            "torch",
+            "backprop",
+            excess=900.0,
+            predicted=800.0,
+            saved=500.0,
+            grads=86.6,
+            optimizer_mb=173.3,
+            optimizer="adamw",
+            batch_size=32,
+        ),
+    ]
     csv_path = write_csv(tmp_path / "runs.csv", rows)
     rep = build_report([csv_path], tmp_path / "out")
     section = rep.path.read_text().split("## Memory, explained", 1)[1].split("\n## ")[0]

@@ -20,9 +20,18 @@ from tests.support import MIB, POISON, assert_real_png, bert_params, first_table
 @pytest.mark.slow
 def test_every_plot_is_drawn_as_a_real_png_and_embedded_with_how_to_read(full):
     plots = {p.name: p for p in planned_plots([full["csv"]])}  # what the report planned from the rows
-    assert set(plots) == {"excess_memory", "step_time", "memory_vs_depth", "memory_vs_seq_len", "memory_vs_batch",
-                          "jacfwd_vs_trainable", "grad_quality", "training_curves", "memory_vs_devices",
-                          "comm_bytes"}  # fmt: skip
+    assert set(plots) == {
+        "excess_memory",
+        "step_time",
+        "memory_vs_depth",
+        "memory_vs_seq_len",
+        "memory_vs_batch",
+        "jacfwd_vs_trainable",
+        "grad_quality",
+        "training_curves",
+        "memory_vs_devices",
+        "comm_bytes",
+    }
     assert {p.stem for p in full["report"].plots} == set(plots)  # the plots report.md shows
     for name, p in plots.items():
         assert p.drawn, f"{name} skipped: needs {p.needs}"
@@ -110,7 +119,7 @@ def test_failed_rows_are_never_plotted(full):
 
 def test_depth_growth_is_the_slope_per_layer_against_a_layers_parameters(full):
     sel = select(load_rows([full["csv"]]))
-    (key, body), = depth_growth(sel.ok)
+    ((key, body),) = depth_growth(sel.ok)
     table = {(r[0], r[1]): r for r in body}
     layer_mb = 7_087_872 * 4 / MIB  # the cost model: backprop keeps 8 MiB of activations per layer and a gradient
     assert table["torch", "backprop"][2] == "1 → 8"  # the crashed 12-layer row is not a point
@@ -127,8 +136,14 @@ def test_scaling_plots_show_what_the_sweeps_varied(full):
     plots = {p.name: p for p in plan_plots(sel, group_contexts(sel))}
     memory = plots["memory_vs_depth"].grid[0][0]
     lines = {s.label: s for s in memory.series}
-    depth_rows = {r["num_layers"]: r["excess_mem_mb"] for r in full["rows"] if r.get("experiment") == "depth_scaling"
-                  and r["framework"] == "torch" and r["mode"] == "backprop" and r["status"] == "ok"}  # fmt: skip
+    depth_rows = {
+        r["num_layers"]: r["excess_mem_mb"]
+        for r in full["rows"]
+        if r.get("experiment") == "depth_scaling"
+        and r["framework"] == "torch"
+        and r["mode"] == "backprop"
+        and r["status"] == "ok"
+    }
     assert lines["torch backprop"].xs == [1, 2, 4, 8]
     assert lines["torch backprop"].ys == pytest.approx([depth_rows[n] for n in (1, 2, 4, 8)])
     guide = next(s for s in memory.series if s.guide)

@@ -34,9 +34,11 @@ from tests.support import (
 
 
 def test_rows_that_differ_only_in_attn_implementation_both_appear(tmp_path):
-    rows = [trial("torch", "backprop", attn_implementation="eager", excess_mem_mb=400.0),
-            trial("torch", "backprop", attn_implementation="sdpa", excess_mem_mb=333.0),  # later: it used to win
-            trial("jax", "backprop", attn_implementation="eager", excess_mem_mb=520.0)]  # fmt: skip
+    rows = [
+        trial("torch", "backprop", attn_implementation="eager", excess_mem_mb=400.0),
+        trial("torch", "backprop", attn_implementation="sdpa", excess_mem_mb=333.0),  # later: it used to win
+        trial("jax", "backprop", attn_implementation="eager", excess_mem_mb=520.0),
+    ]
     csv_path = write_csv(tmp_path / "runs.csv", rows)
     rep = build_report([csv_path], tmp_path / "out")
     md = rep.path.read_text()
@@ -49,9 +51,11 @@ def test_rows_that_differ_only_in_attn_implementation_both_appear(tmp_path):
 
 
 def test_rows_that_differ_only_in_learning_rate_both_appear(tmp_path):
-    rows = [trial("torch", "backprop", lr="1e-3", excess_mem_mb=400.0),  # the default, written another way
-            trial("torch", "backprop", lr=0.0001, excess_mem_mb=444.0),
-            trial("torch", "jvp", lr=0.001, excess_mem_mb=200.0)]  # fmt: skip
+    rows = [
+        trial("torch", "backprop", lr="1e-3", excess_mem_mb=400.0),  # the default, written another way
+        trial("torch", "backprop", lr=0.0001, excess_mem_mb=444.0),
+        trial("torch", "jvp", lr=0.001, excess_mem_mb=200.0),
+    ]
     md = build_report([write_csv(tmp_path / "runs.csv", rows)], tmp_path / "out").path.read_text()
     default = context_section(md, DEFAULT_HEADING)
     assert "| torch | backprop | " in default and "| 400 |" in default and "| torch | jvp | " in default
@@ -62,16 +66,18 @@ def test_rows_that_differ_only_in_learning_rate_both_appear(tmp_path):
 
 @pytest.mark.parametrize(
     ("column", "default", "other", "shown"),
-    [("attn_implementation", "eager", "sdpa", "backprop(attn=sdpa)"),
-     ("mezo_eps", "0.001", "1e-4", "mezo(eps=0.0001)"),
-     ("dropout", "0.1", "0", "· fp32 · dropout 0 ·"),
-     ("lr", "1e-3", "0.01", "sgd (lr 0.01)"),
-     ("momentum", "0", "0.9", "sgd (momentum 0.9)"),
-     ("weight_decay", "0.0", "0.01", "sgd (weight decay 0.01)"),
-     ("beta1", "0.9", "0.8", "sgd (beta1 0.8)"),
-     ("beta2", "0.999", "0.99", "sgd (beta2 0.99)"),
-     ("adam_eps", "1e-08", "1e-6", "sgd (eps 1e-06)")],
-)  # fmt: skip
+    [
+        ("attn_implementation", "eager", "sdpa", "backprop(attn=sdpa)"),
+        ("mezo_eps", "0.001", "1e-4", "mezo(eps=0.0001)"),
+        ("dropout", "0.1", "0", "· fp32 · dropout 0 ·"),
+        ("lr", "1e-3", "0.01", "sgd (lr 0.01)"),
+        ("momentum", "0", "0.9", "sgd (momentum 0.9)"),
+        ("weight_decay", "0.0", "0.01", "sgd (weight decay 0.01)"),
+        ("beta1", "0.9", "0.8", "sgd (beta1 0.8)"),
+        ("beta2", "0.999", "0.99", "sgd (beta2 0.99)"),
+        ("adam_eps", "1e-08", "1e-6", "sgd (eps 1e-06)"),
+    ],
+)
 def test_every_knob_separates_rows_and_names_its_value(column, default, other, shown):
     mode = "mezo" if column == "mezo_eps" else "backprop"
     a, b = trial("torch", mode, **{column: default}), trial("torch", mode, **{column: other})
@@ -86,9 +92,20 @@ def test_every_knob_separates_rows_and_names_its_value(column, default, other, s
 def test_a_csv_without_the_knob_columns_builds_and_meets_a_newer_one(tmp_path):
     old = write_csv(tmp_path / "old" / "runs.csv", [trial("torch", "backprop", excess_mem_mb=400.0)], OLD_COLUMNS)
     assert not set(KNOB_COLUMNS) & set(load_rows([old])[0])
-    new = write_csv(tmp_path / "new" / "runs.csv",
-                    [trial("jax", "backprop", excess_mem_mb=520.0, attn_implementation="eager", lr=0.001,
-                           dropout=0.1, mezo_eps=0.001)])  # fmt: skip
+    new = write_csv(
+        tmp_path / "new" / "runs.csv",
+        [
+            trial(
+                "jax",
+                "backprop",
+                excess_mem_mb=520.0,
+                attn_implementation="eager",
+                lr=0.001,
+                dropout=0.1,
+                mezo_eps=0.001,
+            )
+        ],
+    )
     md = build_report([old], tmp_path / "out-old").path.read_text()
     assert "| torch | backprop | " in context_section(md, DEFAULT_HEADING)
     md = build_report([old, new], tmp_path / "out").path.read_text()
@@ -101,26 +118,57 @@ def test_a_csv_without_the_knob_columns_builds_and_meets_a_newer_one(tmp_path):
 
 
 def test_summary_table_and_variant_still_work(tmp_path):
-    rows = [trial("torch", "backprop", excess_mem_mb=400.0, step_time_median_s=0.0125),
-            trial("jax", "jvp", num_tangents=4), trial("torch", "jvp", jvp_impl="naive"),
-            trial("torch", "backprop", remat=True, trainable="head"), trial("torch", "mezo", compile=True),
-            trial("jax", "mezo", "oom", error="RESOURCE_EXHAUSTED")]  # fmt: skip
+    rows = [
+        trial("torch", "backprop", excess_mem_mb=400.0, step_time_median_s=0.0125),
+        trial("jax", "jvp", num_tangents=4),
+        trial("torch", "jvp", jvp_impl="naive"),
+        trial("torch", "backprop", remat=True, trainable="head"),
+        trial("torch", "mezo", compile=True),
+        trial("jax", "mezo", "oom", error="RESOURCE_EXHAUSTED"),
+    ]
     read = read_rows(write_csv(tmp_path / "runs.csv", rows))
     text = summary_table(read)
     lines = text.splitlines()
-    assert lines[0].split() == ["framework", "mode", "model", "status", "excess", "MiB", "peak", "MiB", "step", "ms",
-                                "compile", "s", "samples/s", "loss", "first->last"]  # fmt: skip
+    assert lines[0].split() == [
+        "framework",
+        "mode",
+        "model",
+        "status",
+        "excess",
+        "MiB",
+        "peak",
+        "MiB",
+        "step",
+        "ms",
+        "compile",
+        "s",
+        "samples/s",
+        "loss",
+        "first->last",
+    ]
     assert lines[2].split()[:7] == ["torch", "backprop", "minilm_l6", "ok", "400", lines[2].split()[5], "12.5"]
-    assert [variant(r) for r in read] == ["backprop", "jvp(K=4)", "jvp[naive]", "backprop+remat[head]", "mezo+compile",
-                                        "mezo"]  # fmt: skip
+    assert [variant(r) for r in read] == [
+        "backprop",
+        "jvp(K=4)",
+        "jvp[naive]",
+        "backprop+remat[head]",
+        "mezo+compile",
+        "mezo",
+    ]
     assert lines[-1].strip().endswith(": oom: RESOURCE_EXHAUSTED")
     assert summary_table([]) == "(no trials recorded)"
     assert num({"x": "nan"}, "x") is None and num({"x": "2.5"}, "x") == 2.5
 
 
 def test_lora_rows_are_named_by_every_setting_away_from_its_default():
-    lora = {"mode": "mezo", "trainable": "lora", "lora_rank": "8", "lora_alpha": "16.0", "lora_dropout": "0.0",
-            "lora_targets": "query+value"}
+    lora = {
+        "mode": "mezo",
+        "trainable": "lora",
+        "lora_rank": "8",
+        "lora_alpha": "16.0",
+        "lora_dropout": "0.0",
+        "lora_targets": "query+value",
+    }
     assert variant(lora) == "mezo[lora(r=8)]"
     assert scope_label({**lora, "lora_rank": "4", "lora_alpha": "8.0"}) == "lora(r=4, alpha=8)"
     every = "+".join(LORA_TARGETS)
@@ -131,10 +179,23 @@ def test_lora_rows_are_named_by_every_setting_away_from_its_default():
 
 # ---------------------------------------------------------------------------------------------- beyond one device
 
+
 def test_a_ddp_and_a_single_device_row_at_one_batch_both_appear_labelled_apart(tmp_path):
-    rows = [trial("torch", "backprop", excess_mem_mb=400.0),
-            trial("torch", "backprop", excess_mem_mb=410.0, parallel="ddp", devices=2, nodes=1, world_size=2,
-                  global_batch_size=16, comm_bytes_per_step=4 * N + 4, comm_bytes_expected=4 * N + 4)]  # fmt: skip
+    rows = [
+        trial("torch", "backprop", excess_mem_mb=400.0),
+        trial(
+            "torch",
+            "backprop",
+            excess_mem_mb=410.0,
+            parallel="ddp",
+            devices=2,
+            nodes=1,
+            world_size=2,
+            global_batch_size=16,
+            comm_bytes_per_step=4 * N + 4,
+            comm_bytes_expected=4 * N + 4,
+        ),
+    ]
     md = build_report([write_csv(tmp_path / "runs.csv", rows)], tmp_path / "out").path.read_text()
     single = context_section(md, DEFAULT_HEADING)  # the usual label, unchanged
     assert "| torch | backprop | " in single and "| 400 |" in single and "| 410 |" not in single
@@ -144,15 +205,25 @@ def test_a_ddp_and_a_single_device_row_at_one_batch_both_appear_labelled_apart(t
 
 @pytest.mark.parametrize(
     ("settings", "shown"),
-    [({"parallel": "ddp", "devices": 2}, " · ddp × 2 devices"),
-     ({"parallel": "ddp", "devices": 1}, " · ddp × 1 device"),
-     ({"parallel": "fsdp", "devices": 2}, " · fsdp FULL_SHARD × 2 devices"),
-     ({"parallel": "fsdp", "devices": 2, "fsdp_reshard_after_forward": False}, " · fsdp SHARD_GRAD_OP × 2 devices"),
-     ({"parallel": "fsdp", "devices": 2, "fsdp_offload": True}, " · fsdp FULL_SHARD × 2 devices + CPU offload"),
-     ({"parallel": "ddp", "devices": 2, "nodes": 2}, " · ddp × 2 nodes × 2 devices"),
-     ({"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": "true",
-       "fsdp_offload": "False"}, "")],
-)  # fmt: skip
+    [
+        ({"parallel": "ddp", "devices": 2}, " · ddp × 2 devices"),
+        ({"parallel": "ddp", "devices": 1}, " · ddp × 1 device"),
+        ({"parallel": "fsdp", "devices": 2}, " · fsdp FULL_SHARD × 2 devices"),
+        ({"parallel": "fsdp", "devices": 2, "fsdp_reshard_after_forward": False}, " · fsdp SHARD_GRAD_OP × 2 devices"),
+        ({"parallel": "fsdp", "devices": 2, "fsdp_offload": True}, " · fsdp FULL_SHARD × 2 devices + CPU offload"),
+        ({"parallel": "ddp", "devices": 2, "nodes": 2}, " · ddp × 2 nodes × 2 devices"),
+        (
+            {
+                "parallel": "none",
+                "devices": 1,
+                "nodes": 1,
+                "fsdp_reshard_after_forward": "true",
+                "fsdp_offload": "False",
+            },
+            "",
+        ),
+    ],
+)
 def test_parallel_settings_separate_rows_and_are_named_last_in_the_label(settings, shown):
     single, spread = trial("torch", "backprop"), trial("torch", "backprop", **settings)
     assert context_label(context_key(spread)) == DEFAULT_HEADING + shown
@@ -161,11 +232,17 @@ def test_parallel_settings_separate_rows_and_are_named_last_in_the_label(setting
 
 
 def test_summary_table_names_the_strategy_only_when_a_trial_has_one(tmp_path):
-    rows = [trial("torch", "backprop"), trial("torch", "backprop", parallel="ddp", devices=2),
-            trial("jax", "mezo", parallel="fsdp", devices=2, fsdp_reshard_after_forward=True)]  # fmt: skip
+    rows = [
+        trial("torch", "backprop"),
+        trial("torch", "backprop", parallel="ddp", devices=2),
+        trial("jax", "mezo", parallel="fsdp", devices=2, fsdp_reshard_after_forward=True),
+    ]
     read = read_rows(write_csv(tmp_path / "runs.csv", rows))
     lines = summary_table(read).splitlines()
     assert lines[0].split()[:4] == ["framework", "mode", "parallel", "model"]
-    assert [line.split()[:3] for line in lines[2:]] == [["torch", "backprop", "none"], ["torch", "backprop", "ddp×2"],
-                                                        ["jax", "mezo", "fsdp×2"]]  # fmt: skip
+    assert [line.split()[:3] for line in lines[2:]] == [
+        ["torch", "backprop", "none"],
+        ["torch", "backprop", "ddp×2"],
+        ["jax", "mezo", "fsdp×2"],
+    ]
     assert "parallel" not in summary_table(read[:1]).splitlines()[0]  # single-device sweeps: as before

@@ -69,8 +69,9 @@ def test_the_same_csv_twice_counts_each_row_once(tmp_path):
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "bench", "report", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "bench", "report", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cli_defaults_read_results_runs_csv_and_write_results_report(tmp_path):
@@ -127,8 +128,10 @@ def test_out_that_is_a_file_is_refused(tmp_path, capsys):
 def test_reading_rows_needs_no_matplotlib():
     # the sweep process (bench.cli) prints select.summary_table and `python -m bench targets` reads rows: neither
     # draws; the report's modules import matplotlib only to draw
-    code = ("import sys, bench.cli, bench.scenarios.model.select, bench.scenarios.model.report.targets, "
-            "bench.report.build; print('matplotlib' in sys.modules)")
+    code = (
+        "import sys, bench.cli, bench.scenarios.model.select, bench.scenarios.model.report.targets, "
+        "bench.report.build; print('matplotlib' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
@@ -137,11 +140,15 @@ def test_reading_rows_needs_no_matplotlib():
 def test_a_kept_benchmark_names_where_when_and_at_which_commits_its_rows_were_measured(tmp_path):
     """`--benchmarks DIR` keeps report.md as DIR/<date>_<host>_<sha>.md; the rows may have been measured at other
     commits than the one the report is written at, and the header names those."""
-    rows = [trial("torch", "backprop", git_sha="aaaa11112222"), trial("jax", "backprop", git_sha="bbbb33334444"),
-            trial("jax", "jvp", git_sha="aaaa11112222")]  # fmt: skip
+    rows = [
+        trial("torch", "backprop", git_sha="aaaa11112222"),
+        trial("jax", "backprop", git_sha="bbbb33334444"),
+        trial("jax", "jvp", git_sha="aaaa11112222"),
+    ]
     csv_path = write_csv(tmp_path / "runs.csv", rows)
-    assert main([str(csv_path), "--out", str(tmp_path / "out"), "--benchmarks", str(tmp_path / "b")],
-                REPORT_SECTIONS) == 0  # fmt: skip
+    assert (
+        main([str(csv_path), "--out", str(tmp_path / "out"), "--benchmarks", str(tmp_path / "b")], REPORT_SECTIONS) == 0
+    )
     (kept,) = (tmp_path / "b").glob("*.md")
     text = kept.read_text()
     assert text.startswith("# Measured ") and "- the rows were measured at git aaaa11112222, bbbb33334444\n" in text

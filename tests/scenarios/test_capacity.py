@@ -37,8 +37,9 @@ def synthetic(base: float, per_item: float, fails_above: float | None = None, lo
     return make
 
 
-@pytest.mark.parametrize("base, per_item, budget", [(300, 37, 1000), (500, 3.5, 1000), (100, 900, 1000),
-                                                    (300, 37, 300 + 37 * 64)])  # fmt: skip
+@pytest.mark.parametrize(
+    "base, per_item, budget", [(300, 37, 1000), (500, 3.5, 1000), (100, 900, 1000), (300, 37, 300 + 37 * 64)]
+)
 def test_the_search_finds_the_largest_value_that_fits(base, per_item, budget):
     s = search(synthetic(base, per_item)(budget), budget)
     want = int((budget - base) // per_item)
@@ -78,8 +79,15 @@ def test_a_probe_that_errors_ends_the_search_as_failed():
     assert s.verdict == "failed" and s.probes[-1].status == "error"
 
 
-SMALL = ["framework=torch", "model=tiny", "seq_len=512", "steps=1", "warmup_steps=1", "data.num_train=256",
-         "logger=none"]  # fmt: skip
+SMALL = [
+    "framework=torch",
+    "model=tiny",
+    "seq_len=512",
+    "steps=1",
+    "warmup_steps=1",
+    "data.num_train=256",
+    "logger=none",
+]
 
 
 def capacity(*args: str, tmp_path) -> subprocess.CompletedProcess:
@@ -97,8 +105,16 @@ def measured_peaks(tmp_path, *batches: int) -> dict[int, float]:
         payload, result = tmp_path / f"{b}.json", tmp_path / f"{b}.out.json"
         payload.write_text(json.dumps(to_dict(cfg)))
         env = {**os.environ, **trial_env(cfg, SCENARIOS["model"]), **child_env()}
-        procs[b] = (result, subprocess.Popen([sys.executable, "-m", TRIAL_MODULE, str(payload), str(result)], cwd=REPO,
-                                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))  # fmt: skip
+        procs[b] = (
+            result,
+            subprocess.Popen(
+                [sys.executable, "-m", TRIAL_MODULE, str(payload), str(result)],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            ),
+        )
     peaks = {}
     for b, (result, proc) in procs.items():
         log = proc.communicate(timeout=900)[0].decode(errors="replace")
@@ -119,8 +135,10 @@ def test_a_real_search_between_two_measured_batches(tmp_path):
     assert result["verdict"] == "fits" and 2 <= int(result["max_value"]) < 12, result
     probes = {r["run_id"]: r for r in read_rows(tmp_path / "runs.csv")}
     assert set(result["probe_run_ids"].split()) == set(probes) and int(result["probes"]) == len(probes) <= 12
-    largest, beyond = (next(r for r in probes.values() if int(r["batch_size"]) == v)
-                       for v in (int(result["max_value"]), int(result["max_value"]) + 1))  # fmt: skip
+    largest, beyond = (
+        next(r for r in probes.values() if int(r["batch_size"]) == v)
+        for v in (int(result["max_value"]), int(result["max_value"]) + 1)
+    )
     assert largest["status"] == "ok" and float(largest["peak_mem_mb"]) <= budget
     # the next one ran out (the watchdog killed it), or ran past the budget between the watchdog's samples
     assert beyond["status"] == "oom" or float(beyond["peak_mem_mb"]) > budget
@@ -141,8 +159,11 @@ def test_a_budget_too_small_for_one_example_is_a_result(tmp_path):
     [
         (["batch_size=4", "budget_mb=100"], "batch_size: it is what --search=batch_size varies"),
         (["--search", "vocab", "budget_mb=100"], "argument --search: invalid choice: 'vocab'"),
-        pytest.param(["mode=backprop"], "budget_mb=null: no GPU here to take the budget from",
-                     marks=pytest.mark.skipif(bool(shutil.which("nvidia-smi")), reason="a GPU gives the budget")),
+        pytest.param(
+            ["mode=backprop"],
+            "budget_mb=null: no GPU here to take the budget from",
+            marks=pytest.mark.skipif(bool(shutil.which("nvidia-smi")), reason="a GPU gives the budget"),
+        ),
         (["budget_mb=0"], "budget_mb=0.0: must be a number >= 1"),
     ],
 )

@@ -28,18 +28,41 @@ from bench.store.read import read_history, read_rows
 from tests.support import bench_here, first_table, run_here, trial
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = ["model=tiny", "batch_size=4", "seq_len=32", "warmup_steps=1", "data.num_train=64", "data.num_eval=16",
-        "logger=none", "evaluate=true", "eval_every=2"]  # fmt: skip
+TINY = [
+    "model=tiny",
+    "batch_size=4",
+    "seq_len=32",
+    "warmup_steps=1",
+    "data.num_train=64",
+    "data.num_eval=16",
+    "logger=none",
+    "evaluate=true",
+    "eval_every=2",
+]
 
 
 def bench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=900, env={**os.environ, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def target(metric="eval_accuracy", value=0.5, max_steps=9, warmup=1):
-    (_, composed), = compose_trials([*TINY, f"warmup_steps={warmup}", f"target.metric={metric}",
-                                     f"target.value={value}", f"target.max_steps={max_steps}"], False)[0]  # fmt: skip
+    ((_, composed),) = compose_trials(
+        [
+            *TINY,
+            f"warmup_steps={warmup}",
+            f"target.metric={metric}",
+            f"target.value={value}",
+            f"target.max_steps={max_steps}",
+        ],
+        False,
+    )[0]
     return Target(resolve(composed))
 
 
@@ -70,8 +93,14 @@ def test_a_trial_stops_at_its_target_and_records_what_it_cost(tmp_path, capsys):
 
 
 def test_a_target_not_reached_by_the_cap_is_a_row_not_a_failure(tmp_path):
-    (outcome,) = run_here(*TINY, "target.metric=eval_accuracy", "target.value=1.0", "target.max_steps=7",
-                          "optimizer.lr=1e-6", results=tmp_path)  # fmt: skip
+    (outcome,) = run_here(
+        *TINY,
+        "target.metric=eval_accuracy",
+        "target.value=1.0",
+        "target.max_steps=7",
+        "optimizer.lr=1e-6",
+        results=tmp_path,
+    )
     assert outcome["status"] == "ok", outcome
     (row,) = read_rows(tmp_path / "runs.csv")
     assert row["status"] == "ok" and row["target_status"] == "not_reached" and row["steps_timed"] == "6"
@@ -82,8 +111,14 @@ def test_a_target_not_reached_by_the_cap_is_a_row_not_a_failure(tmp_path):
 
 @pytest.mark.slow
 def test_a_trial_that_dies_mid_curve_keeps_it_and_is_not_reached(tmp_path):
-    out = bench(*TINY, "target.metric=eval_accuracy", "target.value=1.0", "target.max_steps=9",
-                f"results_dir={tmp_path}", env={"BENCH_INJECT_FAULT": "after_eval:segv"})  # fmt: skip
+    out = bench(
+        *TINY,
+        "target.metric=eval_accuracy",
+        "target.value=1.0",
+        "target.max_steps=9",
+        f"results_dir={tmp_path}",
+        env={"BENCH_INJECT_FAULT": "after_eval:segv"},
+    )
     (row,) = read_rows(tmp_path / "runs.csv")
     assert out.returncode == 1 and row["status"] == "crashed" and row["target_status"] == ""
     history = read_history({**row, "_source": str(tmp_path / "runs.csv")})
@@ -91,17 +126,21 @@ def test_a_trial_that_dies_mid_curve_keeps_it_and_is_not_reached(tmp_path):
 
 
 def test_the_tuning_choice_is_the_fastest_trial_that_reached():
-    rows = [("g", ["lr=1"], {"status": "ok", "wall_to_target_s": "9.0"}),
-            ("g", ["lr=2"], {"status": "ok", "wall_to_target_s": "4.0"}),
-            ("g", ["lr=3"], {"status": "ok", "wall_to_target_s": ""}),  # not reached
-            ("g", ["lr=4"], {"status": "diverged", "wall_to_target_s": ""}),
-            ("h", ["lr=5"], {"status": "ok", "wall_to_target_s": ""})]  # fmt: skip
+    rows = [
+        ("g", ["lr=1"], {"status": "ok", "wall_to_target_s": "9.0"}),
+        ("g", ["lr=2"], {"status": "ok", "wall_to_target_s": "4.0"}),
+        ("g", ["lr=3"], {"status": "ok", "wall_to_target_s": ""}),  # not reached
+        ("g", ["lr=4"], {"status": "diverged", "wall_to_target_s": ""}),
+        ("h", ["lr=5"], {"status": "ok", "wall_to_target_s": ""}),
+    ]
     assert winners(rows, "wall_to_target_s") == {"g": ["lr=2"]}  # h reached nowhere: no winner, no repeats
 
 
 def test_every_mode_gets_the_same_budget():
-    space = {"backprop": [{"optimizer.lr": 0.1}, {"optimizer.lr": 0.3}],
-             "mezo": [{"optimizer.lr": 1e-3, "mezo.eps": 1e-3}, {"optimizer.lr": 1e-2, "mezo.eps": 1e-3}]}
+    space = {
+        "backprop": [{"optimizer.lr": 0.1}, {"optimizer.lr": 0.3}],
+        "mezo": [{"optimizer.lr": 1e-3, "mezo.eps": 1e-3}, {"optimizer.lr": 1e-2, "mezo.eps": 1e-3}],
+    }
     trials = expand({"framework": "torch,jax", "case": "backprop,mezo"}, space, ["model=tiny"])
     assert len(trials) == 2 * 2 * 2 and len({g for g, _ in trials}) == 4
     assert any("mezo.eps=0.001" in o and "case=mezo" in o for _, o in trials)
@@ -118,11 +157,23 @@ def tuned(tmp_path_factory):
     """A real tuning sweep: torch backprop and MeZO, two points each, a target every point reaches (eval_loss
     <= 100), the winners repeated at seed 1; then the same command with resume=true, which skips every trial."""
     results = tmp_path_factory.mktemp("tuned")
-    space = ("hydra.sweeper.space={backprop:[{optimizer.lr:0.01},{optimizer.lr:0.02}],"
-             "mezo:[{optimizer.lr:0.001},{optimizer.lr:0.002}]}")  # fmt: skip
+    space = (
+        "hydra.sweeper.space={backprop:[{optimizer.lr:0.01},{optimizer.lr:0.02}],"
+        "mezo:[{optimizer.lr:0.001},{optimizer.lr:0.002}]}"
+    )
     params = "hydra.sweeper.params={framework:torch,case:'backprop,mezo'}"
-    args = ["-m", *TINY, "hydra/sweeper=bench_tuning", params, space, "hydra.sweeper.repeats=[1]",
-            "target.metric=eval_loss", "target.value=100", "target.max_steps=5", f"results_dir={results}"]  # fmt: skip
+    args = [
+        "-m",
+        *TINY,
+        "hydra/sweeper=bench_tuning",
+        params,
+        space,
+        "hydra.sweeper.repeats=[1]",
+        "target.metric=eval_loss",
+        "target.value=100",
+        "target.max_steps=5",
+        f"results_dir={results}",
+    ]
     out = bench(*args)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     resumed = bench(*args, "resume=true")
@@ -173,24 +224,43 @@ def test_the_report_lists_the_tuning_sweep(tuned, tmp_path):
 
 def cost_row(mode, steps, wall, peak, mib_s, tuning="search", seed=0, lr=0.01, reached=True, **kw) -> dict:
     """A target trial's row, its costs given (made up: the report's arithmetic is what is checked)."""
-    return trial("torch", mode, target_metric="eval_accuracy", target_value=0.8, target_max_steps=1000,
-                 tuning=tuning, tune_group=f"torch-{mode}", seed=seed, lr=lr, peak_mem_mb=peak,
-                 target_status="reached" if reached else "not_reached", steps_to_target=steps if reached else "",
-                 wall_to_target_s=wall if reached else "", seconds_to_target=wall / 2 if reached else "",
-                 mib_s_to_target=mib_s if reached else "", **kw)  # fmt: skip
+    return trial(
+        "torch",
+        mode,
+        target_metric="eval_accuracy",
+        target_value=0.8,
+        target_max_steps=1000,
+        tuning=tuning,
+        tune_group=f"torch-{mode}",
+        seed=seed,
+        lr=lr,
+        peak_mem_mb=peak,
+        target_status="reached" if reached else "not_reached",
+        steps_to_target=steps if reached else "",
+        wall_to_target_s=wall if reached else "",
+        seconds_to_target=wall / 2 if reached else "",
+        mib_s_to_target=mib_s if reached else "",
+        **kw,
+    )
 
 
 def test_every_tuned_mode_is_priced_against_backprop():
     """Made-up costs with known answers: each mode's steps, wall, peak and MiB*s over backprop's, the medians over
     a winner's seeds, the slower search point and a point that missed left out of the cost."""
-    rows = [cost_row("backprop", 50, 10.0, 500.0, 1000.0), cost_row("backprop", 80, 16.0, 500.0, 1600.0, lr=0.1),
-            cost_row("jvp", 150, 24.0, 300.0, 1500.0), cost_row("jvp", 0, 0.0, 300.0, 0.0, lr=0.1, reached=False),
-            cost_row("mezo", 500, 25.0, 250.0, 600.0),
-            cost_row("mezo", 400, 20.0, 250.0, 500.0, tuning="repeat", seed=1),
-            cost_row("mezo", 700, 35.0, 250.0, 900.0, tuning="repeat", seed=2)]  # fmt: skip
+    rows = [
+        cost_row("backprop", 50, 10.0, 500.0, 1000.0),
+        cost_row("backprop", 80, 16.0, 500.0, 1600.0, lr=0.1),
+        cost_row("jvp", 150, 24.0, 300.0, 1500.0),
+        cost_row("jvp", 0, 0.0, 300.0, 0.0, lr=0.1, reached=False),
+        cost_row("mezo", 500, 25.0, 250.0, 600.0),
+        cost_row("mezo", 400, 20.0, 250.0, 500.0, tuning="repeat", seed=1),
+        cost_row("mezo", 700, 35.0, 250.0, 900.0, tuning="repeat", seed=2),
+    ]
     ((_, groups),) = cost_groups(rows).items()
-    table = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[1:-1]]
-             for line in first_table(cost_table(groups))[2:]}  # fmt: skip
+    table = {
+        line.split("|")[2].strip(): [c.strip() for c in line.split("|")[1:-1]]
+        for line in first_table(cost_table(groups))[2:]
+    }
     ratios = lambda mode: table[mode][-4:]  # steps, wall, peak, MiB*s: each over backprop's
     assert ratios("backprop") == ["1.00×", "1.00×", "1.00×", "1.00×"]
     assert ratios("jvp") == ["3.00×", "2.40×", "0.60×", "1.50×"]
@@ -198,15 +268,20 @@ def test_every_tuned_mode_is_priced_against_backprop():
     assert table["jvp"][4] == "1/2" and table["mezo"][4:6] == ["1/1", "3"]  # reached (search), seeds
 
 
-@pytest.mark.parametrize("args,message", [
-    (["mode=inference", "target.metric=eval_accuracy", "target.value=0.5", "target.max_steps=9"], "mode=inference"),
-    (["target.metric=eval_accuracy", "target.value=1.5", "target.max_steps=9"], "target.value=1.5: an accuracy"),
-    (["target.metric=eval_accuracy", "target.value=0", "target.max_steps=9"], "target.value=0.0: an accuracy"),
-    (["target.metric=eval_accuracy", "target.value=0.5", "target.max_steps=9", "evaluate=false", "eval_every=0"],
-     "checked at each evaluation"),
-    (["target.metric=eval_accuracy", "target.value=0.5", "target.max_steps=2"], "target.max_steps=2: smaller than"),
-    (["target.metric=accuracy", "target.value=0.5", "target.max_steps=9"], "target.metric=accuracy: accepted"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["mode=inference", "target.metric=eval_accuracy", "target.value=0.5", "target.max_steps=9"], "mode=inference"),
+        (["target.metric=eval_accuracy", "target.value=1.5", "target.max_steps=9"], "target.value=1.5: an accuracy"),
+        (["target.metric=eval_accuracy", "target.value=0", "target.max_steps=9"], "target.value=0.0: an accuracy"),
+        (
+            ["target.metric=eval_accuracy", "target.value=0.5", "target.max_steps=9", "evaluate=false", "eval_every=0"],
+            "checked at each evaluation",
+        ),
+        (["target.metric=eval_accuracy", "target.value=0.5", "target.max_steps=2"], "target.max_steps=2: smaller than"),
+        (["target.metric=accuracy", "target.value=0.5", "target.max_steps=9"], "target.metric=accuracy: accepted"),
+    ],
+)
 def test_bad_targets_are_one_line_before_anything_runs(args, message, tmp_path):
     out = bench_here(*TINY, *args, results=tmp_path)
     assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1
@@ -214,23 +289,41 @@ def test_bad_targets_are_one_line_before_anything_runs(args, message, tmp_path):
 
 
 def test_an_empty_search_space_is_refused_before_anything_runs(tmp_path):
-    out = bench_here("-m", *TINY, "hydra/sweeper=bench_tuning", "hydra.sweeper.params={case:backprop}",
-                     "hydra.sweeper.space={backprop:[]}", results=tmp_path)  # fmt: skip
+    out = bench_here(
+        "-m",
+        *TINY,
+        "hydra/sweeper=bench_tuning",
+        "hydra.sweeper.params={case:backprop}",
+        "hydra.sweeper.space={backprop:[]}",
+        results=tmp_path,
+    )
     assert out.returncode == 2 and "a search space is empty" in out.stderr
     assert not (tmp_path / "runs.csv").exists()
 
 
-@pytest.mark.parametrize("setting,message", [
-    ("hydra.sweeper.objective=no_such_column", "hydra.sweeper.objective=no_such_column: accepted wall_to_target_s | "),
-    ("hydra.sweeper.repeats=[-1]", "hydra.sweeper.repeats=[-1]: accepted a list of seeds, integers in [0, 2^63)"),
-    (f"hydra.sweeper.repeats=[{2**70}]", f"hydra.sweeper.repeats=[{2**70}]: accepted a list of seeds"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "setting,message",
+    [
+        (
+            "hydra.sweeper.objective=no_such_column",
+            "hydra.sweeper.objective=no_such_column: accepted wall_to_target_s | ",
+        ),
+        ("hydra.sweeper.repeats=[-1]", "hydra.sweeper.repeats=[-1]: accepted a list of seeds, integers in [0, 2^63)"),
+        (f"hydra.sweeper.repeats=[{2**70}]", f"hydra.sweeper.repeats=[{2**70}]: accepted a list of seeds"),
+    ],
+)
 def test_a_bad_objective_or_repeat_is_refused_before_the_search_runs(setting, message, tmp_path):
     """Checked where the search would only find it after every trial: no winner for a column the rows lack, a
     seed no framework takes."""
-    out = bench_here("-m", *TINY, "hydra/sweeper=bench_tuning", "hydra.sweeper.params={case:backprop}",
-                     "hydra.sweeper.space={backprop:[{optimizer.lr:0.1}]}", setting, results=tmp_path)  # fmt: skip
+    out = bench_here(
+        "-m",
+        *TINY,
+        "hydra/sweeper=bench_tuning",
+        "hydra.sweeper.params={case:backprop}",
+        "hydra.sweeper.space={backprop:[{optimizer.lr:0.1}]}",
+        setting,
+        results=tmp_path,
+    )
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert message in out.stderr
     assert not (tmp_path / "runs.csv").exists()
-

@@ -45,8 +45,19 @@ def archived_run_ids(archive: Path, into: Path) -> set[str]:
 
 
 def lease_command(tmp: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "bench", "gpu-check", "--lease", "--dry-run", "--out", str(tmp / "out"),
-            "--wheels", str(tmp / "wheels"), *args]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "bench",
+        "gpu-check",
+        "--lease",
+        "--dry-run",
+        "--out",
+        str(tmp / "out"),
+        "--wheels",
+        str(tmp / "wheels"),
+        *args,
+    ]
 
 
 def lease_env(tmp: Path) -> dict[str, str]:
@@ -114,8 +125,10 @@ def test_the_dry_lease_runs_every_step_or_says_why_not(lease):
         assert s["status"] == "ok" or s["reason"], name
     # skipped on purpose, each with its reason: no wheels here (the command it would run is shown, and pip is
     # there to run it); ddp and fsdp need more than one GPU
-    assert "no wheels in" in by_name["install"]["reason"] and "pip install --no-index --no-deps" in \
-        by_name["install"]["reason"]  # fmt: skip
+    assert (
+        "no wheels in" in by_name["install"]["reason"]
+        and "pip install --no-index --no-deps" in by_name["install"]["reason"]
+    )
     assert by_name["scale_out"]["status"] == "skipped" and "more than one" in by_name["scale_out"]["reason"]
     for name in ("study", "modes_fp32", "modes_bf16", "torch_compile", "pathology", "what_fits", "repro"):
         assert re.match(r"\d+ trial\(s\): \d+ ok$", by_name[name]["result"].split(";")[0]), by_name[name]
@@ -178,8 +191,14 @@ def test_a_lease_killed_for_real_leaves_its_rows_and_no_process(tmp_path):
     """SIGKILL to the lease's process group, as the device tool's timeout does, in the study after the first row:
     the rows so far come back, and the steps' own process groups end with the check (they die with their parent)."""
     env = lease_env(tmp_path)
-    proc = subprocess.Popen(lease_command(tmp_path, "--steps", "modes_fp32,study"), cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        lease_command(tmp_path, "--steps", "modes_fp32,study"),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         _, before = first_row(proc, tmp_path / "out", 300)
         time.sleep(stream.POLL_S + 2)
@@ -233,8 +252,10 @@ def test_a_lease_ends_by_its_deadline_when_every_command_is_stopped(tmp_path, mo
 def test_a_step_past_its_budget_is_stopped(tmp_path):
     """Its whole process group: the command and what it started (a trial runs in a process of its own)."""
     pid_file = tmp_path / "pid"
-    child = (f"import subprocess, time; p = subprocess.Popen(['sleep', '60']); open({str(pid_file)!r}, 'w')"
-             ".write(str(p.pid)); time.sleep(60)")  # fmt: skip
+    child = (
+        f"import subprocess, time; p = subprocess.Popen(['sleep', '60']); open({str(pid_file)!r}, 'w')"
+        ".write(str(p.pid)); time.sleep(60)"
+    )
     start = time.monotonic()
     code = check.Runner({"PATH": "/usr/bin:/bin"})(["-c", child], tmp_path / "step.log", timeout_s=3)
     assert code is None and time.monotonic() - start < 15
@@ -245,15 +266,19 @@ def test_a_step_past_its_budget_is_stopped(tmp_path):
 
 def test_an_unknown_step_is_one_line(tmp_path, capsys):
     assert check.main(["--steps", "study,nope", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == "bench gpu-check: error: --steps=nope: no such step; accepted: " \
-        + ",".join(steps.NAMES)  # fmt: skip
+    assert (
+        capsys.readouterr().err.strip()
+        == "bench gpu-check: error: --steps=nope: no such step; accepted: " + ",".join(steps.NAMES)
+    )
 
 
 def test_a_lease_without_out_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("OUT", raising=False)
     assert check.main(["--lease", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == "bench gpu-check: error: --lease: $OUT is not set, so there is no " \
-        "folder to stream into; accepted: --stream DIR, or OUT=DIR (the device tool sets it)"  # fmt: skip
+    assert (
+        capsys.readouterr().err.strip() == "bench gpu-check: error: --lease: $OUT is not set, so there is no "
+        "folder to stream into; accepted: --stream DIR, or OUT=DIR (the device tool sets it)"
+    )
 
 
 def test_an_archive_over_the_limit_keeps_the_rows(tmp_path, monkeypatch):
@@ -301,8 +326,9 @@ def test_printed_commands_are_quoted_as_a_shell_reads_them(tmp_path, monkeypatch
             ran.append(["python", *argv])
             return 0
 
-    check.run_steps(types.SimpleNamespace(dry_run=True), list(steps.NAMES), out, Records(), math.inf, None,
-                    lambda: None)  # fmt: skip
+    check.run_steps(
+        types.SimpleNamespace(dry_run=True), list(steps.NAMES), out, Records(), math.inf, None, lambda: None
+    )
     recorded = [shlex.split(c) for p in out.glob("*/step.json") for c in json.loads(p.read_text())["commands"]]
     assert ran and all(argv in recorded for argv in ran)
     assert any(f"results_dir={out / 'modes_fp32'}" in argv for argv in ran)
@@ -319,6 +345,8 @@ def test_an_ag_news_folder_hydra_cannot_carry_is_one_line(tmp_path):
         (ag_news / name).write_text('"1","title","text"\n')
     proc = bench_here("gpu-check", "--dry-run", "--out", str(tmp_path / "out"), "--ag-news", str(ag_news))
     assert proc.returncode == 2 and not (tmp_path / "out").exists(), proc.stderr
-    assert proc.stderr.strip() == (f"bench gpu-check: error: --ag-news={ag_news}: Hydra cannot read it back from "
-                                   "data.path=PATH; accepted: a path of ASCII letters, digits, spaces and / . _ - : "
-                                   "(not = , ' \" [ ] ( ) { } ${ ; or &)")  # fmt: skip
+    assert proc.stderr.strip() == (
+        f"bench gpu-check: error: --ag-news={ag_news}: Hydra cannot read it back from "
+        "data.path=PATH; accepted: a path of ASCII letters, digits, spaces and / . _ - : "
+        "(not = , ' \" [ ] ( ) { } ${ ; or &)"
+    )

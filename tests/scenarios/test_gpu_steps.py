@@ -59,8 +59,11 @@ def rows_of(argv: tuple[str, ...]) -> list[dict]:
 
 
 # each command's name in the tests: its step's, and +1, +2 for the ones after its first
-COMMAND_IDS = [f"{n}+{i}" if i else n for k, (n, _) in enumerate(gpu_commands(NOWHERE))
-               for i in [sum(m == n for m, _ in gpu_commands(NOWHERE)[:k])]]  # fmt: skip
+COMMAND_IDS = [
+    f"{n}+{i}" if i else n
+    for k, (n, _) in enumerate(gpu_commands(NOWHERE))
+    for i in [sum(m == n for m, _ in gpu_commands(NOWHERE)[:k])]
+]
 
 
 @pytest.mark.parametrize("index", range(len(COMMAND_IDS)), ids=COMMAND_IDS)
@@ -82,8 +85,14 @@ def test_every_gpu_command_passes_preflight(index, tmp_path):
 
 # The comparisons the GPU steps record: each is one report context (torch.compile's rows sit beside modes_fp32's
 # eager ones; a capacity search varies the batch; scale_out compares one trial beyond one device and on it).
-COMPARISONS = {("modes_fp32", "torch_compile"): (), ("modes_bf16",): (), ("study",): (), ("pathology",): (),
-               ("what_fits",): ("batch_size",), ("repro",): ()}  # fmt: skip
+COMPARISONS = {
+    ("modes_fp32", "torch_compile"): (),
+    ("modes_bf16",): (),
+    ("study",): (),
+    ("pathology",): (),
+    ("what_fits",): ("batch_size",),
+    ("repro",): (),
+}
 
 
 @pytest.mark.slow
@@ -108,11 +117,26 @@ def test_the_lease_measures_the_empty_cells_first():
     """The GPU table's empty cells first (issue 42): jvp and MeZO in both frameworks, each beside the mode it is
     compared with, then JAX's remat and jacfwd[head] before torch's; then bf16; then the study's JAX column."""
     assert steps.NAMES[:3] == ("modes_fp32", "modes_bf16", "study")
-    order = [f"{r['framework']} {variant(r)}" for name, argv in gpu_commands(NOWHERE)
-             if name == "modes_fp32" for r in rows_of(tuple(argv))]  # fmt: skip
-    assert order == ["torch jvp", "jax jvp", "torch backprop", "jax backprop", "torch mezo", "jax mezo",
-                     "torch inference", "jax inference", "jax backprop+remat", "jax jacfwd[head]",
-                     "torch backprop+remat", "torch jacfwd[head]"]  # fmt: skip
+    order = [
+        f"{r['framework']} {variant(r)}"
+        for name, argv in gpu_commands(NOWHERE)
+        if name == "modes_fp32"
+        for r in rows_of(tuple(argv))
+    ]
+    assert order == [
+        "torch jvp",
+        "jax jvp",
+        "torch backprop",
+        "jax backprop",
+        "torch mezo",
+        "jax mezo",
+        "torch inference",
+        "jax inference",
+        "jax backprop+remat",
+        "jax jacfwd[head]",
+        "torch backprop+remat",
+        "torch jacfwd[head]",
+    ]
     (study,) = [argv for name, argv in gpu_commands(NOWHERE) if name == "study"]
     assert "framework=jax,torch" in study
 
@@ -153,8 +177,12 @@ def test_a_slimmed_wheel_is_whole_and_says_so(tmp_path):
     assert out.name == "pkg-1.0+vocab-py3-none-any.whl"
     with zipfile.ZipFile(out) as z:
         files = set(z.namelist())
-        assert files == {"pkg/__init__.py", "pkg/model/vocab.txt", "pkg-1.0+vocab.dist-info/METADATA",
-                         "pkg-1.0+vocab.dist-info/RECORD"}  # fmt: skip
+        assert files == {
+            "pkg/__init__.py",
+            "pkg/model/vocab.txt",
+            "pkg-1.0+vocab.dist-info/METADATA",
+            "pkg-1.0+vocab.dist-info/RECORD",
+        }
         assert "Version: 1.0+vocab" in z.read("pkg-1.0+vocab.dist-info/METADATA").decode()
         for line in z.read("pkg-1.0+vocab.dist-info/RECORD").decode().splitlines():
             path, digest, size = line.split(",")
@@ -166,8 +194,12 @@ def test_a_slimmed_wheel_is_whole_and_says_so(tmp_path):
 
 def test_the_docs_list_every_step_with_its_budget():
     text = (REPO / "docs" / "gpu.md").read_text()
-    budgets = {"install": check.SETUP_BUDGET_S, "facts": check.SETUP_BUDGET_S, "report": steps.REPORT_BUDGET_S,
-               **{s.name: s.budget_s for s in steps.STEPS}}  # fmt: skip
+    budgets = {
+        "install": check.SETUP_BUDGET_S,
+        "facts": check.SETUP_BUDGET_S,
+        "report": steps.REPORT_BUDGET_S,
+        **{s.name: s.budget_s for s in steps.STEPS},
+    }
     for name, budget in budgets.items():
         assert re.search(rf"^\| {name} \| {budget} \|", text, flags=re.M), name
     assert '{"command": "make gpu-lease", "carry": [".whl"], "timeout_s": 600}' in text  # the call to paste

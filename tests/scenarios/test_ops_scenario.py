@@ -51,8 +51,15 @@ def test_ops_trial_on_cuda(tmp_path):
 
 @pytest.mark.slow
 def test_a_crash_keeps_the_finished_rows(tmp_path):
-    proc = bench("framework=torch", *QUICK, "ops.names=[add,matmul,sum]", "ops.shapes=[]", f"results_dir={tmp_path}",
-                 env={"BENCH_INJECT_FAULT": "op=matmul:segv"}, check=False)  # fmt: skip
+    proc = bench(
+        "framework=torch",
+        *QUICK,
+        "ops.names=[add,matmul,sum]",
+        "ops.shapes=[]",
+        f"results_dir={tmp_path}",
+        env={"BENCH_INJECT_FAULT": "op=matmul:segv"},
+        check=False,
+    )
     assert proc.returncode == 1  # a crashed trial fails the command
     add, matmul, total = read_rows(tmp_path / "ops.csv")
     assert add["op"] == "add" and add["status"] == "ok"
@@ -93,12 +100,28 @@ def fake_rows() -> list[dict]:
             for op in ("add", "matmul"):
                 for n in (64, 256):
                     primal = speed * (n / 64) ** (3 if op == "matmul" else 2) * 1e-5 / par
-                    rows.append({"run_id": f"{framework}-{threads}", "framework": framework, "execution": execution,
-                                 "op": op, "shape": f"{n}x{n}", "rows": n, "cols": n, "dtype": "fp32",
-                                 "threads": threads, "num_threads": 2 if threads == "all" else 1, "device": "cpu",
-                                 "primal_s": primal, "jvp_s": 3 * primal, "vjp_s": 3 * primal,
-                                 "vjp_backward_s": 2 * primal, "jvp_over_primal": 3.0, "vjp_over_primal": 3.0,
-                                 "status": "ok"})  # fmt: skip
+                    rows.append(
+                        {
+                            "run_id": f"{framework}-{threads}",
+                            "framework": framework,
+                            "execution": execution,
+                            "op": op,
+                            "shape": f"{n}x{n}",
+                            "rows": n,
+                            "cols": n,
+                            "dtype": "fp32",
+                            "threads": threads,
+                            "num_threads": 2 if threads == "all" else 1,
+                            "device": "cpu",
+                            "primal_s": primal,
+                            "jvp_s": 3 * primal,
+                            "vjp_s": 3 * primal,
+                            "vjp_backward_s": 2 * primal,
+                            "jvp_over_primal": 3.0,
+                            "vjp_over_primal": 3.0,
+                            "status": "ok",
+                        }
+                    )
     rows.append({**rows[0], "shape": "64x4096", "rows": 64, "cols": 4096})
     rows.append({**rows[0], "op": "exp", "status": "oom", "error": "MemoryError: injected", "primal_s": None})
     return rows
@@ -111,9 +134,13 @@ def test_ops_report_draws_every_plot(tmp_path):
         sink.write(r)
     text = build([OpsSection()], results_of([tmp_path]), tmp_path / "out").text  # the results folder: its ops.csv
     plots = sorted(p.name for p in (tmp_path / "out" / "plots").glob("*.png"))
-    assert plots == ["ops_ratios_cpu_fp32_threads-1.png", "ops_ratios_cpu_fp32_threads-all.png",
-                     "ops_threads_cpu_fp32.png", "ops_time_cpu_fp32_threads-1.png",
-                     "ops_time_cpu_fp32_threads-all.png"]  # fmt: skip
+    assert plots == [
+        "ops_ratios_cpu_fp32_threads-1.png",
+        "ops_ratios_cpu_fp32_threads-all.png",
+        "ops_threads_cpu_fp32.png",
+        "ops_time_cpu_fp32_threads-1.png",
+        "ops_time_cpu_fp32_threads-all.png",
+    ]
     for name in plots:
         assert f"(plots/{name})" in text
     assert "| matmul | 256 |" in text and "3.00×" in text and "64x4096" in text

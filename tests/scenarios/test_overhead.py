@@ -9,11 +9,14 @@ from bench.scenarios.overhead import plain, run
 from bench.store.read import read_rows
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["--framework", "mxnet"], "--framework=mxnet: accepted torch, jax or torch,jax"),
-    (["--rounds", "0"], "--rounds=0: accepted an integer >= 1"),
-    (["--model", "gpt2"], "--model=gpt2: accepted bert_base"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--framework", "mxnet"], "--framework=mxnet: accepted torch, jax or torch,jax"),
+        (["--rounds", "0"], "--rounds=0: accepted an integer >= 1"),
+        (["--model", "gpt2"], "--model=gpt2: accepted bert_base"),
+    ],
+)
 def test_overhead_refuses_bad_input_in_one_line(tmp_path, args, expected, capsys):
     assert run.main([*args, "--out", str(tmp_path / "o.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -31,8 +34,29 @@ def test_plain_loops_train_the_same_model_and_time_each_step(framework):
 @pytest.mark.slow
 def test_overhead_runs_both_sides_interleaved_and_appends_a_row(tmp_path):
     out = tmp_path / "overhead.csv"
-    assert run.main(["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-len", "16",
-                     "--steps", "2", "--warmup", "1", "--rounds", "1", "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        run.main(
+            [
+                "--framework",
+                "torch",
+                "--model",
+                "tiny",
+                "--batch-size",
+                "2",
+                "--seq-len",
+                "16",
+                "--steps",
+                "2",
+                "--warmup",
+                "1",
+                "--rounds",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     (r,) = read_rows(out)
     assert r["framework"] == "torch" and float(r["suite_step_s"]) > 0 and float(r["plain_step_s"]) > 0
     assert r["device"] == "cpu" and r["device_name"]  # where the suite's trial ran

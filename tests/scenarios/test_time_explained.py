@@ -23,23 +23,33 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory) -> Path:
     results = tmp_path_factory.mktemp("profiled")
-    run_here("-m", "framework=torch,jax", "mode=backprop,jvp", "profile=true", "profile_steps=2", *FAST,
-             "logger=none", results=results)  # fmt: skip
+    run_here(
+        "-m",
+        "framework=torch,jax",
+        "mode=backprop,jvp",
+        "profile=true",
+        "profile_steps=2",
+        *FAST,
+        "logger=none",
+        results=results,
+    )
     return results
 
 
 def test_each_trial_leaves_a_trace_that_opens(profiled):
     found = rows(profiled)
     assert sorted((r["framework"], r["mode"]) for r in found) == sorted(
-        (f, m) for f in ("torch", "jax") for m in ("backprop", "jvp"))  # fmt: skip
+        (f, m) for f in ("torch", "jax") for m in ("backprop", "jvp")
+    )
     for r in found:
         assert r["status"] == "ok" and r["trace_status"] == "ok", r.get("trace_status")
         trace = Path(r["trace_path"])
         assert trace.is_relative_to(profiled / "traces" / r["run_id"] / "rank0")
         steps = [e for e in complete(load_events(trace)) if e["name"] == STEP_EVENT]
         assert len(steps) == 2 == int(r["profile_steps_traced"])
-        summary = json.loads((trace.parent if r["framework"] == "torch" else trace.parents[3]).joinpath(
-            "summary.json").read_text())  # fmt: skip
+        summary = json.loads(
+            (trace.parent if r["framework"] == "torch" else trace.parents[3]).joinpath("summary.json").read_text()
+        )
         assert summary["top_ops"] and summary["trace_status"] == "ok"
         # the row's step is the trace's own steps (read here from the file), and its operations' categories fill
         # part of it, never more (how each category is counted: tests/measure/test_timeline.py, known traces)
@@ -62,8 +72,15 @@ def test_the_report_explains_time_for_both_frameworks(profiled):
 
 def test_a_failed_profiler_keeps_the_row(tmp_path):
     # a MemoryError raised where the profiler starts: the trial catches it, so it need not run in a process
-    run_here("framework=torch", "mode=backprop", "profile=true", *FAST, "logger=none", results=tmp_path,
-             env={"BENCH_INJECT_FAULT": "in_profile:oom"})  # fmt: skip
+    run_here(
+        "framework=torch",
+        "mode=backprop",
+        "profile=true",
+        *FAST,
+        "logger=none",
+        results=tmp_path,
+        env={"BENCH_INJECT_FAULT": "in_profile:oom"},
+    )
     (r,) = rows(tmp_path)
     assert r["status"] == "ok" and float(r["step_time_median_s"]) > 0
     assert r["trace_status"].startswith("missing: MemoryError") and not r["time_matmul_ms"]

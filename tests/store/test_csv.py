@@ -141,9 +141,7 @@ def test_concurrent_writers_lose_nothing_and_tear_nothing(tmp_path):
     assert text.count("run_id,started_at") == 1
     rows = read_rows(path)
     assert len(rows) == workers * per_worker
-    assert sorted(r["run_id"] for r in rows) == sorted(
-        f"w{w}-{i}" for w in range(workers) for i in range(per_worker)
-    )
+    assert sorted(r["run_id"] for r in rows) == sorted(f"w{w}-{i}" for w in range(workers) for i in range(per_worker))
     for r in rows:
         w, i = (int(x) for x in r["run_id"][1:].split("-"))
         assert r["error"] == f'worker {w}, row {i}: "x"\n' + "y" * 4000
@@ -158,8 +156,18 @@ def test_formula_like_text_is_written_quoted_and_read_back_as_given(tmp_path):
     """OWASP's CSV-injection advice: a text cell a spreadsheet would evaluate (= + - @ tab CR first) is written
     after a single quote; numbers as they are; every reader (read_rows: resume, rerun; load_rows: the report)
     gets back exactly what was written, quotes a text already had included."""
-    texts = ["=1+2", "@SUM(A1:A9)", "+cmd|' /C calc'!A0", "-2+3", "\t=1", "\r=1", "'=already quoted", "'plain",
-             "plain", "a=b"]  # fmt: skip
+    texts = [
+        "=1+2",
+        "@SUM(A1:A9)",
+        "+cmd|' /C calc'!A0",
+        "-2+3",
+        "\t=1",
+        "\r=1",
+        "'=already quoted",
+        "'plain",
+        "plain",
+        "a=b",
+    ]
     numbers = ["-1.5", "+3", "1e-5", "-inf"]
     path = tmp_path / "runs.csv"
     sink = CsvSink(path, CSV_COLUMNS)
@@ -168,11 +176,20 @@ def test_formula_like_text_is_written_quoted_and_read_back_as_given(tmp_path):
     with path.open(newline="") as f:
         raw = list(csv.reader(f))[1:]  # the cells as a spreadsheet reads them
     column = CSV_COLUMNS.index("error")
-    assert [r[column] for r in raw[: len(texts)]] == ["'=1+2", "'@SUM(A1:A9)", "'+cmd|' /C calc'!A0", "'-2+3",
-                                                      "'\t=1", "'\r=1", "''=already quoted", "'plain", "plain",
-                                                      "a=b"]  # fmt: skip
+    assert [r[column] for r in raw[: len(texts)]] == [
+        "'=1+2",
+        "'@SUM(A1:A9)",
+        "'+cmd|' /C calc'!A0",
+        "'-2+3",
+        "'\t=1",
+        "'\r=1",
+        "''=already quoted",
+        "'plain",
+        "plain",
+        "a=b",
+    ]
     assert all(r[CSV_COLUMNS.index("loss_first")] == "-1.5" and r[CSV_COLUMNS.index("steps")] == "-3" for r in raw)
-    assert [r[column] for r in raw[len(texts):]] == numbers  # numbers as typed, no quote
+    assert [r[column] for r in raw[len(texts) :]] == numbers  # numbers as typed, no quote
     for rows in (read_rows(path), load_rows([path])):
         assert [r["error"] for r in rows] == [*texts, *numbers]
 

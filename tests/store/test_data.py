@@ -46,9 +46,7 @@ def test_tokenizer_matches_transformers():
         ours = encode(load_tokenizer(seq_len), SENTENCES, seq_len)
         theirs = reference(SENTENCES, padding="max_length", truncation=True, max_length=seq_len)
         for key in ("input_ids", "token_type_ids", "attention_mask"):
-            np.testing.assert_array_equal(
-                ours[key], np.array(theirs[key]), err_msg=f"{key} at seq_len={seq_len}"
-            )
+            np.testing.assert_array_equal(ours[key], np.array(theirs[key]), err_msg=f"{key} at seq_len={seq_len}")
 
 
 def test_padding_truncation_and_mask_exact():
@@ -92,10 +90,7 @@ def test_batch_order_deterministic_per_seed_and_differs_across_seeds_and_epochs(
     epoch0, epoch1 = run[:8], run[8:]
     assert fingerprint(epoch0) != fingerprint(epoch1)
     # each epoch is a permutation of the same samples
-    rows = [
-        np.sort(np.concatenate([b["input_ids"] for b in e]).view(f"V{16 * 4}").ravel())
-        for e in (epoch0, epoch1)
-    ]
+    rows = [np.sort(np.concatenate([b["input_ids"] for b in e]).view(f"V{16 * 4}").ravel()) for e in (epoch0, epoch1)]
     np.testing.assert_array_equal(rows[0], rows[1])
     # the low-level iterator: (seed, epoch) picks the permutation
     enc = {k: np.arange(40, dtype=np.int32).reshape(10, 4) for k in BATCH_KEYS[:3]}
@@ -124,9 +119,9 @@ def test_synthetic_corpus_is_byte_identical_across_processes():
             [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
         )
         assert out.stdout.strip() == here
-    assert fingerprint(
-        make_batches(DataSpec(num_train=256, num_eval=64, seed=6), 32, 64, seed=1)
-    ) != fingerprint(make_batches(spec, 32, 64, seed=1))
+    assert fingerprint(make_batches(DataSpec(num_train=256, num_eval=64, seed=6), 32, 64, seed=1)) != fingerprint(
+        make_batches(spec, 32, 64, seed=1)
+    )
 
 
 def test_synthetic_is_prefix_stable_and_balanced():
@@ -213,12 +208,8 @@ def test_ag_news_csv_parsing(tmp_path):
     (tmp_path / "test.csv").write_text(AG_ROWS, encoding="utf-8")
     data = load_dataset(DataSpec(name="ag_news", path=str(tmp_path), num_train=3, num_eval=None))
     assert len(data.train) == 3 and data.test.texts == split.texts
-    via_file = load_dataset(
-        DataSpec(name="ag_news", path=str(tmp_path / "train.csv"), num_train=3, num_eval=4)
-    )
-    assert (
-        via_file.train.texts == data.train.texts and via_file.test.texts == data.test.texts
-    )  # test.csv beside it
+    via_file = load_dataset(DataSpec(name="ag_news", path=str(tmp_path / "train.csv"), num_train=3, num_eval=4))
+    assert via_file.train.texts == data.train.texts and via_file.test.texts == data.test.texts  # test.csv beside it
     out = make_batches(DataSpec(name="ag_news", path=str(tmp_path), num_train=4, num_eval=4), 2, 32, seed=0)
     assert len(out) == 2 and sorted(np.concatenate([b["labels"] for b in out]).tolist()) == [0, 1, 2, 3]
 
@@ -226,9 +217,7 @@ def test_ag_news_csv_parsing(tmp_path):
 def test_ag_news_single_file_carves_a_disjoint_test_split(tmp_path):
     rows = "".join(f'"{i % 4 + 1}","title {i}","description {i}"\n' for i in range(40))
     (tmp_path / "mine.csv").write_text(rows)
-    data = load_dataset(
-        DataSpec(name="ag_news", path=str(tmp_path / "mine.csv"), num_train=None, num_eval=10)
-    )
+    data = load_dataset(DataSpec(name="ag_news", path=str(tmp_path / "mine.csv"), num_train=None, num_eval=10))
     assert len(data.train) == 30 and len(data.test) == 10
     assert not set(data.train.texts) & set(data.test.texts)
 

@@ -68,11 +68,7 @@ def test_scrub_secrets(monkeypatch):
     )
     redacted = {k for k, v in out.items() if v == REDACTED}
     assert redacted == {"wandb.api_key", "hf_token", "db.password", "note", "server", "cmd"}
-    assert (
-        out["git_sha"] == FAKE_KEY
-        and out["tokens_per_s"] == 1234.5
-        and out["tokenizer"] == "bert-base-uncased"
-    )
+    assert out["git_sha"] == FAKE_KEY and out["tokens_per_s"] == 1234.5 and out["tokenizer"] == "bert-base-uncased"
 
 
 @pytest.mark.parametrize(
@@ -95,17 +91,26 @@ def test_run_config_keeps_the_config_and_names_columns_as_the_csv():
     config = {"device": "auto", "sweep_id": None, "model": {"name": "tiny", "num_layers": 2}, "mode": "jvp"}
     columns = {"device": "cpu", "sweep_id": "s-1", "model": "tiny", "num_layers": 2, "mode": "jvp"}
     assert run_config(config, columns) == {
-        "device": "cpu", "requested.device": "auto",  # what ran, and what was asked
+        "device": "cpu",
+        "requested.device": "auto",  # what ran, and what was asked
         "sweep_id": "s-1",  # nothing was asked (null): no requested.sweep_id
-        "model.name": "tiny", "model.num_layers": 2, "model": "tiny", "num_layers": 2, "mode": "jvp",
-    }  # fmt: skip
+        "model.name": "tiny",
+        "model.num_layers": 2,
+        "model": "tiny",
+        "num_layers": 2,
+        "mode": "jvp",
+    }
 
 
 def test_device_summary_and_tags():
     devices = [{"device": 0, "peak_mem_mb": 10.5, "mem_method": "rss_hwm"}, {"device": 1, "peak_mem_mb": 12.0}]
-    assert device_summary(devices) == {f"{DEVICES}/0/device": 0, f"{DEVICES}/0/peak_mem_mb": 10.5,
-                                       f"{DEVICES}/0/mem_method": "rss_hwm", f"{DEVICES}/1/device": 1,
-                                       f"{DEVICES}/1/peak_mem_mb": 12.0}  # fmt: skip
+    assert device_summary(devices) == {
+        f"{DEVICES}/0/device": 0,
+        f"{DEVICES}/0/peak_mem_mb": 10.5,
+        f"{DEVICES}/0/mem_method": "rss_hwm",
+        f"{DEVICES}/1/device": 1,
+        f"{DEVICES}/1/peak_mem_mb": 12.0,
+    }
     assert run_tags("torch", "jvp", "", None, "ddp", "torch") == ["torch", "jvp", "ddp"]
 
 
@@ -138,8 +143,16 @@ def test_offline_run_holds_config_summary_and_history_and_no_key(wandb_env):
         "wandb": {"project": "bench", "api_key": FAKE_KEY},
         "hf_token": "hf_not_really",
     }
-    row = {"run_id": "r-1", "sweep_id": "s-1", "mode": "jvp", "status": "ok", "peak_mem_mb": 123.25,
-           "step_time_median_s": 0.0125, "git_sha": "f" * 40, "error": None}  # fmt: skip
+    row = {
+        "run_id": "r-1",
+        "sweep_id": "s-1",
+        "mode": "jvp",
+        "status": "ok",
+        "peak_mem_mb": 123.25,
+        "step_time_median_s": 0.0125,
+        "git_sha": "f" * 40,
+        "error": None,
+    }
     history = {"loss": [1.5, 1.25, 1.0], "step_time_s": [0.5, 0.0125, 0.0130]}
 
     run_dir = WandbSink("bench-test", None, None, config, dir=results, tags=["t1"]).write(row, history)
@@ -205,7 +218,8 @@ def test_tables_and_device_numbers_are_read_back_as_logged(wandb_env):
     pytest.importorskip("wandb")
     rows = [{"op": "exp", "shape": "8x8", "jvp_s": 1.5e-6, "note": FAKE_KEY}, {"op": "tanh", "shape": "8x8"}]
     run_dir = WandbSink("bench-test", "g", "ops", {}, dir=wandb_env / "results").write(
-        {"run_id": "r-3"}, {"loss": [1.0, 0.5]}, summary={f"{DEVICES}/0/peak_mem_mb": 3.0}, tables={"t": rows})
+        {"run_id": "r-3"}, {"loss": [1.0, 0.5]}, summary={f"{DEVICES}/0/peak_mem_mb": 3.0}, tables={"t": rows}
+    )
     got = read_wandb_offline(run_dir)
     assert got["summary"][f"{DEVICES}/0/peak_mem_mb"] == 3.0
     table = got["summary"]["t"]  # a nested summary value comes back as the dict wandb logged
@@ -217,8 +231,10 @@ def test_tables_and_device_numbers_are_read_back_as_logged(wandb_env):
 
 
 def test_sweep_and_report_runs_only_with_wandb_on(wandb_env, tmp_path):
-    off = {"logger": {"name": "none", "project": "p", "entity": None, "mode": "offline", "tags": []},
-           "results_dir": str(tmp_path / "r")}  # fmt: skip
+    off = {
+        "logger": {"name": "none", "project": "p", "entity": None, "mode": "offline", "tags": []},
+        "results_dir": str(tmp_path / "r"),
+    }
     assert log_sweep(off, [{"run_id": "a", "status": "ok"}], CSV_COLUMNS, "s-1") is None
     (tmp_path / "report.md").write_text("# report\n")
     assert log_report(tmp_path / "report.md", []) is None  # no offline runs beside the report: W&B is off

@@ -36,19 +36,41 @@ def capacity_table(rows: list[dict]) -> str:
     """The fixed-width table `python -m bench capacity` prints at its end."""
     if not rows:
         return "(no searches)"
-    head = ["framework", "mode", "dtype", "search", "budget MiB", "largest", "verdict", "peak MiB", "step ms",
-            "tokens/s", "probes"]  # fmt: skip
+    head = [
+        "framework",
+        "mode",
+        "dtype",
+        "search",
+        "budget MiB",
+        "largest",
+        "verdict",
+        "peak MiB",
+        "step ms",
+        "tokens/s",
+        "probes",
+    ]
     body = []
     for r in rows:
+
         def f(key, fmt, scale=1.0, r=r):
             v = num(r, key)
             return "-" if v is None else format(v * scale, fmt)
 
-        body.append([r.get("framework", ""), label(r), r.get("dtype", ""), f"{r.get('search')} ({_fixed(r)})",
-                     f("budget_mb", ".0f"),
-                     "-" if r.get("max_value") in (None, "") else str(r["max_value"]), r.get("verdict", ""),
-                     f("peak_mem_mb", ".0f"), f("step_time_median_s", ".1f", 1e3), f("tokens_per_s", ".0f"),
-                     str(r.get("probes", ""))])  # fmt: skip
+        body.append(
+            [
+                r.get("framework", ""),
+                label(r),
+                r.get("dtype", ""),
+                f"{r.get('search')} ({_fixed(r)})",
+                f("budget_mb", ".0f"),
+                "-" if r.get("max_value") in (None, "") else str(r["max_value"]),
+                r.get("verdict", ""),
+                f("peak_mem_mb", ".0f"),
+                f("step_time_median_s", ".1f", 1e3),
+                f("tokens_per_s", ".0f"),
+                str(r.get("probes", "")),
+            ]
+        )
     return fixed_width(head, body)
 
 
@@ -61,8 +83,19 @@ def contexts(rows: list[dict]) -> dict[tuple, list[dict]]:
     """Searches compared together: the same model, search, budget, fixed dimension, device and strategy."""
     out: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
-        key = (r.get("model"), r.get("num_layers"), r.get("search"), _fixed(r), r.get("budget_mb"), r.get("device"),
-               r.get("device_name"), r.get("dtype"), r.get("optimizer"), r.get("parallel"), r.get("devices"))
+        key = (
+            r.get("model"),
+            r.get("num_layers"),
+            r.get("search"),
+            _fixed(r),
+            r.get("budget_mb"),
+            r.get("device"),
+            r.get("device_name"),
+            r.get("dtype"),
+            r.get("optimizer"),
+            r.get("parallel"),
+            r.get("devices"),
+        )
         out[key].append(r)
     return out
 
@@ -72,8 +105,10 @@ def heading(key: tuple) -> str:
     where = f"{device} ({device_name})" if device_name else device
     strategy = "" if parallel in (None, "", "none") else f" · {parallel} × {devices} devices"
     budget = f"{float(budget):.0f}" if budget not in (None, "") else "?"
-    return (f"{model} ({layers} layers) · largest {search} at {fixed} in {budget} MiB · {optimizer} · {dtype} · "
-            f"{where}{strategy}")  # fmt: skip
+    return (
+        f"{model} ({layers} layers) · largest {search} at {fixed} in {budget} MiB · {optimizer} · {dtype} · "
+        f"{where}{strategy}"
+    )
 
 
 def capacity_plot(found: dict[tuple, list[dict]]) -> Plot:
@@ -86,12 +121,14 @@ def capacity_plot(found: dict[tuple, list[dict]]) -> Plot:
             series.append(Series(fw, "", [float(i) for i, _ in mine], [v for _, v in mine]))
         panels.append(Chart(heading(key), "", f"largest {rows[0].get('search')}", series, modes))
     return Plot(
-        name="what_fits", title="What fits: the largest batch (or sequence length) per way of differentiating",
+        name="what_fits",
+        title="What fits: the largest batch (or sequence length) per way of differentiating",
         how_to_read="One group of bars per way of differentiating, one bar per framework: the largest value whose "
         "training step ran within the budget (0: not even the first). Higher is better; backprop pays for the "
-        "activations it keeps, jvp and MeZO do not.", needs="python -m bench capacity (capacity.csv)",
+        "activations it keeps, jvp and MeZO do not.",
+        needs="python -m bench capacity (capacity.csv)",
         grid=[[p] for p in panels],
-    )  # fmt: skip
+    )
 
 
 class CapacitySection(Section):
@@ -110,21 +147,31 @@ def capacity_section(rows: list[dict], sources: list[Path], plot_dir: Path) -> l
     out = ["## What fits", ""]
     if not rows:
         return [*out, f"No searches in `{csv_path}`.", ""]
-    out += [f"From `{csv_path}`: the largest value of each search whose step ran within the memory budget "
-            "(`python -m bench capacity`), the latest search of each kind. Each probe is a trial of its own in "
-            "runs.csv (status ok, or oom where it did not fit). On CUDA the budget is the framework's allocator "
-            "limit; on the CPU it is the trial process's whole RSS (interpreter, framework and weights included), "
-            "so compare within a table, not with a GPU's memory.", ""]  # fmt: skip
+    out += [
+        f"From `{csv_path}`: the largest value of each search whose step ran within the memory budget "
+        "(`python -m bench capacity`), the latest search of each kind. Each probe is a trial of its own in "
+        "runs.csv (status ok, or oom where it did not fit). On CUDA the budget is the framework's allocator "
+        "limit; on the CPU it is the trial process's whole RSS (interpreter, framework and weights included), "
+        "so compare within a table, not with a GPU's memory.",
+        "",
+    ]
     found = contexts(rows)
     head = ["framework", "mode", "largest", "verdict", "peak MiB", "step ms", "tokens/s", "probes (value:status)"]
     for key, group in found.items():
         group.sort(key=lambda r: (label(r), framework_order(r["framework"])))
-        body = [[FRAMEWORK_NAMES.get(r["framework"], r["framework"]), label(r),
-                 "-" if r.get("max_value") in (None, "") else r["max_value"], r.get("verdict", ""),
-                 "-" if num(r, "peak_mem_mb") is None else f"{num(r, 'peak_mem_mb'):.0f}",
-                 "-" if num(r, "step_time_median_s") is None else f"{num(r, 'step_time_median_s') * 1e3:.0f}",
-                 "-" if num(r, "tokens_per_s") is None else f"{num(r, 'tokens_per_s'):.0f}",
-                 r.get("probe_values", "")] for r in group]  # fmt: skip
+        body = [
+            [
+                FRAMEWORK_NAMES.get(r["framework"], r["framework"]),
+                label(r),
+                "-" if r.get("max_value") in (None, "") else r["max_value"],
+                r.get("verdict", ""),
+                "-" if num(r, "peak_mem_mb") is None else f"{num(r, 'peak_mem_mb'):.0f}",
+                "-" if num(r, "step_time_median_s") is None else f"{num(r, 'step_time_median_s') * 1e3:.0f}",
+                "-" if num(r, "tokens_per_s") is None else f"{num(r, 'tokens_per_s'):.0f}",
+                r.get("probe_values", ""),
+            ]
+            for r in group
+        ]
         out += [f"### {heading(key)}", "", md_table(head, body, "llrlrrrl"), ""]
     out += ["Verdicts: " + "; ".join(f"*{v}*: {what}" for v, what in VERDICTS.items()) + ".", ""]
     plot = capacity_plot(found)

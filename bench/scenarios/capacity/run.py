@@ -65,24 +65,49 @@ def result_row(cfg: BenchConfig, key: str, budget_mb: float, s: Search, started:
     best = s.best.row if s.best is not None else {}
     fixed = "seq_len" if key == "batch_size" else "batch_size"
     return {
-        "capacity_id": launch_id(), "started_at": started, "framework": cfg.framework, "mode": cfg.mode,
-        "model": cfg.model.name, "num_layers": cfg.model.num_layers, "search": key, fixed: getattr(cfg, fixed),
-        "budget_mb": budget_mb, "device": best.get("device") or cfg.device, "device_name": best.get("device_name", ""),
-        "parallel": cfg.parallel, "devices": cfg.devices, "dtype": cfg.dtype, "optimizer": cfg.optimizer.name,
-        "trainable": cfg.trainable, "remat": cfg.remat, "jvp_impl": cfg.jvp_impl, "verdict": s.verdict,
-        "max_value": s.best.value if s.best is not None else None, "peak_mem_mb": best.get("peak_mem_mb"),
-        "step_time_median_s": best.get("step_time_median_s"), "tokens_per_s": best.get("tokens_per_s"),
-        "probes": len(s.probes), "probe_values": " ".join(f"{p.value}:{p.status}" for p in s.probes),
-        "probe_run_ids": " ".join(p.run_id for p in s.probes), "experiment": experiment, **lora_columns(cfg),
-    }  # fmt: skip
+        "capacity_id": launch_id(),
+        "started_at": started,
+        "framework": cfg.framework,
+        "mode": cfg.mode,
+        "model": cfg.model.name,
+        "num_layers": cfg.model.num_layers,
+        "search": key,
+        fixed: getattr(cfg, fixed),
+        "budget_mb": budget_mb,
+        "device": best.get("device") or cfg.device,
+        "device_name": best.get("device_name", ""),
+        "parallel": cfg.parallel,
+        "devices": cfg.devices,
+        "dtype": cfg.dtype,
+        "optimizer": cfg.optimizer.name,
+        "trainable": cfg.trainable,
+        "remat": cfg.remat,
+        "jvp_impl": cfg.jvp_impl,
+        "verdict": s.verdict,
+        "max_value": s.best.value if s.best is not None else None,
+        "peak_mem_mb": best.get("peak_mem_mb"),
+        "step_time_median_s": best.get("step_time_median_s"),
+        "tokens_per_s": best.get("tokens_per_s"),
+        "probes": len(s.probes),
+        "probe_values": " ".join(f"{p.value}:{p.status}" for p in s.probes),
+        "probe_run_ids": " ".join(p.run_id for p in s.probes),
+        "experiment": experiment,
+        **lora_columns(cfg),
+    }
 
 
 def parse(argv: list[str] | None):
-    parser = OneLineParser("capacity", "python -m bench capacity [--search batch_size|seq_len] budget_mb=MiB "
-                           "key=value ...", description=(__doc__ or "").split("\n\n")[0])  # fmt: skip
+    parser = OneLineParser(
+        "capacity",
+        "python -m bench capacity [--search batch_size|seq_len] budget_mb=MiB key=value ...",
+        description=(__doc__ or "").split("\n\n")[0],
+    )
     parser.add_argument("--search", default="batch_size", choices=SEARCHES, help="what grows (default batch_size)")
-    parser.add_argument("--start", type=int, help=f"the first value probed (default: batch_size 1, seq_len "
-                        f"{MIN_SEQ_LEN}, the shortest a trial takes)")
+    parser.add_argument(
+        "--start",
+        type=int,
+        help=f"the first value probed (default: batch_size 1, seq_len {MIN_SEQ_LEN}, the shortest a trial takes)",
+    )
     parser.add_argument("--max-probes", type=int, default=MAX_PROBES, help=f"per search (default {MAX_PROBES})")
     parser.add_argument("overrides", nargs="*", help="key=value overrides (a,b sweeps), budget_mb=MiB among them")
     args = parser.parse_intermixed_args(argv)  # options may come before, between or after the overrides
@@ -106,16 +131,25 @@ def main(argv: list[str] | None = None) -> int:
             shown = ("framework", "mode", "case", "parallel")
             label = " ".join(o for o in overrides if o.split("=")[0] in shown)
             print(f"bench capacity: {label or 'trial'}: largest {args.search} within {budget:g} MiB", flush=True)
-            s = search(probe_with_runner(overrides, args.search, budget, on_cpu), budget, args.start,
-                       limit_of(cfg, args.search), args.max_probes)  # fmt: skip
+            s = search(
+                probe_with_runner(overrides, args.search, budget, on_cpu),
+                budget,
+                args.start,
+                limit_of(cfg, args.search),
+                args.max_probes,
+            )
             row = result_row(cfg, args.search, budget, s, started, experiment)
             CsvSink(Path(cfg.results_dir) / RESULTS_FILE, COLUMNS).write(row)
             results.append(row)
         print(capacity_table(results))
         return 1 if any(r["verdict"] == "failed" for r in results) else 0
 
-    return run("capacity", body, first=stop_descendants,
-               interrupted=f"the running probe was stopped; searches finished so far are in {RESULTS_FILE}")
+    return run(
+        "capacity",
+        body,
+        first=stop_descendants,
+        interrupted=f"the running probe was stopped; searches finished so far are in {RESULTS_FILE}",
+    )
 
 
 def prepare(args) -> list[tuple[list[str], BenchConfig, float]]:
@@ -131,7 +165,9 @@ def prepare(args) -> list[tuple[list[str], BenchConfig, float]]:
         cfg = resolve(composed)
         budget = cfg.budget_mb or (min(cuda_memory_mb()) if cuda_memory_mb() and cfg.device != "cpu" else None)
         if budget is None:
-            raise ConfigError("budget_mb=null: no GPU here to take the budget from; accepted: budget_mb=<MiB> "
-                              "(on the CPU it limits the trial process's RSS)")  # fmt: skip
+            raise ConfigError(
+                "budget_mb=null: no GPU here to take the budget from; accepted: budget_mb=<MiB> "
+                "(on the CPU it limits the trial process's RSS)"
+            )
         combos.append(([o for o in combo if not o.startswith(f"{args.search}=")], cfg, float(budget)))
     return combos

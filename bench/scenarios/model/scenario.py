@@ -36,10 +36,25 @@ from bench.store.wandb import WandbSink, device_summary, run_config, run_tags
 OTHER_SCENARIOS_KEYS = ("scenario", "threads", "ops")
 # Keys added after rows were recorded, with the value every earlier trial had: at that value a key is left out of
 # the identity, so a single-device trial hashes as it did before multi-device trials existed.
-ADDED_KEYS = {"parallel": "none", "devices": 1, "nodes": 1, "fsdp_reshard_after_forward": True, "fsdp_offload": False,
-              "directions": "gaussian", "jvp_tangent": "auto", "deterministic": False, "compile": False,
-              "divergence_factor": 10.0, "target": TargetConfig(), "profile": False, "profile_steps": 3,
-              "lora": LoraConfig(), "scan_layers": False}  # fmt: skip  (JAX's layers were unrolled until scan_layers)
+ADDED_KEYS = {
+    "parallel": "none",
+    "devices": 1,
+    "nodes": 1,
+    "fsdp_reshard_after_forward": True,
+    "fsdp_offload": False,
+    "directions": "gaussian",
+    "jvp_tangent": "auto",
+    "deterministic": False,
+    "compile": False,
+    "divergence_factor": 10.0,
+    "target": TargetConfig(),
+    "profile": False,
+    "profile_steps": 3,
+    "lora": LoraConfig(),
+    "scan_layers": False,
+}  # JAX's layers were unrolled until scan_layers
+
+
 def settings_identity(cfg: BenchConfig) -> dict:
     """The estimators' settings as identity keys, by their columns: a setting that was a top-level key before it
     moved into its node always (mezo_eps, so a trial hashes as it did when it was recorded), the others only off
@@ -65,9 +80,14 @@ class ModelScenario(Scenario):
 
     def identity(self, cfg: BenchConfig) -> dict:
         nodes = estimators.settings_nodes()
-        keys = [f for f in vars(cfg) if f not in NOT_IDENTITY + OTHER_SCENARIOS_KEYS and f not in nodes
-                and not (f in ADDED_KEYS and getattr(cfg, f) == ADDED_KEYS[f])
-                and FRAMEWORK_KEYS.get(f, cfg.framework) == cfg.framework]  # fmt: skip
+        keys = [
+            f
+            for f in vars(cfg)
+            if f not in NOT_IDENTITY + OTHER_SCENARIOS_KEYS
+            and f not in nodes
+            and not (f in ADDED_KEYS and getattr(cfg, f) == ADDED_KEYS[f])
+            and FRAMEWORK_KEYS.get(f, cfg.framework) == cfg.framework
+        ]
         return identity_of(cfg, keys) | settings_identity(cfg)
 
     def kind(self, cfg: BenchConfig) -> str:
@@ -124,8 +144,12 @@ class ModelScenario(Scenario):
             entity=lg.entity,
             tags=run_tags(cfg.framework, cfg.mode, row.get("experiment"), strategy, *lg.tags),
             job_type=cfg.mode,
-        ).write(row, per_step(history), summary=device_summary(history.get("devices") or []),
-                artifacts={"trace": traces} if (traces := trace_files(results_dir, row)) else None)
+        ).write(
+            row,
+            per_step(history),
+            summary=device_summary(history.get("devices") or []),
+            artifacts={"trace": traces} if (traces := trace_files(results_dir, row)) else None,
+        )
 
     def config_keys(self, cfg: BenchConfig) -> tuple[str, ...]:
         return tuple(k for k in vars(cfg) if k not in OTHER_SCENARIOS_KEYS[1:])  # every key but the ops scenario's
@@ -231,8 +255,10 @@ def describe(row: dict) -> str:
         return f"{row['status'].upper()} {row.get('error') or ''}".strip()
     target = ""
     if row.get("target_status") == "reached":
-        target = (f"  {row['target_metric']} {row['target_value']:g} reached in {row['steps_to_target']} steps, "
-                  f"{row['wall_to_target_s']:.1f} s")  # fmt: skip
+        target = (
+            f"  {row['target_metric']} {row['target_value']:g} reached in {row['steps_to_target']} steps, "
+            f"{row['wall_to_target_s']:.1f} s"
+        )
     elif row.get("target_status") == "not_reached":
         target = f"  {row['target_metric']} {row['target_value']:g} not reached in {row['target_max_steps']} steps"
     return (
@@ -248,8 +274,12 @@ def wandb_columns(cfg: BenchConfig, row: dict) -> dict:
     its sweep, experiment and config_hash, and two that views group by: variant (the mode with its knobs, as the
     report names it: backprop+remat, jvp(K=4)) and framework_mode ("torch backprop+remat")."""
     columns = {k: row.get(k) for k in make_row(cfg, {}, {})}
-    columns.update(sweep_id=row.get("sweep_id"), experiment=row.get("experiment") or "",
-                   config_hash=row.get("config_hash"), variant=variant(row))  # fmt: skip
+    columns.update(
+        sweep_id=row.get("sweep_id"),
+        experiment=row.get("experiment") or "",
+        config_hash=row.get("config_hash"),
+        variant=variant(row),
+    )
     columns["framework_mode"] = f"{row['framework']} {columns['variant']}"
     return columns
 
@@ -278,4 +308,3 @@ def save_history(results_dir: Path, run_id: str, history: dict | None) -> Path |
 
 
 MODEL = ModelScenario()
-

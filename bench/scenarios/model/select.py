@@ -47,14 +47,22 @@ KNOB_DEFAULTS |= {"dropout": default("model.dropout")}
 # every estimator's settings, by their columns (mezo_eps: mezo.eps's default)
 KNOB_DEFAULTS |= {column: default(option) for column, option in estimators.setting_columns().items()}
 # the optimizer's hyperparameters as runs.csv names them (adam_eps: optimizer.eps, apart from mezo_eps)
-OPTIMIZER_COLUMNS = {"lr": "lr", "momentum": "momentum", "weight_decay": "weight_decay", "beta1": "beta1",
-                     "beta2": "beta2", "eps": "adam_eps"}  # fmt: skip
+OPTIMIZER_COLUMNS = {
+    "lr": "lr",
+    "momentum": "momentum",
+    "weight_decay": "weight_decay",
+    "beta1": "beta1",
+    "beta2": "beta2",
+    "eps": "adam_eps",
+}
 OPTIMIZER_KNOBS = tuple(OPTIMIZER_COLUMNS.values())
 # Each optimizer preset's hyperparameters (conf/optimizer/<name>.yaml over the schema's defaults); an optimizer
 # without a preset falls back to the schema's.
 SCHEMA_OPTIMIZER = {column: default(f"optimizer.{key}") for key, column in OPTIMIZER_COLUMNS.items()}
-OPTIMIZER_DEFAULTS = {name: {OPTIMIZER_COLUMNS[k]: v for k, v in values.items() if k in OPTIMIZER_COLUMNS}
-                      for name, values in optimizer_presets().items()}  # fmt: skip
+OPTIMIZER_DEFAULTS = {
+    name: {OPTIMIZER_COLUMNS[k]: v for k, v in values.items() if k in OPTIMIZER_COLUMNS}
+    for name, values in optimizer_presets().items()
+}
 KNOB_NAMES = {"weight_decay": "weight decay", "adam_eps": "eps"}  # as a label shows them; the rest by column
 
 
@@ -179,7 +187,7 @@ def world_size(c: dict) -> int:
 
 
 def parallel_label(c: dict) -> str:
-    """"ddp × 2 devices", "fsdp SHARD_GRAD_OP × 2 nodes × 4 devices + CPU offload" (4 devices on each of 2
+    """ "ddp × 2 devices", "fsdp SHARD_GRAD_OP × 2 nodes × 4 devices + CPU offload" (4 devices on each of 2
     nodes); "" at the defaults (one device, no strategy), so a single-device label reads as it always has. Only
     the counts `c` has are named: a plot against devices drops them from its titles."""
     if all(knob(c, k) == knob_default(k) for k in PARALLEL_COLUMNS):
@@ -211,9 +219,13 @@ def strategy_order(row: dict) -> tuple:
     """none, ddp, fsdp SHARD_GRAD_OP, fsdp FULL_SHARD, + CPU offload (the HPML lecture's order: each holds less
     per device than the one before), then by the number of devices."""
     name = knob(row, "parallel")
-    return (STRATEGIES.index(name) if name in STRATEGIES else len(STRATEGIES),
-            knob(row, "fsdp_reshard_after_forward") == "True", knob(row, "fsdp_offload") == "True",
-            world_size(row), name)  # fmt: skip
+    return (
+        STRATEGIES.index(name) if name in STRATEGIES else len(STRATEGIES),
+        knob(row, "fsdp_reshard_after_forward") == "True",
+        knob(row, "fsdp_offload") == "True",
+        world_size(row),
+        name,
+    )
 
 
 def summary_table(rows: list[dict]) -> str:
@@ -222,19 +234,42 @@ def summary_table(rows: list[dict]) -> str:
     if not rows:
         return "(no trials recorded)"
     parallel = any(parallel_short(r) for r in rows)
-    head = ["framework", "mode", *(["parallel"] if parallel else []), "model", "status", "excess MiB", "peak MiB",
-            "step ms", "compile s", "samples/s", "loss first->last"]  # fmt: skip
+    head = [
+        "framework",
+        "mode",
+        *(["parallel"] if parallel else []),
+        "model",
+        "status",
+        "excess MiB",
+        "peak MiB",
+        "step ms",
+        "compile s",
+        "samples/s",
+        "loss first->last",
+    ]
     body = []
     for r in rows:
+
         def f(key, fmt, scale=1.0, r=r):
             v = num(r, key)
             return "-" if v is None else format(v * scale, fmt)
 
         loss = "-" if num(r, "loss_first") is None else f"{f('loss_first', '.4f')}->{f('loss_last', '.4f')}"
-        body.append([r.get("framework", ""), variant(r), *([parallel_short(r) or "none"] if parallel else []),
-                     r.get("model", ""), r.get("status", ""),
-                     f("excess_mem_mb", ".0f"), f("peak_mem_mb", ".0f"), f("step_time_median_s", ".1f", 1e3),
-                     f("compile_time_s", ".1f"), f("samples_per_s", ".1f"), loss])  # fmt: skip
+        body.append(
+            [
+                r.get("framework", ""),
+                variant(r),
+                *([parallel_short(r) or "none"] if parallel else []),
+                r.get("model", ""),
+                r.get("status", ""),
+                f("excess_mem_mb", ".0f"),
+                f("peak_mem_mb", ".0f"),
+                f("step_time_median_s", ".1f", 1e3),
+                f("compile_time_s", ".1f"),
+                f("samples_per_s", ".1f"),
+                loss,
+            ]
+        )
     lines = [fixed_width(head, body)]
     failed = [r for r in rows if r.get("status") not in ("ok", "skipped")]
     for r in failed:
@@ -245,12 +280,40 @@ def summary_table(rows: list[dict]) -> str:
 # ---------------------------------------------------------------------------------------------- choosing rows
 
 # What identifies a configuration when a row has no config_hash (written before the column existed).
-_IDENTITY_COLUMNS = ("framework", "mode", "model", "num_layers", "hidden_size", "data", "trainable", "last_k",
-                     "lora_rank", "lora_alpha", "lora_dropout", "lora_targets",
-                     "optimizer", *OPTIMIZER_KNOBS, "batch_size", "grad_accum", "seq_len", "steps", "epochs", "seed",
-                     "remat", "scan_layers", "num_tangents", "jvp_impl", *estimators.setting_columns(),
-                     "attn_implementation", "dropout", "dtype", "directions", "jvp_tangent", "device",
-                     *PARALLEL_COLUMNS)  # fmt: skip
+_IDENTITY_COLUMNS = (
+    "framework",
+    "mode",
+    "model",
+    "num_layers",
+    "hidden_size",
+    "data",
+    "trainable",
+    "last_k",
+    "lora_rank",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_targets",
+    "optimizer",
+    *OPTIMIZER_KNOBS,
+    "batch_size",
+    "grad_accum",
+    "seq_len",
+    "steps",
+    "epochs",
+    "seed",
+    "remat",
+    "scan_layers",
+    "num_tangents",
+    "jvp_impl",
+    *estimators.setting_columns(),
+    "attn_implementation",
+    "dropout",
+    "dtype",
+    "directions",
+    "jvp_tangent",
+    "device",
+    *PARALLEL_COLUMNS,
+)
 
 
 def experiment_of(row: dict) -> str:
@@ -260,7 +323,7 @@ def experiment_of(row: dict) -> str:
 
 
 def provenance(rows) -> str:
-    """"From experiment `default_bench`." / "From sweeps `…`, `…`.": where a table's rows came from, or ""."""
+    """ "From experiment `default_bench`." / "From sweeps `…`, `…`.": where a table's rows came from, or ""."""
     experiments = sorted({experiment_of(r) for r in rows if experiment_of(r)})
     sweeps = sorted({r.get("sweep_id") for r in rows if not experiment_of(r) and r.get("sweep_id")})
     parts = []
@@ -274,7 +337,6 @@ def context_heading(key: Context, rows) -> list[str]:
     """A context's markdown heading and where its rows came from, as the report's per-context sections open."""
     where = provenance(rows)
     return [f"### {context_label(key)}", "", *([where, ""] if where else [])]
-
 
 
 def config_key(row: dict) -> str | tuple:
@@ -321,8 +383,22 @@ def view(results: Results) -> View:
 
 # What stays fixed within one comparison table; the framework and the mode (variant(): the trainable scope and
 # the mode's own knobs included) vary within it.
-CONTEXT_COLUMNS = ("model", "num_layers", "hidden_size", "data", "optimizer", *OPTIMIZER_KNOBS, "batch_size",
-                   "grad_accum", "seq_len", "dtype", "dropout", "device", "device_name", *PARALLEL_COLUMNS)  # fmt: skip
+CONTEXT_COLUMNS = (
+    "model",
+    "num_layers",
+    "hidden_size",
+    "data",
+    "optimizer",
+    *OPTIMIZER_KNOBS,
+    "batch_size",
+    "grad_accum",
+    "seq_len",
+    "dtype",
+    "dropout",
+    "device",
+    "device_name",
+    *PARALLEL_COLUMNS,
+)
 _CONTEXT_KNOBS = (*OPTIMIZER_KNOBS, "dropout", *PARALLEL_COLUMNS)
 SCOPE_COLUMNS = ("trainable", "last_k", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets")  # scope_label's
 
@@ -334,8 +410,11 @@ def context_key(row: dict, drop: tuple[str, ...] = (), keep: tuple[str, ...] = (
     """The row's context: CONTEXT_COLUMNS less `drop`, plus `keep` (e.g. trainable, for a plot per scope). Knobs
     are canonical (knob()): "0.001" and "1e-3", or an empty cell and the default, are one context. Values are
     text, as a CSV has them, also for a row the runner has not written yet."""
-    return tuple((c, knob(row, c) if c in _CONTEXT_KNOBS else str(row.get(c, "") or ""))
-                 for c in (*CONTEXT_COLUMNS, *keep) if c not in drop)  # fmt: skip
+    return tuple(
+        (c, knob(row, c) if c in _CONTEXT_KNOBS else str(row.get(c, "") or ""))
+        for c in (*CONTEXT_COLUMNS, *keep)
+        if c not in drop
+    )
 
 
 def context_label(key: Context) -> str:
@@ -345,34 +424,45 @@ def context_label(key: Context) -> str:
     c = dict(key)
     model = c.get("model", "") or "?"
     layers = c.get("num_layers")
-    size = [f"{layers} layer{'' if layers == '1' else 's'}" if layers else "",
-            f"hidden {c['hidden_size']}" if c.get("hidden_size") else ""]  # fmt: skip
+    size = [
+        f"{layers} layer{'' if layers == '1' else 's'}" if layers else "",
+        f"hidden {c['hidden_size']}" if c.get("hidden_size") else "",
+    ]
     if any(size):
         model += f" ({', '.join(s for s in size if s)})"
     shape = " ".join(
-        s for s in (
+        s
+        for s in (
             f"B{c['batch_size']}" if c.get("batch_size") else "",
             f"x{c['grad_accum']} accumulated" if c.get("grad_accum") not in (None, "", "1") else "",
             f"T{c['seq_len']}" if c.get("seq_len") else "",
-        ) if s
-    )  # fmt: skip
+        )
+        if s
+    )
     trainable = c.get("trainable", "")
     if trainable == "last_k":
         trainable = f"last {c.get('last_k') or 'k'} layers"
     elif trainable == "lora":
         trainable = scope_label(c)
     optimizer = c.get("optimizer", "")
-    hyper = [f"{KNOB_NAMES.get(k, k)} {c[k]}" for k in OPTIMIZER_KNOBS
-             if k in c and c[k] != knob_default(k, optimizer)]  # fmt: skip
+    hyper = [f"{KNOB_NAMES.get(k, k)} {c[k]}" for k in OPTIMIZER_KNOBS if k in c and c[k] != knob_default(k, optimizer)]
     if hyper:
         optimizer = f"{optimizer or 'optimizer'} ({', '.join(hyper)})"
     dropout = c.get("dropout", "")
     device = c.get("device", "")
     if c.get("device_name"):
         device += f" ({c['device_name']})"
-    parts = [model, c.get("data", ""), shape, f"trainable {trainable}" if trainable else "", optimizer,
-             c.get("dtype", ""), f"dropout {dropout}" if dropout and dropout != knob_default("dropout") else "",
-             device, parallel_label(c)]  # fmt: skip
+    parts = [
+        model,
+        c.get("data", ""),
+        shape,
+        f"trainable {trainable}" if trainable else "",
+        optimizer,
+        c.get("dtype", ""),
+        f"dropout {dropout}" if dropout and dropout != knob_default("dropout") else "",
+        device,
+        parallel_label(c),
+    ]
     return " · ".join(p for p in parts if p)
 
 

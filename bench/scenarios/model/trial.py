@@ -118,8 +118,12 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
         t.baseline()  # weights, every batch and (JAX) the compiled step; optimizer state comes with step 1
 
     warm = []
-    where = {"device": kind, "device_name": dev.device_name(device) if kind == "cuda" else cpu_name(),
-             "n_params": trainer.n_params, "n_trainable": trainer.n_trainable}  # a diverged row says them too
+    where = {
+        "device": kind,
+        "device_name": dev.device_name(device) if kind == "cuda" else cpu_name(),
+        "n_params": trainer.n_params,
+        "n_trainable": trainer.n_trainable,
+    }  # a diverged row says them too
     watch = LossWatch(cfg.divergence_factor, where)
     for i in range(cfg.warmup_steps):
         loss, dt = timed(trainer.step, updates[i], sync=trainer.sync)
@@ -171,8 +175,12 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     explained = explain_time(cfg, world, trainer, updates) if cfg.profile else {}
     explained.update(flop_columns(cfg, trainer, updates[0], stats.median_s, device, kind))
     for d in devices:
-        d.update(rank=world.rank, mem_params_mb=state["params"] / MiB, mem_optimizer_mb=state["optimizer"] / MiB,
-                 step_time_median_s=stats.median_s)  # fmt: skip
+        d.update(
+            rank=world.rank,
+            mem_params_mb=state["params"] / MiB,
+            mem_optimizer_mb=state["optimizer"] / MiB,
+            step_time_median_s=stats.median_s,
+        )
         d.update(breakdown_columns(held, d))
     samples = global_batch_size(cfg) * ga
     result = {
@@ -259,8 +267,10 @@ def record_within_memory(prof, trainer, batches: list, folder: Path) -> Path:
     finally:
         signal.signal(signal.SIGINT, previous)
     gc.collect()
-    raise ProfilerOutgrewMemory(f"the profiler's events took this process past {limit:.0f} MiB ({start:.0f} "
-                                f"before it, + {PROFILER_HOST_SHARE:.0%} of the host's free memory); stopped")
+    raise ProfilerOutgrewMemory(
+        f"the profiler's events took this process past {limit:.0f} MiB ({start:.0f} "
+        f"before it, + {PROFILER_HOST_SHARE:.0%} of the host's free memory); stopped"
+    )
 
 
 def flop_columns(cfg: BenchConfig, trainer, batches, step_s: float, device, kind: str) -> dict:
@@ -274,16 +284,30 @@ def flop_columns(cfg: BenchConfig, trainer, batches, step_s: float, device, kind
         peak = fl.matmul_peak(device, cfg.dtype)
     except Exception as e:  # noqa: BLE001 (the measurements are made: a failed count must not lose them)
         return {"flops_method": f"missing: {type(e).__name__}: {e}"[:300]}
-    predicted = predict_flops(bert_spec(cfg.model), step_spec(cfg), cfg.batch_size, cfg.seq_len,
-                              jacfwd_chunk=trainer.jacfwd_chunk, framework=cfg.framework)  # fmt: skip
+    predicted = predict_flops(
+        bert_spec(cfg.model),
+        step_spec(cfg),
+        cfg.batch_size,
+        cfg.seq_len,
+        jacfwd_chunk=trainer.jacfwd_chunk,
+        framework=cfg.framework,
+    )
     rate = counted["flops_per_step"] / step_s
-    published = published_peak(implementation(cfg.framework, "device").device_name(device), cfg.dtype) \
-        if kind == "cuda" else None  # fmt: skip
-    return {"flops_per_step": counted["flops_per_step"], "flops_method": counted["flops_method"],
-            "flops_predicted": predicted.total if predicted else None, "flops_per_s": rate,
-            "matmul_peak_flops_per_s": peak,
-            "utilisation": rate / peak if peak else None, "peak_flops_per_s": published,
-            "mfu": rate / published if published else None}  # fmt: skip
+    published = (
+        published_peak(implementation(cfg.framework, "device").device_name(device), cfg.dtype)
+        if kind == "cuda"
+        else None
+    )
+    return {
+        "flops_per_step": counted["flops_per_step"],
+        "flops_method": counted["flops_method"],
+        "flops_predicted": predicted.total if predicted else None,
+        "flops_per_s": rate,
+        "matmul_peak_flops_per_s": peak,
+        "utilisation": rate / peak if peak else None,
+        "peak_flops_per_s": published,
+        "mfu": rate / published if published else None,
+    }
 
 
 def eval_series(evals: dict[int, tuple[float, float]], n: int) -> dict:
@@ -291,8 +315,10 @@ def eval_series(evals: dict[int, tuple[float, float]], n: int) -> dict:
     point at its step; {} without evaluations."""
     if not evals:
         return {}
-    return {"eval_loss": [evals[i][0] if i in evals else None for i in range(n)],
-            "eval_accuracy": [evals[i][1] if i in evals else None for i in range(n)]}  # fmt: skip
+    return {
+        "eval_loss": [evals[i][0] if i in evals else None for i in range(n)],
+        "eval_accuracy": [evals[i][1] if i in evals else None for i in range(n)],
+    }
 
 
 class Target:
@@ -322,8 +348,13 @@ class Target:
         step, wall = self.reached
         steps = self.warmup + step + 1
         own = sorted(times)[len(times) // 2] + sum(warm[1:]) + sum(times[: step + 1])  # first step at the median
-        return {"target_status": "reached", "steps_to_target": steps, "samples_to_target": steps * samples_per_step,
-                "seconds_to_target": own, "wall_to_target_s": wall}  # fmt: skip
+        return {
+            "target_status": "reached",
+            "steps_to_target": steps,
+            "samples_to_target": steps * samples_per_step,
+            "seconds_to_target": own,
+            "wall_to_target_s": wall,
+        }
 
 
 class Diverged(Exception):
@@ -385,8 +416,14 @@ def merge(cfg: BenchConfig, results: list[dict]) -> dict:
     timing = ("samples_per_s", "tokens_per_s", "total_train_time_s")
     out.update({k: v for k, v in slowest.items() if k.startswith("step_time_") or k in timing})
     out["history"] = {**main["history"], "step_time_s": slowest["history"]["step_time_s"], "devices": devices}
-    columns = ("peak_mem_mb", "excess_mem_mb", "baseline_mem_mb", "mem_params_mb", "mem_optimizer_mb",
-               *(f"mem_{k}_mb" for k in BREAKDOWN))  # fmt: skip
+    columns = (
+        "peak_mem_mb",
+        "excess_mem_mb",
+        "baseline_mem_mb",
+        "mem_params_mb",
+        "mem_optimizer_mb",
+        *(f"mem_{k}_mb" for k in BREAKDOWN),
+    )
     for column in columns:
         values = [d[column] for d in devices if d.get(column) is not None]
         out[column] = max(values) if values else None
@@ -405,20 +442,36 @@ def merge(cfg: BenchConfig, results: list[dict]) -> dict:
 def predicted_columns(cfg: BenchConfig, main: dict, world: int) -> dict:
     """The memory model's prediction for the trial (bench.memory_model), per device: the excess and each
     category the breakdown measures."""
-    p = predict(bert_spec(cfg.model), step_spec(cfg), cfg.batch_size, cfg.seq_len, framework=cfg.framework,
-                device=main["device"], world=world, sharded=cfg.parallel == "fsdp",
-                jacfwd_chunk=main["jacfwd_chunk"])  # fmt: skip
+    p = predict(
+        bert_spec(cfg.model),
+        step_spec(cfg),
+        cfg.batch_size,
+        cfg.seq_len,
+        framework=cfg.framework,
+        device=main["device"],
+        world=world,
+        sharded=cfg.parallel == "fsdp",
+        jacfwd_chunk=main["jacfwd_chunk"],
+    )
     p = p.mib() if p is not None else dict.fromkeys(("excess", "saved", "grads", "directions", "temp"))
-    return {"mem_predicted_mb": p["excess"],
-            **{f"mem_predicted_{k}_mb": p[k] for k in ("saved", "grads", "directions", "temp")}}  # fmt: skip
+    return {
+        "mem_predicted_mb": p["excess"],
+        **{f"mem_predicted_{k}_mb": p[k] for k in ("saved", "grads", "directions", "temp")},
+    }
 
 
 def unmodelled(cfg: BenchConfig, row: dict) -> str | None:
     """A note naming the models that have no term for this trial's mode (bench/estimators/): its model cells are
     empty, what was measured stands."""
-    missing = [name for name, column in (("memory", "mem_predicted_mb"), ("FLOP", "flops_predicted"),
-                                         ("communication", "comm_bytes_expected"))
-               if column in row and row[column] is None]  # fmt: skip (one device: 0 bytes expected, not None)
+    missing = [
+        name
+        for name, column in (
+            ("memory", "mem_predicted_mb"),
+            ("FLOP", "flops_predicted"),
+            ("communication", "comm_bytes_expected"),
+        )
+        if column in row and row[column] is None
+    ]  # one device: 0 bytes expected, not None
     if not missing:
         return None
     models = " and ".join(missing) + (" models" if len(missing) > 1 else " model")

@@ -110,8 +110,10 @@ def validate(cfg: BenchConfig) -> None:
             "accepted: framework=torch with mode=inference|backprop|mezo"
         )
     if cfg.framework == "torch" and not cfg.scan_layers:
-        raise ConfigError("scan_layers=false: JAX only (torch runs HF's layers one by one, eagerly, either way); "
-                          "framework=torch accepts scan_layers=true")
+        raise ConfigError(
+            "scan_layers=false: JAX only (torch runs HF's layers one by one, eagerly, either way); "
+            "framework=torch accepts scan_layers=true"
+        )
     if cfg.framework == "jax" and cfg.jvp_impl != "func":
         raise ConfigError(f"jvp_impl={cfg.jvp_impl}: torch only; framework=jax accepts jvp_impl=func (jax.jvp)")
     if cfg.framework == "jax" and cfg.attn_implementation != "eager":
@@ -142,8 +144,9 @@ def validate_lora(cfg: BenchConfig) -> None:
         for f in fields(LoraConfig):
             value, default = getattr(lo, f.name), getattr(defaults, f.name)
             if (list(value) if isinstance(value, (list, tuple)) else value) != default:
-                raise ConfigError(f"lora.{f.name}={shown(value)}: applies to trainable=lora only (got "
-                                  f"trainable={cfg.trainable})")  # fmt: skip
+                raise ConfigError(
+                    f"lora.{f.name}={shown(value)}: applies to trainable=lora only (got trainable={cfg.trainable})"
+                )
         return
     if not isinstance(lo.rank, int) or isinstance(lo.rank, bool) or lo.rank < 1:
         raise ConfigError(f"lora.rank={lo.rank}: must be an integer >= 1")
@@ -154,11 +157,15 @@ def validate_lora(cfg: BenchConfig) -> None:
     if names != ["all_linear"]:
         bad = [t for t in names if t not in LORA_TARGETS]
         if bad or not names:
-            raise ConfigError(f"lora.targets={shown(lo.targets)}: {'unknown ' + bad[0] if bad else 'empty'}; accepted "
-                              f"a list of {' | '.join(LORA_TARGETS)}, or all_linear")  # fmt: skip
+            raise ConfigError(
+                f"lora.targets={shown(lo.targets)}: {'unknown ' + bad[0] if bad else 'empty'}; accepted "
+                f"a list of {' | '.join(LORA_TARGETS)}, or all_linear"
+            )
     if cfg.last_k != 1:
-        raise ConfigError(f"last_k={cfg.last_k} with trainable=lora: last_k applies to trainable=last_k; lora "
-                          "adapts every encoder layer (lora.targets says which of its linear layers)")  # fmt: skip
+        raise ConfigError(
+            f"last_k={cfg.last_k} with trainable=lora: last_k applies to trainable=last_k; lora "
+            "adapts every encoder layer (lora.targets says which of its linear layers)"
+        )
 
 
 def validate_parallel(cfg: BenchConfig) -> None:
@@ -210,28 +217,37 @@ def validate_target(cfg: BenchConfig) -> None:
     t = cfg.target
     if t.metric is None:
         if t.value is not None or t.max_steps is not None:
-            raise ConfigError("target.value/target.max_steps without target.metric; accepted: target.metric="
-                              "eval_accuracy|eval_loss with them, or none of the three")  # fmt: skip
+            raise ConfigError(
+                "target.value/target.max_steps without target.metric; accepted: target.metric="
+                "eval_accuracy|eval_loss with them, or none of the three"
+            )
         return
     choice("target.metric", t.metric, TARGET_METRICS)
     if cfg.mode == "inference":
-        raise ConfigError("target.metric: mode=inference does not train, so it never reaches a target; accepted "
-                          "with backprop | jvp | jacfwd | mezo")  # fmt: skip
+        raise ConfigError(
+            "target.metric: mode=inference does not train, so it never reaches a target; accepted "
+            "with backprop | jvp | jacfwd | mezo"
+        )
     if t.value is None or t.max_steps is None:
         raise ConfigError(f"target.metric={t.metric}: needs target.value and target.max_steps (the step cap)")
     if t.metric == "eval_accuracy" and (not is_number(t.value) or not 0 < t.value <= 1):
         raise ConfigError(f"target.value={t.value}: an accuracy; accepted a number in (0, 1]")
     above("target.value", t.value, 0)
     if not cfg.evaluate or cfg.eval_every < 1:
-        raise ConfigError(f"target.metric={t.metric}: the target is checked at each evaluation; accepted with "
-                          "evaluate=true eval_every=N (N >= 1 timed steps)")  # fmt: skip
+        raise ConfigError(
+            f"target.metric={t.metric}: the target is checked at each evaluation; accepted with "
+            "evaluate=true eval_every=N (N >= 1 timed steps)"
+        )
     if cfg.epochs is not None:
-        raise ConfigError(f"epochs={cfg.epochs} with target.metric: the target's step cap decides the length; "
-                          "accepted: epochs=null")  # fmt: skip
+        raise ConfigError(
+            f"epochs={cfg.epochs} with target.metric: the target's step cap decides the length; accepted: epochs=null"
+        )
     if t.max_steps < cfg.warmup_steps + cfg.eval_every:
-        raise ConfigError(f"target.max_steps={t.max_steps}: smaller than warmup_steps={cfg.warmup_steps} + one "
-                          f"evaluation interval (eval_every={cfg.eval_every}); accepted >= "
-                          f"{cfg.warmup_steps + cfg.eval_every}")  # fmt: skip
+        raise ConfigError(
+            f"target.max_steps={t.max_steps}: smaller than warmup_steps={cfg.warmup_steps} + one "
+            f"evaluation interval (eval_every={cfg.eval_every}); accepted >= "
+            f"{cfg.warmup_steps + cfg.eval_every}"
+        )
 
 
 def validate_outputs(cfg: BenchConfig) -> None:
@@ -268,8 +284,10 @@ def check_traces_folder(folder: Path) -> None:
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"profile=true: the traces folder {folder} is a file; accepted: a folder (or none there)")
     if (existing := unwritable(folder)) is not None:
-        raise ConfigError(f"profile=true: the traces folder {folder} cannot be written ({existing}: permission "
-                          "denied); accepted: a results_dir you can write")  # fmt: skip
+        raise ConfigError(
+            f"profile=true: the traces folder {folder} cannot be written ({existing}: permission "
+            "denied); accepted: a results_dir you can write"
+        )
 
 
 def validate_data(cfg: BenchConfig) -> None:

@@ -61,8 +61,15 @@ def context_label(ctx: tuple) -> str:
 
 
 def _key(row: dict) -> tuple:
-    return (row.get("framework"), row.get("execution"), row.get("dtype"), row.get("threads"), row.get("device"),
-            row.get("op"), row.get("shape"))  # fmt: skip
+    return (
+        row.get("framework"),
+        row.get("execution"),
+        row.get("dtype"),
+        row.get("threads"),
+        row.get("device"),
+        row.get("op"),
+        row.get("shape"),
+    )
 
 
 def latest(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -145,8 +152,9 @@ def _fmt_s(v: float | None) -> str:
 def ratio_table(rows: list[dict]) -> str:
     """Per op at its largest square size: primal time and the three ratios of each series."""
     labels = sorted({series_label(r) for r in rows})
-    head = ["op", "n"] + [f"{lb} {what}" for lb in labels for what in ("primal", "jvp/primal", "vjp/primal",
-                                                                        "backward/primal")]  # fmt: skip
+    head = ["op", "n"] + [
+        f"{lb} {what}" for lb in labels for what in ("primal", "jvp/primal", "vjp/primal", "backward/primal")
+    ]
     body = []
     for op in op_order(rows):
         n = largest_square(rows, op)
@@ -157,8 +165,12 @@ def ratio_table(rows: list[dict]) -> str:
         for lb in labels:
             r = cells.get(lb, {})
             p, b = num(r, "primal_s"), num(r, "vjp_backward_s")
-            line += [_fmt_s(p), fmt_ratio(num(r, "jvp_over_primal")), fmt_ratio(num(r, "vjp_over_primal")),
-                     fmt_ratio(b / p if b is not None and p else None)]  # fmt: skip
+            line += [
+                _fmt_s(p),
+                fmt_ratio(num(r, "jvp_over_primal")),
+                fmt_ratio(num(r, "vjp_over_primal")),
+                fmt_ratio(b / p if b is not None and p else None),
+            ]
         body.append(line)
     return md_table(head, body, "l" + "r" * (len(head) - 1))
 
@@ -169,16 +181,36 @@ def shapes_table(rows: list[dict]) -> str | None:
     if not thin:
         return None
     head = ["op", "shape", "series", "primal", "jvp", "vjp", "jvp/primal", "vjp/primal"]
-    body = [[r["op"], r["shape"], series_label(r), _fmt_s(num(r, "primal_s")), _fmt_s(num(r, "jvp_s")),
-             _fmt_s(num(r, "vjp_s")), fmt_ratio(num(r, "jvp_over_primal")), fmt_ratio(num(r, "vjp_over_primal"))]
-            for r in thin]  # fmt: skip
+    body = [
+        [
+            r["op"],
+            r["shape"],
+            series_label(r),
+            _fmt_s(num(r, "primal_s")),
+            _fmt_s(num(r, "jvp_s")),
+            _fmt_s(num(r, "vjp_s")),
+            fmt_ratio(num(r, "jvp_over_primal")),
+            fmt_ratio(num(r, "vjp_over_primal")),
+        ]
+        for r in thin
+    ]
     return md_table(head, body, "lll" + "r" * (len(head) - 3))
 
 
 def failed_table(bad: list[dict]) -> str:
-    body = [[r.get("framework", ""), r.get("execution", ""), r.get("op", ""), r.get("shape", ""), r.get("dtype", ""),
-             r.get("threads", ""), r.get("status", ""), " ".join(str(r.get("error", "")).split())[:160]]
-            for r in bad]  # fmt: skip
+    body = [
+        [
+            r.get("framework", ""),
+            r.get("execution", ""),
+            r.get("op", ""),
+            r.get("shape", ""),
+            r.get("dtype", ""),
+            r.get("threads", ""),
+            r.get("status", ""),
+            " ".join(str(r.get("error", "")).split())[:160],
+        ]
+        for r in bad
+    ]
     return md_table(["framework", "execution", "op", "shape", "dtype", "threads", "status", "error"], body, "l" * 8)
 
 
@@ -193,11 +225,22 @@ def summary_table(rows: list[dict]) -> str:
         for op in op_order(ctx_rows):
             n = largest_square(ctx_rows, op)
             for label, r in sorted(at(ctx_rows, op, n).items()) if n else ():
-                body.append([label, ctx[1], ctx[2], op, str(n), _fmt_s(num(r, "primal_s")),
-                              fmt_ratio(num(r, "jvp_over_primal")), fmt_ratio(num(r, "vjp_over_primal"))])  # fmt: skip
+                body.append(
+                    [
+                        label,
+                        ctx[1],
+                        ctx[2],
+                        op,
+                        str(n),
+                        _fmt_s(num(r, "primal_s")),
+                        fmt_ratio(num(r, "jvp_over_primal")),
+                        fmt_ratio(num(r, "vjp_over_primal")),
+                    ]
+                )
     lines = [fixed_width(head, body)]
-    lines += [f"  {r.get('framework')} {r.get('op')} {r.get('shape')}: {r.get('status')}: {r.get('error', '')}"
-              for r in bad]  # fmt: skip
+    lines += [
+        f"  {r.get('framework')} {r.get('op')} {r.get('shape')}: {r.get('status')}: {r.get('error', '')}" for r in bad
+    ]
     return "\n".join(lines)
 
 
@@ -231,8 +274,14 @@ def plot_time_vs_size(rows: list[dict], title: str, path: Path) -> Path | None:
             for col, mode in MODES:
                 pts = [(_square(r), num(r, col)) for r in rs if num(r, col)]
                 if pts:
-                    ax.plot(*zip(*pts), color=SERIES_COLORS.get(label, "0.4"), linestyle=MODE_LINES[mode],
-                            marker="o", markersize=3, label=f"{label} {mode}")  # fmt: skip
+                    ax.plot(
+                        *zip(*pts),
+                        color=SERIES_COLORS.get(label, "0.4"),
+                        linestyle=MODE_LINES[mode],
+                        marker="o",
+                        markersize=3,
+                        label=f"{label} {mode}",
+                    )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title(op, fontsize=9)
@@ -245,15 +294,23 @@ def plot_time_vs_size(rows: list[dict], title: str, path: Path) -> Path | None:
     for ax in axes[-1, :]:
         ax.set_xlabel("n (n × n)", fontsize=8)
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(6, len(labels)), fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, 1 - 0.35 / fig.get_figheight()))  # fmt: skip
+    fig.legend(
+        handles,
+        labels,
+        loc="upper center",
+        ncol=min(6, len(labels)),
+        fontsize=8,
+        frameon=False,
+        bbox_to_anchor=(0.5, 1 - 0.35 / fig.get_figheight()),
+    )
     fig.suptitle(title, fontsize=11, y=1 - 0.05 / fig.get_figheight())
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.75 / fig.get_figheight()))
     return _save(fig, path)
 
 
-def _bars(ax, categories: list[str], series: dict[str, list[float | None]], colors: dict[str, str],
-          ylabel: str) -> None:
+def _bars(
+    ax, categories: list[str], series: dict[str, list[float | None]], colors: dict[str, str], ylabel: str
+) -> None:
     """Grouped bars of ratios, one group per category, with the 1x reference line."""
     n = max(1, len(series))
     width = 0.8 / n
@@ -308,8 +365,9 @@ def plot_speedups(sp: dict, title: str, path: Path) -> Path | None:
     axes = fig.subplots(len(labels), 1, squeeze=False)[:, 0]
     mode_colors = {"primal": "0.35", "jvp": "#e69f00", "vjp": "#009e73"}
     for ax, lb in zip(axes, labels):
-        _bars(ax, cats, {m: [sp[lb].get(m, {}).get(c) for c in cats] for _, m in MODES}, mode_colors,
-              "speedup (× faster)")
+        _bars(
+            ax, cats, {m: [sp[lb].get(m, {}).get(c) for c in cats] for _, m in MODES}, mode_colors, "speedup (× faster)"
+        )
         ax.set_title(lb, fontsize=9)
     return _save(fig, path, title)
 
@@ -337,19 +395,26 @@ def ops_section(rows: list[dict], csv_path: str, plot_dir: Path) -> list[str]:
     out = ["## Op-level AD micro-benchmarks (scenario=ops)", ""]
     if not rows:
         return out + [f"No rows in `{csv_path}`: `python -m bench scenario=ops` writes them.", ""]
-    out += [f"From `{csv_path}`: {len(rows)} rows; {len(ok)} measurements ok, {len(bad)} not ok (latest row of each "
-            "framework × execution × dtype × threads × device × op × shape).", "",
-            "Times are the median over the repeats of the time per call, synced (`block_until_ready`, "
-            "`torch.cuda.synchronize`). **primal** is f(x); **jvp** is f(x) and its tangent (forward mode); "
-            "**vjp** is f(x) and the cotangents of its inputs (reverse mode, forward pass included); "
-            "**backward** is the pullback alone, its residuals precomputed. JAX runs under `jax.jit`, PyTorch "
-            "eager (`torch compile` rows: `ops.compile=true`).", "",
-            f"*How to read the ratios:* {HOW_TO_READ_RATIOS}", ""]  # fmt: skip
+    out += [
+        f"From `{csv_path}`: {len(rows)} rows; {len(ok)} measurements ok, {len(bad)} not ok (latest row of each "
+        "framework × execution × dtype × threads × device × op × shape).",
+        "",
+        "Times are the median over the repeats of the time per call, synced (`block_until_ready`, "
+        "`torch.cuda.synchronize`). **primal** is f(x); **jvp** is f(x) and its tangent (forward mode); "
+        "**vjp** is f(x) and the cotangents of its inputs (reverse mode, forward pass included); "
+        "**backward** is the pullback alone, its residuals precomputed. JAX runs under `jax.jit`, PyTorch "
+        "eager (`torch compile` rows: `ops.compile=true`).",
+        "",
+        f"*How to read the ratios:* {HOW_TO_READ_RATIOS}",
+        "",
+    ]
     for ctx, ctx_rows in contexts(ok).items():
         label = context_label(ctx)
         out += [f"### {label}", "", ratio_table(ctx_rows), ""]
-        for kind, fn, what in (("time", plot_time_vs_size, "time per call vs size"),
-                               ("ratios", plot_ratios, "cost ratios at the largest size")):  # fmt: skip
+        for kind, fn, what in (
+            ("time", plot_time_vs_size, "time per call vs size"),
+            ("ratios", plot_ratios, "cost ratios at the largest size"),
+        ):
             name = f"ops_{kind}_{_slug(ctx[0], ctx[1], f'threads={ctx[2]}')}"
             if fn(ctx_rows, f"{what}: {label}", plot_dir / f"{name}.png"):
                 out += [f"![{what}, {label}]({PLOT_DIR}/{name}.png)", ""]
@@ -359,8 +424,11 @@ def ops_section(rows: list[dict], csv_path: str, plot_dir: Path) -> list[str]:
     pairs = thread_pairs(ok)
     out += ["### Thread speedup", ""]
     if not pairs:
-        out += ["No device × dtype measured with both threads=1 and threads=all: "
-                "`python -m bench -m scenario=ops framework=torch,jax threads=1,all`.", ""]  # fmt: skip
+        out += [
+            "No device × dtype measured with both threads=1 and threads=all: "
+            "`python -m bench -m scenario=ops framework=torch,jax threads=1,all`.",
+            "",
+        ]
     for (device, dtype), (one, all_) in pairs.items():
         sp = speedups(one, all_)
         name = f"ops_threads_{_slug(device, dtype)}"

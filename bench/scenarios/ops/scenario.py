@@ -35,13 +35,41 @@ DTYPES = ("fp32", "fp64", "bf16")
 THREADS = ("1", "all")
 # Everything an ops trial's measurements depend on (the ops node aside, model keys do not matter to it).
 IDENTITY_KEYS = ("scenario", "framework", "device", "dtype", "threads", "seed", "ops")
-SUMMARY_KEYS = ("run_id", "sweep_id", "framework", "execution", "dtype", "threads", "num_threads", "device",
-                "device_name", "git_sha")  # fmt: skip
+SUMMARY_KEYS = (
+    "run_id",
+    "sweep_id",
+    "framework",
+    "execution",
+    "dtype",
+    "threads",
+    "num_threads",
+    "device",
+    "device_name",
+    "git_sha",
+)
 SUMMARY_METRICS = ("primal_s", "jvp_s", "vjp_s", "vjp_backward_s", "jvp_over_primal", "vjp_over_primal", "status")
 # The columns every row of a trial shares (make_rows' common part): its W&B run's config under the CSV's names.
-WANDB_CONFIG_COLUMNS = ("framework", "execution", "dtype", "threads", "num_threads", "device", "device_name",
-                        "warmup", "repeats", "seed", "sweep_id", "experiment", "config_hash", "hostname",
-                        "python_version", "git_sha", "jax_version", "jaxlib_version", "torch_version")  # fmt: skip
+WANDB_CONFIG_COLUMNS = (
+    "framework",
+    "execution",
+    "dtype",
+    "threads",
+    "num_threads",
+    "device",
+    "device_name",
+    "warmup",
+    "repeats",
+    "seed",
+    "sweep_id",
+    "experiment",
+    "config_hash",
+    "hostname",
+    "python_version",
+    "git_sha",
+    "jax_version",
+    "jaxlib_version",
+    "torch_version",
+)
 RATIOS = ("jvp_over_primal", "vjp_over_primal")
 
 
@@ -98,8 +126,7 @@ class OpsScenario(Scenario):
             project=lg.project,
             group=first["sweep_id"],
             name=self.label(cfg),
-            config=run_config(identity_of(cfg, self.config_keys(cfg)),
-                              {k: first.get(k) for k in WANDB_CONFIG_COLUMNS}),  # fmt: skip
+            config=run_config(identity_of(cfg, self.config_keys(cfg)), {k: first.get(k) for k in WANDB_CONFIG_COLUMNS}),
             mode=lg.mode,
             dir=results_dir,
             entity=lg.entity,
@@ -153,8 +180,10 @@ def validate(cfg: BenchConfig) -> None:
     """The keys scenario=ops reads; the model keys are not looked at."""
     o = cfg.ops
     if cfg.profile:
-        raise ConfigError("profile=true: scenario=ops times single ops and has no training step to trace; accepted "
-                          "with scenario=model")  # fmt: skip
+        raise ConfigError(
+            "profile=true: scenario=ops times single ops and has no training step to trace; accepted "
+            "with scenario=model"
+        )
     if cfg.parallel != "none" or cfg.devices != 1 or cfg.nodes != 1:
         raise ConfigError(
             f"parallel={cfg.parallel} devices={cfg.devices} nodes={cfg.nodes}: scenario=ops times single ops on "
@@ -276,8 +305,7 @@ def measure_op(impl, device, name: str, shape: Shape, cfg: BenchConfig) -> dict:
         t = impl.to_device(problem.tangents, dtype, device)
         (ct,) = impl.to_device((problem.cotangent,), dtype, device)
         fns = impl.build(name, shape, compile=o.compile)
-        timing = {"sync": impl.sync(device), "warmup": o.warmup, "repeats": o.repeats,
-                  "min_sample_s": o.min_sample_s}  # fmt: skip
+        timing = {"sync": impl.sync(device), "warmup": o.warmup, "repeats": o.repeats, "min_sample_s": o.min_sample_s}
         primal = time_calls(fns.primal, x, **timing)
         jvp = time_calls(fns.jvp, x, t, **timing)
         vjp = time_calls(fns.vjp, x, ct, **timing)
@@ -330,8 +358,10 @@ def describe_op(row: dict) -> str:
     if row.get("primal_s") is None:
         return f"{head}  {row['status'].upper()} {row.get('error', '')}"
     ms = lambda k: "-" if row.get(k) is None else f"{row[k] * 1e3:.4g} ms"
-    text = (f"{head}  primal {ms('primal_s')}  jvp {ms('jvp_s')} ({row['jvp_over_primal']:.2f}x)  "
-            f"vjp {ms('vjp_s')} ({row['vjp_over_primal']:.2f}x)  backward {ms('vjp_backward_s')}")  # fmt: skip
+    text = (
+        f"{head}  primal {ms('primal_s')}  jvp {ms('jvp_s')} ({row['jvp_over_primal']:.2f}x)  "
+        f"vjp {ms('vjp_s')} ({row['vjp_over_primal']:.2f}x)  backward {ms('vjp_backward_s')}"
+    )
     return text if row["status"] == "ok" else f"{text}  {row['status'].upper()} {row.get('error', '')}"
 
 

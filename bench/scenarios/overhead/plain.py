@@ -19,8 +19,9 @@ from bench.weights import build_weights
 
 def batches(model: str, batch_size: int, seq_len: int, n: int, seed: int):
     """The suite's training batches for this model and shape (numpy), as a trial makes them, and its config."""
-    (_, composed), = compose_trials([f"model={model}", f"batch_size={batch_size}", f"seq_len={seq_len}",
-                                     f"seed={seed}"], multirun=False)[0]  # fmt: skip
+    ((_, composed),) = compose_trials(
+        [f"model={model}", f"batch_size={batch_size}", f"seq_len={seq_len}", f"seed={seed}"], multirun=False
+    )[0]
     cfg = resolve(composed)
     out = data.make_batches(data.data_spec(cfg.data), batch_size, seq_len, seed, "train", epochs=1)
     while len(out) < n:
@@ -28,8 +29,9 @@ def batches(model: str, batch_size: int, seq_len: int, n: int, seed: int):
     return out[:n], cfg
 
 
-def main(framework: str, model: str, batch_size: int, seq_len: int, steps: int, warmup: int, lr: float,
-         seed: int) -> list[float]:  # fmt: skip
+def main(
+    framework: str, model: str, batch_size: int, seq_len: int, steps: int, warmup: int, lr: float, seed: int
+) -> list[float]:
     micro, cfg = batches(model, batch_size, seq_len, warmup + steps, seed)
     spec = bert_spec(cfg.model)
     return implementation(framework, "plain").plain_loop(spec, build_weights(spec, seed, None), micro, lr, warmup, seed)

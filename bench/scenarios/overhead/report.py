@@ -16,9 +16,14 @@ class SpeedSection(Section):
         speed = perf(view(results).sel.ok, results.rows(OVERHEAD_CSV))
         if not speed:
             return []
-        return ["## Speed", "",
-                "The harness against a plain training loop of the same model, batch and optimizer (`python -m "
-                "bench overhead`, interleaved runs: the ratio of medians), and JAX's first step (ahead-of-time "
-                "compile plus the first run) per mode; the jvp/backprop step target is in the table above. "
-                "docs/speed.md says why a target is missed.", "",
-                md_table(HEAD, cells(speed), "lllrrl"), ""]  # fmt: skip
+        return [
+            "## Speed",
+            "",
+            "The harness against a plain training loop of the same model, batch and optimizer (`python -m "
+            "bench overhead`, interleaved runs: the ratio of medians), and JAX's first step (ahead-of-time "
+            "compile plus the first run) per mode; the jvp/backprop step target is in the table above. "
+            "docs/speed.md says why a target is missed.",
+            "",
+            md_table(HEAD, cells(speed), "lllrrl"),
+            "",
+        ]

@@ -64,8 +64,19 @@ class MeasurementError(ConfigError):
 
 
 def run_plain(framework: str, a) -> list[float]:
-    cmd = [sys.executable, "-m", PLAIN, framework, a.model, str(a.batch_size), str(a.seq_len), str(a.steps),
-           str(a.warmup), str(a.lr), str(a.seed)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        PLAIN,
+        framework,
+        a.model,
+        str(a.batch_size),
+        str(a.seq_len),
+        str(a.steps),
+        str(a.warmup),
+        str(a.lr),
+        str(a.seed),
+    ]
     out = side(cmd, f"the plain {framework} loop")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -74,10 +85,25 @@ def run_suite(framework: str, a, scratch: Path) -> tuple[list[float], dict]:
     """One backprop trial through the suite's own command line: its per-step times (the trial's history) and its
     row. Plain SGD, as the plain loop's."""
     results = scratch / f"{framework}_{time.monotonic_ns()}"
-    cmd = [sys.executable, "-m", "bench", f"framework={framework}", "case=backprop", f"model={a.model}",
-           f"batch_size={a.batch_size}", f"seq_len={a.seq_len}", f"steps={a.steps}", f"warmup_steps={a.warmup}",
-           "optimizer=sgd", f"optimizer.lr={a.lr}", "optimizer.momentum=0", "optimizer.weight_decay=0",
-           f"seed={a.seed}", f"results_dir={results}", "logger.mode=disabled"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench",
+        f"framework={framework}",
+        "case=backprop",
+        f"model={a.model}",
+        f"batch_size={a.batch_size}",
+        f"seq_len={a.seq_len}",
+        f"steps={a.steps}",
+        f"warmup_steps={a.warmup}",
+        "optimizer=sgd",
+        f"optimizer.lr={a.lr}",
+        "optimizer.momentum=0",
+        "optimizer.weight_decay=0",
+        f"seed={a.seed}",
+        f"results_dir={results}",
+        "logger.mode=disabled",
+    ]
     side(cmd, f"the suite's {framework} trial")
     rows = read_rows(results / "runs.csv")
     history = read_history({**rows[-1], "_source": str(results / "runs.csv")}) if rows else None
@@ -98,20 +124,42 @@ def measure(framework: str, a, scratch: Path) -> dict:
             acc.append(statistics.median(times))
             print(f"  {framework} round {r + 1}/{a.rounds} {name:5s} step {acc[-1] * 1e3:7.1f} ms", flush=True)
     s, p = statistics.median(suite), statistics.median(plain)
-    return {"framework": framework, "model": a.model, "batch_size": a.batch_size, "seq_len": a.seq_len,
-            "optimizer": "sgd", "lr": a.lr, "steps": a.steps, "warmup_steps": a.warmup, "rounds": a.rounds,
-            "suite_step_s": s, "plain_step_s": p, "ratio": s / p,
-            "suite_steps_s": " ".join(f"{x:.4f}" for x in suite), "plain_steps_s": " ".join(f"{x:.4f}" for x in plain),
-            "device": row["device"], "device_name": row["device_name"],
-            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")}  # fmt: skip
+    return {
+        "framework": framework,
+        "model": a.model,
+        "batch_size": a.batch_size,
+        "seq_len": a.seq_len,
+        "optimizer": "sgd",
+        "lr": a.lr,
+        "steps": a.steps,
+        "warmup_steps": a.warmup,
+        "rounds": a.rounds,
+        "suite_step_s": s,
+        "plain_step_s": p,
+        "ratio": s / p,
+        "suite_steps_s": " ".join(f"{x:.4f}" for x in suite),
+        "plain_steps_s": " ".join(f"{x:.4f}" for x in plain),
+        "device": row["device"],
+        "device_name": row["device_name"],
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
 
 
 def table(rows: list[dict]) -> str:
     head = ["framework", "model", "shape", "suite step", "plain step", "ratio", "target"]
     ms = lambda x: f"{float(x) * 1e3:.1f} ms"  # noqa: E731
-    cells = [[r["framework"], r["model"], f"B{r['batch_size']} T{r['seq_len']}", ms(r["suite_step_s"]),
-              ms(r["plain_step_s"]), f"{float(r['ratio']):.3f}x",
-              "met" if float(r["ratio"]) <= OVERHEAD_LIMIT else "MISSED"] for r in rows]  # fmt: skip
+    cells = [
+        [
+            r["framework"],
+            r["model"],
+            f"B{r['batch_size']} T{r['seq_len']}",
+            ms(r["suite_step_s"]),
+            ms(r["plain_step_s"]),
+            f"{float(r['ratio']):.3f}x",
+            "met" if float(r["ratio"]) <= OVERHEAD_LIMIT else "MISSED",
+        ]
+        for r in rows
+    ]
     return fixed_width(head, cells)
 
 
@@ -160,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"(suite / plain loop, medians of {a.rounds} interleaved runs of {a.steps} steps; appended to {a.out})")
         return 0
 
-    return run("overhead", body, first=stop_descendants,
-               interrupted=f"the rounds of the framework being measured are discarded; finished frameworks are in "
-               f"{a.out}")  # fmt: skip
+    return run(
+        "overhead",
+        body,
+        first=stop_descendants,
+        interrupted=f"the rounds of the framework being measured are discarded; finished frameworks are in {a.out}",
+    )

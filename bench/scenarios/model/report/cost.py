@@ -134,8 +134,24 @@ def fmt_spread(cost: tuple, scale: float = 1.0) -> str:
     return text if lo == hi else f"{text} [{fmt_value(lo, scale)}–{'∞' if math.isinf(hi) else fmt_value(hi, scale)}]"
 
 
-HEAD = ["framework", "mode", "trained params", "tuned point", "reached (search)", "seeds", "steps",
-        "timed s", "wall s", "peak MiB", "excess MiB", "MiB·s", "steps ×", "wall ×", "peak ×", "MiB·s ×"]  # fmt: skip
+HEAD = [
+    "framework",
+    "mode",
+    "trained params",
+    "tuned point",
+    "reached (search)",
+    "seeds",
+    "steps",
+    "timed s",
+    "wall s",
+    "peak MiB",
+    "excess MiB",
+    "MiB·s",
+    "steps ×",
+    "wall ×",
+    "peak ×",
+    "MiB·s ×",
+]
 
 
 def ordered(groups: dict[tuple[str, str], Group]) -> list[Group]:
@@ -152,8 +168,14 @@ def cost_table(groups: dict[tuple[str, str], Group]) -> str:
         w, any_row = g.winner, (g.search or g.repeats)[0]
         ref = groups.get((g.framework, reference_label(any_row)))
         reached = sum(reached_row(r) for r in g.search)
-        row = [FRAMEWORK_NAMES.get(g.framework, g.framework), g.label, f"{num(w or any_row, 'n_trainable') or 0:,.0f}",
-               point_label(w) if w else "-", f"{reached}/{len(g.search)}", str(len(g.seeds()))]  # fmt: skip
+        row = [
+            FRAMEWORK_NAMES.get(g.framework, g.framework),
+            g.label,
+            f"{num(w or any_row, 'n_trainable') or 0:,.0f}",
+            point_label(w) if w else "-",
+            f"{reached}/{len(g.search)}",
+            str(len(g.seeds())),
+        ]
         row += [fmt_spread(g.cost(c)) for c in COSTS]
         row += ["-" if w is None else fmt_value(num(w, c)) for c in ("peak_mem_mb", "excess_mem_mb")]
         row.append(fmt_spread(g.cost("mib_s_to_target")))
@@ -182,9 +204,20 @@ def trials_table(groups: dict[tuple[str, str], Group]) -> str:
             ok = r.get("status") == "ok"
             outcome = (r.get("target_status") or "ok") if ok else f"**{r.get('status')}**"
             final = num(r, r.get("target_metric") or "eval_accuracy")
-            body.append([FRAMEWORK_NAMES.get(g.framework, g.framework), g.label, r.get("tuning") or "-",
-                         point_label(r), r.get("seed", ""), outcome, r.get("steps_to_target") or "-",
-                         fmt_value(num(r, "wall_to_target_s")), fmt_value(final), r.get("run_id", "")])  # fmt: skip
+            body.append(
+                [
+                    FRAMEWORK_NAMES.get(g.framework, g.framework),
+                    g.label,
+                    r.get("tuning") or "-",
+                    point_label(r),
+                    r.get("seed", ""),
+                    outcome,
+                    r.get("steps_to_target") or "-",
+                    fmt_value(num(r, "wall_to_target_s")),
+                    fmt_value(final),
+                    r.get("run_id", ""),
+                ]
+            )
     head = ["framework", "mode", "trial", "point", "seed", "target", "steps", "wall s", "final metric", "run_id"]
     return md_table(head, body, "llllllrrrl")
 
@@ -200,8 +233,9 @@ def matched_memory(groups: dict[tuple[str, str], Group]) -> list[list[str]]:
         for budget in sorted({num(g.winner, "peak_mem_mb") for g in tuned} - {None}):
             fits = [g for g in tuned if (num(g.winner, "peak_mem_mb") or math.inf) <= budget]
             best = min(fits, key=tuned.get)
-            rows.append([FRAMEWORK_NAMES.get(fw, fw), fmt_value(budget), best.label,
-                         fmt_spread(best.cost("wall_to_target_s"))])  # fmt: skip
+            rows.append(
+                [FRAMEWORK_NAMES.get(fw, fw), fmt_value(budget), best.label, fmt_spread(best.cost("wall_to_target_s"))]
+            )
     return rows
 
 
@@ -247,8 +281,11 @@ def params_chart(key: Context, groups: dict[tuple[str, str], Group]) -> Chart | 
             continue
         mode = g.label.split("[")[0] if g.label.endswith("]") else g.label
         lines[(g.framework, mode)][num(g.winner, "n_trainable")] = steps
-    series = [Series(fw, mode, sorted(pts), [pts[x] for x in sorted(pts)]) for (fw, mode), pts in lines.items()
-              if len(pts) >= 2]  # fmt: skip
+    series = [
+        Series(fw, mode, sorted(pts), [pts[x] for x in sorted(pts)])
+        for (fw, mode), pts in lines.items()
+        if len(pts) >= 2
+    ]
     if not series:
         return None
     if missed:  # a mode that never reached the target: at least the cap, drawn at it
@@ -261,19 +298,27 @@ def cost_plots(found: dict[Context, dict]) -> list[Plot]:
     curves = [row for row in (curve_charts(k, found[k]) for k in keys) if row]
     scopes = [[c] for c in (params_chart(k, found[k]) for k in keys) if c is not None]
     return [
-        Plot("cost_curves", "Held-out accuracy against time and steps, tuned winners",
-             "Left: against seconds of compilation and training steps (evaluation excluded), so a line that rises "
-             "sooner reaches the target sooner on this host; right: against steps, so it shows what each way of "
-             "differentiating gets per step (a forward gradient's or MeZO's estimate is noisier than backprop's "
-             "gradient, so it needs more). One line per framework and mode, each its tuned winner.",
-             "target trials with a history (evaluate=true eval_every=N)", curves),
-        Plot("steps_vs_params", "Steps to the target against the trained parameters",
-             "Log-log, a line per mode over its trainable scopes: a forward gradient's and MeZO's variance grows "
-             "with the number of trained parameters, so their steps to the target should climb with it while "
-             "backprop's stay flat; where the lines meet, the cheaper step pays. The dotted grey line marks the "
-             "step cap at the scopes where some mode did not reach the target within it.",
-             "target trials of one mode at >= 2 trainable scopes that reached the target", scopes),
-    ]  # fmt: skip
+        Plot(
+            "cost_curves",
+            "Held-out accuracy against time and steps, tuned winners",
+            "Left: against seconds of compilation and training steps (evaluation excluded), so a line that rises "
+            "sooner reaches the target sooner on this host; right: against steps, so it shows what each way of "
+            "differentiating gets per step (a forward gradient's or MeZO's estimate is noisier than backprop's "
+            "gradient, so it needs more). One line per framework and mode, each its tuned winner.",
+            "target trials with a history (evaluate=true eval_every=N)",
+            curves,
+        ),
+        Plot(
+            "steps_vs_params",
+            "Steps to the target against the trained parameters",
+            "Log-log, a line per mode over its trainable scopes: a forward gradient's and MeZO's variance grows "
+            "with the number of trained parameters, so their steps to the target should climb with it while "
+            "backprop's stay flat; where the lines meet, the cheaper step pays. The dotted grey line marks the "
+            "step cap at the scopes where some mode did not reach the target within it.",
+            "target trials of one mode at >= 2 trainable scopes that reached the target",
+            scopes,
+        ),
+    ]
 
 
 class CostSection(Section):
@@ -284,24 +329,37 @@ class CostSection(Section):
         if not rows:
             return []
         found = cost_groups(rows)
-        out = ["## Cost to target", "",
-               "What each way of differentiating costs to reach the same held-out target, each tuned with the same "
-               "budget of trials (a grid per mode: `+experiment=cost_to_target`, docs/cost-to-target.md). **tuned "
-               "point**: the search trial that reached the target fastest (wall time); its costs are the median "
-               "[lowest–highest] over the seeds it ran with, a seed that missed counting as infinite. **steps** "
-               "include the warm-up steps (they train too); **timed s** is the steps' own time; **wall s** counts "
-               "from the compilation to the evaluation that met the target, compilation and evaluations included "
-               "(AlgoPerf's clock); **MiB·s** is the excess memory held for the timed seconds. The × columns divide "
-               "by backprop's in the same framework and scope.", ""]  # fmt: skip
+        out = [
+            "## Cost to target",
+            "",
+            "What each way of differentiating costs to reach the same held-out target, each tuned with the same "
+            "budget of trials (a grid per mode: `+experiment=cost_to_target`, docs/cost-to-target.md). **tuned "
+            "point**: the search trial that reached the target fastest (wall time); its costs are the median "
+            "[lowest–highest] over the seeds it ran with, a seed that missed counting as infinite. **steps** "
+            "include the warm-up steps (they train too); **timed s** is the steps' own time; **wall s** counts "
+            "from the compilation to the evaluation that met the target, compilation and evaluations included "
+            "(AlgoPerf's clock); **MiB·s** is the excess memory held for the timed seconds. The × columns divide "
+            "by backprop's in the same framework and scope.",
+            "",
+        ]
         for key in sorted(found, key=context_order):
             out += [f"### {context_label(key[:-1])} · target {dict(key)['target']}", "", cost_table(found[key]), ""]
             fits = matched_memory(found[key])
             if fits:
-                out += ["At matched memory: the fastest tuned mode within each mode's peak memory.", "",
-                        md_table(["framework", "memory budget MiB", "fastest within it", "wall s"], fits, "lrll"),
-                        ""]  # fmt: skip
-            out += ["<details><summary>Every trial of the search and its repeats</summary>", "",
-                    trials_table(found[key]), "", "</details>", ""]  # fmt: skip
+                out += [
+                    "At matched memory: the fastest tuned mode within each mode's peak memory.",
+                    "",
+                    md_table(["framework", "memory budget MiB", "fastest within it", "wall s"], fits, "lrll"),
+                    "",
+                ]
+            out += [
+                "<details><summary>Every trial of the search and its repeats</summary>",
+                "",
+                trials_table(found[key]),
+                "",
+                "</details>",
+                "",
+            ]
         for plot in cost_plots(found):
             if save(plot, plot_dir):
                 out += [f"![{plot.title}]({PLOT_DIR}/{plot.name}.png)", "", f"*How to read it:* {plot.how_to_read}", ""]

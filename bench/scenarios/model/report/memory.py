@@ -40,8 +40,14 @@ from bench.scenarios.model.select import (
 )
 
 # (category, CSV column), in the order a bar stacks them: what is resident before the step first
-CATEGORIES = (("params", "mem_params_mb"), ("optimizer", "mem_optimizer_mb"), ("grads", "mem_grads_mb"),
-              ("directions", "mem_directions_mb"), ("saved", "mem_saved_mb"), ("temp", "mem_temp_mb"))  # fmt: skip
+CATEGORIES = (
+    ("params", "mem_params_mb"),
+    ("optimizer", "mem_optimizer_mb"),
+    ("grads", "mem_grads_mb"),
+    ("directions", "mem_directions_mb"),
+    ("saved", "mem_saved_mb"),
+    ("temp", "mem_temp_mb"),
+)
 # the categories the step itself adds, measured by the breakdown and predicted by the model one by one
 STEP_CATEGORIES = ("saved", "grads", "directions", "temp")
 # A row has the breakdown when any of these is filled: params and optimizer state were measured before it existed.
@@ -55,8 +61,14 @@ FLAG = "**disagrees**"
 # Two amounts of memory read as the same within 1 MiB or 5%, whichever is larger: what the allocator rounds a
 # buffer to, and the noise of a remainder measured from the process's resident set.
 SAME_MB, SAME_REL = 1.0, 0.05
-COLORS = {"params": "#7f7f7f", "optimizer": "#9467bd", "grads": "#1f77b4", "directions": "#ff7f0e",
-          "saved": "#d62728", "temp": "#2ca02c"}  # fmt: skip
+COLORS = {
+    "params": "#7f7f7f",
+    "optimizer": "#9467bd",
+    "grads": "#1f77b4",
+    "directions": "#ff7f0e",
+    "saved": "#d62728",
+    "temp": "#2ca02c",
+}
 MEASURED, PREDICTED = "params + measured excess", "params + predicted excess"
 # why each of torch's jvp implementations holds what it holds (bench/torch_impl/steps.py)
 JVP_WHY = {
@@ -77,7 +89,7 @@ def breakdown_contexts(sel: Selection) -> dict[Context, Cells]:
 
 
 def bar_label(cell: tuple[str, str]) -> str:
-    """"torch jvp[naive]", "jax backprop+remat": the framework and the mode as the report's tables name it."""
+    """ "torch jvp[naive]", "jax backprop+remat": the framework and the mode as the report's tables name it."""
     return " ".join(cell)
 
 
@@ -101,14 +113,23 @@ def breakdown_panels(contexts: dict[Context, Cells]) -> list[Chart]:
             points = [(x, _mb(r, "params") + num(r, col)) for x, (_, r) in zip(xs, cells) if num(r, col) is not None]
             if points:
                 series.append(Series("", "", [x for x, _ in points], [y for _, y in points], guide=guide))
-        panels.append(Chart(context_label(key), "MiB per device (the largest device's)", "", series,
-                            [bar_label(cell) for cell, _ in cells], legend=True))  # fmt: skip
+        panels.append(
+            Chart(
+                context_label(key),
+                "MiB per device (the largest device's)",
+                "",
+                series,
+                [bar_label(cell) for cell, _ in cells],
+                legend=True,
+            )
+        )
     return panels
 
 
 def breakdown_plot(contexts: dict[Context, Cells]) -> Plot:
     return Plot(
-        "memory_breakdown", "Memory, explained: what holds each way of differentiating's memory",
+        "memory_breakdown",
+        "Memory, explained: what holds each way of differentiating's memory",
         "One bar per framework × mode, stacked by what holds the memory on the device that holds the most: "
         "**params** (resident before the step), **optimizer** state, **grads**, the random **directions** or "
         "tangents held at once, activations **saved** for a backward pass, and **temp**, the step's working "
@@ -120,7 +141,7 @@ def breakdown_plot(contexts: dict[Context, Cells]) -> Plot:
         "by how much and in which category.",
         "an ok row with the memory breakdown (mem_saved_mb, mem_grads_mb, ...)",
         [[p] for p in breakdown_panels(contexts)],
-    )  # fmt: skip
+    )
 
 
 # Figure geometry in inches, as bench.plots places axes: by hand, no layout engine.
@@ -168,11 +189,30 @@ def _draw_stack(ax, p: Chart, colors: dict[str, str]) -> None:
         left = [a + b for a, b in zip(left, s.ys)]
     for g in (s for s in p.series if s.guide):
         if g.guide == MEASURED:
-            ax.plot(g.ys, g.xs, linestyle="none", marker="|", markersize=16, markeredgewidth=2.5, color="black",
-                    label=g.guide, zorder=3)  # fmt: skip
+            ax.plot(
+                g.ys,
+                g.xs,
+                linestyle="none",
+                marker="|",
+                markersize=16,
+                markeredgewidth=2.5,
+                color="black",
+                label=g.guide,
+                zorder=3,
+            )
         else:
-            ax.plot(g.ys, g.xs, linestyle="none", marker="D", markersize=6, markerfacecolor="none",
-                    markeredgecolor="black", markeredgewidth=1.2, label=g.guide, zorder=4)  # fmt: skip
+            ax.plot(
+                g.ys,
+                g.xs,
+                linestyle="none",
+                marker="D",
+                markersize=6,
+                markerfacecolor="none",
+                markeredgecolor="black",
+                markeredgewidth=1.2,
+                label=g.guide,
+                zorder=4,
+            )
     ax.set_yticks(range(n), p.categories, fontsize=8)
     ax.set_ylim(n - 0.5, -0.5)  # the first cell on top, as the table lists it
     ax.set_xlim(left=0)
@@ -183,8 +223,14 @@ def _draw_stack(ax, p: Chart, colors: dict[str, str]) -> None:
     if p.legend:  # the categories in stacking order, then the two guides (matplotlib puts lines first)
         handles, labels = ax.get_legend_handles_labels()
         order = sorted(range(len(labels)), key=lambda i: labels[i] in (MEASURED, PREDICTED))
-        ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=7, loc="upper left",
-                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # fmt: skip
+        ax.legend(
+            [handles[i] for i in order],
+            [labels[i] for i in order],
+            fontsize=7,
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            borderaxespad=0,
+        )
 
 
 # ------------------------------------------------------------------------------------------------------ table
@@ -204,8 +250,16 @@ def _pair(row: dict, category: str) -> str:
     return f"{'-' if m is None else f'{m:.0f}'} / {'-' if p is None else f'{p:.0f}'}"
 
 
-HEAD = ["framework", "mode", "excess MiB", "predicted MiB", "measured / predicted",
-        *[f"{c} (meas. / pred.)" for c in STEP_CATEGORIES], "vs model", "measured by"]  # fmt: skip
+HEAD = [
+    "framework",
+    "mode",
+    "excess MiB",
+    "predicted MiB",
+    "measured / predicted",
+    *[f"{c} (meas. / pred.)" for c in STEP_CATEGORIES],
+    "vs model",
+    "measured by",
+]
 
 
 def predicted_table(cells: Cells) -> str:
@@ -215,10 +269,18 @@ def predicted_table(cells: Cells) -> str:
     for (fw, label), r in sorted(cells.items(), key=cell_order):
         measured, predicted = num(r, "excess_mem_mb"), num(r, "mem_predicted_mb")
         ratio = measured / predicted if measured is not None and predicted else None
-        body.append([fw, label, "-" if measured is None else f"{measured:.0f}",
-                     "-" if predicted is None else f"{predicted:.0f}", fmt_ratio(ratio),
-                     *[_pair(r, c) for c in STEP_CATEGORIES], FLAG if disagrees(r) else "",
-                     r.get("mem_breakdown_method", "")])  # fmt: skip
+        body.append(
+            [
+                fw,
+                label,
+                "-" if measured is None else f"{measured:.0f}",
+                "-" if predicted is None else f"{predicted:.0f}",
+                fmt_ratio(ratio),
+                *[_pair(r, c) for c in STEP_CATEGORIES],
+                FLAG if disagrees(r) else "",
+                r.get("mem_breakdown_method", ""),
+            ]
+        )
     return md_table(HEAD, body, "ll" + "r" * (len(HEAD) - 4) + "ll")
 
 
@@ -256,8 +318,9 @@ def jvp_impl_paragraph(rows: list[dict]) -> str:
             facts.append(f"saves as much as `{ref_name}` ({s:.0f} MiB)")
         elif s > s0:
             why = f": {JVP_WHY[name]}" if name == "naive" else ""  # the reason, beside the number it explains
-            facts.append(f"saves {s - s0:.0f} MiB of activations that `{ref_name}` does not ({s:.0f} against "
-                         f"{s0:.0f} MiB{why})")  # fmt: skip
+            facts.append(
+                f"saves {s - s0:.0f} MiB of activations that `{ref_name}` does not ({s:.0f} against {s0:.0f} MiB{why})"
+            )
         else:
             facts.append(f"saves {s0 - s:.0f} MiB less than `{ref_name}` ({s:.0f} against {s0:.0f} MiB)")
         if _same(d, d0):
@@ -278,18 +341,22 @@ def section(contexts: dict[Context, Cells], plot: Plot) -> list[str]:
     has the breakdown."""
     if not contexts:
         return []
-    out = ["## Memory, explained", "",
-           "What holds each way of differentiating's memory, measured in one instrumented step after the timed "
-           "ones (torch: autograd's saved tensors, the gradients and directions as they are made; JAX: the "
-           "compiled step's residuals, pytrees and XLA's temporaries), per device, the largest device's, against "
-           "what the memory model predicts from the shapes (bench/measure/memory_model.py; docs/memory.md "
-           "has the formulas). Each row is the latest ok row of its cell that has the breakdown; rows "
-           "from runs before it existed are left out. **excess** is the measured excess (optimizer state "
-           "included), **predicted** the model's; each category reads *measured / predicted* MiB. "
-           f"{FLAG} marks a measured excess more than {DISAGREE:.0%} away from the prediction: where the model "
-           "misses a buffer, or counts one the framework does not keep. *measured by* ending in `_remainder`: no "
-           "allocator statistics (torch on the CPU), so temp is what the measured excess leaves after the other "
-           "categories.", ""]  # fmt: skip
+    out = [
+        "## Memory, explained",
+        "",
+        "What holds each way of differentiating's memory, measured in one instrumented step after the timed "
+        "ones (torch: autograd's saved tensors, the gradients and directions as they are made; JAX: the "
+        "compiled step's residuals, pytrees and XLA's temporaries), per device, the largest device's, against "
+        "what the memory model predicts from the shapes (bench/measure/memory_model.py; docs/memory.md "
+        "has the formulas). Each row is the latest ok row of its cell that has the breakdown; rows "
+        "from runs before it existed are left out. **excess** is the measured excess (optimizer state "
+        "included), **predicted** the model's; each category reads *measured / predicted* MiB. "
+        f"{FLAG} marks a measured excess more than {DISAGREE:.0%} away from the prediction: where the model "
+        "misses a buffer, or counts one the framework does not keep. *measured by* ending in `_remainder`: no "
+        "allocator statistics (torch on the CPU), so temp is what the measured excess leaves after the other "
+        "categories.",
+        "",
+    ]
     for key in richest_first(contexts):
         cells = contexts[key]
         out += [*context_heading(key, cells.values()), predicted_table(cells), ""]
@@ -298,8 +365,11 @@ def section(contexts: dict[Context, Cells], plot: Plot) -> list[str]:
     if plot.drawn:
         out += [f"![{plot.title}]({PLOT_DIR}/{plot.name}.png)", "", f"*How to read it:* {plot.how_to_read}", ""]
         if len(contexts) > MAX_PANELS:
-            out += [f"The chart shows the {MAX_PANELS} contexts that compare the most ways of differentiating; the "
-                    "tables have all.", ""]  # fmt: skip
+            out += [
+                f"The chart shows the {MAX_PANELS} contexts that compare the most ways of differentiating; the "
+                "tables have all.",
+                "",
+            ]
     return out
 
 

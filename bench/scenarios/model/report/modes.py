@@ -129,26 +129,44 @@ def study_rows(contexts: dict[Context, Cells]) -> list[tuple[Context, list[list]
     JAX backprop / JAX JVP with peak and excess memory, total training time and held-out accuracy."""
     out = []
     for key in sorted(contexts, key=context_order):
-        cells = [(cell, r) for cell, r in contexts[key].items()
-                 if experiment_of(r) == STUDY_EXPERIMENT and r.get("mode") in ("backprop", "jvp")]  # fmt: skip
+        cells = [
+            (cell, r)
+            for cell, r in contexts[key].items()
+            if experiment_of(r) == STUDY_EXPERIMENT and r.get("mode") in ("backprop", "jvp")
+        ]
         if not cells:
             continue
         body = []
         for (fw, label), r in sorted(cells, key=lambda item: (framework_order(item[0][0]), mode_order(item[1]))):
             mode = r["mode"]
-            name = f"{FRAMEWORK_NAMES.get(fw, fw)} {'JVP' if mode == 'jvp' else mode}{label[len(mode):]}"
+            name = f"{FRAMEWORK_NAMES.get(fw, fw)} {'JVP' if mode == 'jvp' else mode}{label[len(mode) :]}"
             if r.get("status") != "ok":
                 body.append([name, f"**{r.get('status')}**", "", "", "", "", ""])
                 continue
-            body.append([name, _fmt_mem(num(r, "peak_mem_mb")), _fmt_mem(num(r, "excess_mem_mb")),
-                         fmt_value(num(r, "total_train_time_s")), _fmt_pct(num(r, "eval_accuracy")),
-                         r.get("steps_timed") or r.get("steps", ""), r.get("epochs", "")])  # fmt: skip
+            body.append(
+                [
+                    name,
+                    _fmt_mem(num(r, "peak_mem_mb")),
+                    _fmt_mem(num(r, "excess_mem_mb")),
+                    fmt_value(num(r, "total_train_time_s")),
+                    _fmt_pct(num(r, "eval_accuracy")),
+                    r.get("steps_timed") or r.get("steps", ""),
+                    r.get("epochs", ""),
+                ]
+            )
         out.append((key, body))
     return out
 
 
-STUDY_HEAD = ["", "Peak memory (MiB)", "Excess memory (MiB)", "Total training time (s)", "Eval accuracy",
-             "steps timed", "epochs"]  # fmt: skip
+STUDY_HEAD = [
+    "",
+    "Peak memory (MiB)",
+    "Excess memory (MiB)",
+    "Total training time (s)",
+    "Eval accuracy",
+    "steps timed",
+    "epochs",
+]
 
 
 def naive_jvp_contexts(contexts: dict[Context, Cells]) -> list[tuple[Context, list[list]]]:
@@ -157,8 +175,9 @@ def naive_jvp_contexts(contexts: dict[Context, Cells]) -> list[tuple[Context, li
     out = []
     for key in sorted(contexts, key=context_order):
         cells = contexts[key]
-        if not any(fw == "torch" and r.get("mode") == "jvp" and r.get("jvp_impl") == "naive"
-                   for (fw, _), r in cells.items()):  # fmt: skip
+        if not any(
+            fw == "torch" and r.get("mode") == "jvp" and r.get("jvp_impl") == "naive" for (fw, _), r in cells.items()
+        ):
             continue
         backprop = cells.get(("torch", "backprop"))
         body = []
@@ -169,14 +188,22 @@ def naive_jvp_contexts(contexts: dict[Context, Cells]) -> list[tuple[Context, li
                 body.append([label, f"**{r.get('status')}**", "", "", ""])
                 continue
             vs = _ratio(r, backprop, "excess_mem_mb") if backprop and backprop.get("status") == "ok" else None
-            body.append([label, "ok", _fmt_mem(num(r, "peak_mem_mb")), _fmt_mem(num(r, "excess_mem_mb")),
-                         fmt_ratio(vs)])  # fmt: skip
+            body.append(
+                [label, "ok", _fmt_mem(num(r, "peak_mem_mb")), _fmt_mem(num(r, "excess_mem_mb")), fmt_ratio(vs)]
+            )
         out.append((key, body))
     return out
 
 
-GROWTH_HEAD = ["framework", "mode", "layers", "excess MiB", "growth MiB/layer", "a layer's params MiB",
-               "growth / layer's params"]  # fmt: skip
+GROWTH_HEAD = [
+    "framework",
+    "mode",
+    "layers",
+    "excess MiB",
+    "growth MiB/layer",
+    "a layer's params MiB",
+    "growth / layer's params",
+]
 
 
 def depth_growth(rows: list[dict]) -> list[tuple[Context, list[list]]]:
@@ -194,9 +221,17 @@ def depth_growth(rows: list[dict]) -> list[tuple[Context, list[list]]]:
             n_lo, n_hi = num(pts[xs[0]], "n_trainable"), num(pts[xs[-1]], "n_trainable")
             layer = None if n_lo is None or n_hi is None else (n_hi - n_lo) / (xs[-1] - xs[0]) * FP32_BYTES / MiB
             vs = growth / layer if layer else None
-            body.append([fw, label, f"{xs[0]:g} → {xs[-1]:g}", f"{ys[0]:.0f} → {ys[-1]:.0f}",
-                         f"{round(growth, 1) or 0.0:.1f}", "-" if not layer else f"{layer:.1f}",
-                         fmt_ratio(None if vs is None else round(vs, 2) or 0.0)])  # fmt: skip
+            body.append(
+                [
+                    fw,
+                    label,
+                    f"{xs[0]:g} → {xs[-1]:g}",
+                    f"{ys[0]:.0f} → {ys[-1]:.0f}",
+                    f"{round(growth, 1) or 0.0:.1f}",
+                    "-" if not layer else f"{layer:.1f}",
+                    fmt_ratio(None if vs is None else round(vs, 2) or 0.0),
+                ]
+            )
         out.append((key, body))
     return out
 
@@ -210,11 +245,19 @@ def failed_table(sel: Selection) -> str:
             continue
         later = latest_ok.get(config_key(r))
         rerun = "yes" if later is not None and started(later) >= started(r) else "no"
-        body.append([r.get("run_id", ""), r.get("framework", ""), variant(r), context_label(context_key(r)),
-                     r.get("sweep_id", ""), r.get("status") or "no status", rerun, _error_line(r)])  # fmt: skip
+        body.append(
+            [
+                r.get("run_id", ""),
+                r.get("framework", ""),
+                variant(r),
+                context_label(context_key(r)),
+                r.get("sweep_id", ""),
+                r.get("status") or "no status",
+                rerun,
+                _error_line(r),
+            ]
+        )
     return md_table(["run_id", "framework", "mode", "context", "sweep", "status", "re-run ok", "error"], body, "l" * 8)
-
-
 
 
 # -------------------------------------------------------------------------------------------------- sections
@@ -256,8 +299,16 @@ class ModesSection(Section):
         if v.sel.failed:
             counted += f", {len(v.sel.failed)} not ok ({', '.join(f'{s} {n}' for s, n in sorted(status.items()))})"
         repeats = f" ({v.sel.repeats} older ok rows of repeated configurations are set aside)" if v.sel.repeats else ""
-        out = [f"From {', '.join(f'`{p}`' for p in results.runs if p.exists())}: {counted}.", "",
-               HOW_ROWS_ARE_CHOSEN.format(repeats=repeats), "", COLUMNS_READ, "", "## Framework × mode", ""]
+        out = [
+            f"From {', '.join(f'`{p}`' for p in results.runs if p.exists())}: {counted}.",
+            "",
+            HOW_ROWS_ARE_CHOSEN.format(repeats=repeats),
+            "",
+            COLUMNS_READ,
+            "",
+            "## Framework × mode",
+            "",
+        ]
         if not v.contexts:
             out += ["(no trials recorded)", ""]
         for key in richest_first(v.contexts):
@@ -279,13 +330,20 @@ class StudySection(Section):
         study = study_rows(v.contexts)
         out = ["## The UMass forward-AD study's table: AG-News fine-tuning", ""]
         if not study:
-            return [*out, f"No rows of experiment `{STUDY_EXPERIMENT}`: `python -m bench -m +experiment=seed_agnews` "
-                    "(a GPU job).", ""]  # fmt: skip
-        out += [f"Rows of experiment `{STUDY_EXPERIMENT}` (conf/experiment/seed_agnews.yaml): the table of the "
-                "UMass student study *Understanding Forward-Mode Auto Differentiation*, whose JAX column was empty, "
-                "measured in both frameworks. Total training time is the sum of the timed steps "
-                "(`total_train_time_s`): compilation, warm-up and evaluation excluded. Eval accuracy is on the "
-                "held-out samples after the last step.", ""]  # fmt: skip
+            return [
+                *out,
+                f"No rows of experiment `{STUDY_EXPERIMENT}`: `python -m bench -m +experiment=seed_agnews` "
+                "(a GPU job).",
+                "",
+            ]
+        out += [
+            f"Rows of experiment `{STUDY_EXPERIMENT}` (conf/experiment/seed_agnews.yaml): the table of the "
+            "UMass student study *Understanding Forward-Mode Auto Differentiation*, whose JAX column was empty, "
+            "measured in both frameworks. Total training time is the sum of the timed steps "
+            "(`total_train_time_s`): compilation, warm-up and evaluation excluded. Eval accuracy is on the "
+            "held-out samples after the last step.",
+            "",
+        ]
         for key, body in study:
             out += [f"{context_label(key)}", "", md_table(STUDY_HEAD, body, "l" + "r" * (len(STUDY_HEAD) - 1)), ""]
         return out
@@ -298,18 +356,26 @@ class PathologySection(Section):
         naive = naive_jvp_contexts(view(results).contexts)
         if not naive:
             return []
-        out = ["## The UMass study's jvp pathology (torch `jvp_impl=naive`)", "",
-               "In the UMass forward-AD study, PyTorch's forward-gradient step used more memory than backprop and "
-               "ran out of memory on a GPU. Its `torch.func.jvp` ran "
-               "with parameters that still required grad, so autograd also recorded the whole dual computation "
-               "for a backward pass that never comes, keeping every layer's primal and tangent activations alive. "
-               "bench's torch jvp (`jvp_impl=func`) and the dual-number version (`jvp_impl=dual`, the study's "
-               "approach 2) detach the parameters first and hold about one layer's activations at a time, plus "
-               "the whole tangent; `jvp_impl=lazy` draws each module's tangent as the pass reaches it. "
-               "The last column is each row's excess memory as a multiple of backprop's.", ""]  # fmt: skip
+        out = [
+            "## The UMass study's jvp pathology (torch `jvp_impl=naive`)",
+            "",
+            "In the UMass forward-AD study, PyTorch's forward-gradient step used more memory than backprop and "
+            "ran out of memory on a GPU. Its `torch.func.jvp` ran "
+            "with parameters that still required grad, so autograd also recorded the whole dual computation "
+            "for a backward pass that never comes, keeping every layer's primal and tangent activations alive. "
+            "bench's torch jvp (`jvp_impl=func`) and the dual-number version (`jvp_impl=dual`, the study's "
+            "approach 2) detach the parameters first and hold about one layer's activations at a time, plus "
+            "the whole tangent; `jvp_impl=lazy` draws each module's tangent as the pass reaches it. "
+            "The last column is each row's excess memory as a multiple of backprop's.",
+            "",
+        ]
         for key, body in naive:
-            out += [f"{context_label(key)}", "",
-                    md_table(["mode", "status", "peak MiB", "excess MiB", "excess / backprop"], body, "llrrr"), ""]
+            out += [
+                f"{context_label(key)}",
+                "",
+                md_table(["mode", "status", "peak MiB", "excess MiB", "excess / backprop"], body, "llrrr"),
+                "",
+            ]
         return out
 
 
@@ -320,13 +386,17 @@ class DepthSection(Section):
         growth = depth_growth(view(results).sel.ok)
         if not growth:
             return []
-        out = ["## Memory growth with depth", "",
-               "Excess memory from the shallowest to the deepest model of a sweep over `model.num_layers`, its "
-               "growth per layer (least squares over every depth) and that growth as a multiple of one layer's "
-               "trainable parameters in fp32, the size of one layer's gradient or tangent. About 0×: flat in "
-               "depth. About 1×: one parameter-sized buffer per layer (a tangent held whole, as torch's "
-               "`torch.func.jvp` needs). Above 1×: activations kept for every layer (backprop, which also "
-               "holds a gradient). Differences under ~30 MiB are allocator noise on CPU.", ""]  # fmt: skip
+        out = [
+            "## Memory growth with depth",
+            "",
+            "Excess memory from the shallowest to the deepest model of a sweep over `model.num_layers`, its "
+            "growth per layer (least squares over every depth) and that growth as a multiple of one layer's "
+            "trainable parameters in fp32, the size of one layer's gradient or tangent. About 0×: flat in "
+            "depth. About 1×: one parameter-sized buffer per layer (a tangent held whole, as torch's "
+            "`torch.func.jvp` needs). Above 1×: activations kept for every layer (backprop, which also "
+            "holds a gradient). Differences under ~30 MiB are allocator noise on CPU.",
+            "",
+        ]
         for key, body in growth:
             out += [f"{context_label(key)}", "", md_table(GROWTH_HEAD, body), ""]
         return out
@@ -342,5 +412,11 @@ class FailedSection(Section):
         out = ["## Trials that did not finish", ""]
         if not v.sel.failed:
             return [*out, "None.", ""]
-        return [*out, "Every row whose status is not ok, oldest first; *re-run ok* says whether the same "
-                "configuration has a later ok row.", "", failed_table(v.sel), ""]  # fmt: skip
+        return [
+            *out,
+            "Every row whose status is not ok, oldest first; *re-run ok* says whether the same "
+            "configuration has a later ok row.",
+            "",
+            failed_table(v.sel),
+            "",
+        ]

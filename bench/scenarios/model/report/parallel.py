@@ -42,8 +42,10 @@ FLAG = "⚠"
 # Per-device memory: the smallest device is shown beside the largest where it holds 10% less (rank 0 keeping
 # more than the others, say); below that the difference is allocator noise.
 SPREAD = 0.10
-EXPERIMENTS = ("`python -m bench -m +experiment=scale_out` (ddp and fsdp on 1 and 2 devices) or "
-               "`+experiment=strategy_table` (DDP against FSDP's sharding strategies)")
+EXPERIMENTS = (
+    "`python -m bench -m +experiment=scale_out` (ddp and fsdp on 1 and 2 devices) or "
+    "`+experiment=strategy_table` (DDP against FSDP's sharding strategies)"
+)
 
 
 def comm_mismatch(row: dict) -> bool | None:
@@ -112,9 +114,22 @@ def comparisons(contexts: dict[Context, Cells]) -> list[tuple[Context, list[dict
     return out
 
 
-HEAD = ["framework", "mode", "strategy", "devices", "peak MiB", "excess MiB", "params MiB", "optimizer MiB",
-        "step ms (slowest)", "samples/s (global)", "exchanged / step", "expected", "counted / expected",
-        "memory by"]  # fmt: skip
+HEAD = [
+    "framework",
+    "mode",
+    "strategy",
+    "devices",
+    "peak MiB",
+    "excess MiB",
+    "params MiB",
+    "optimizer MiB",
+    "step ms (slowest)",
+    "samples/s (global)",
+    "exchanged / step",
+    "expected",
+    "counted / expected",
+    "memory by",
+]
 
 
 def scale_table(rows: list[dict]) -> str:
@@ -125,11 +140,21 @@ def scale_table(rows: list[dict]) -> str:
             body.append([*head, f"**{r.get('status') or 'no status'}**", *[""] * (len(HEAD) - 5)])
             continue
         devices = devices_of(r)
-        memory = [per_device(r, col, devices) for col in ("peak_mem_mb", "excess_mem_mb", "mem_params_mb",
-                                                           "mem_optimizer_mb")]  # fmt: skip
-        body.append([*head, *memory, fmt_value(num(r, "step_time_median_s"), 1e3), fmt_value(num(r, "samples_per_s")),
-                     fmt_bytes(num(r, "comm_bytes_per_step")), fmt_bytes(num(r, "comm_bytes_expected")),
-                     _comm_check(r), r.get("mem_method", "")])  # fmt: skip
+        memory = [
+            per_device(r, col, devices) for col in ("peak_mem_mb", "excess_mem_mb", "mem_params_mb", "mem_optimizer_mb")
+        ]
+        body.append(
+            [
+                *head,
+                *memory,
+                fmt_value(num(r, "step_time_median_s"), 1e3),
+                fmt_value(num(r, "samples_per_s")),
+                fmt_bytes(num(r, "comm_bytes_per_step")),
+                fmt_bytes(num(r, "comm_bytes_expected")),
+                _comm_check(r),
+                r.get("mem_method", ""),
+            ]
+        )
     return md_table(HEAD, body, "llll" + "r" * 9 + "l")
 
 
@@ -163,8 +188,10 @@ def strategy_tables(found: list[tuple[Context, list[dict]]]) -> list[tuple[str, 
                     elif r.get("status") != "ok":
                         line += [f"**{r.get('status') or 'no status'}**", ""]
                     else:
-                        line += [f"{num(r, 'peak_mem_mb'):.0f}" if num(r, "peak_mem_mb") is not None else "-",
-                                 fmt_value(num(r, "step_time_median_s"), 1e3)]  # fmt: skip
+                        line += [
+                            f"{num(r, 'peak_mem_mb'):.0f}" if num(r, "peak_mem_mb") is not None else "-",
+                            fmt_value(num(r, "step_time_median_s"), 1e3),
+                        ]
                 body.append(line)
             head = ["strategy", *[f"{label} {unit}" for label in modes for unit in ("peak MiB", "ms")]]
             title = f"{FRAMEWORK_NAMES.get(fw, fw)} on {devices} devices · {context_label(key)}"
@@ -179,43 +206,51 @@ def section(contexts: dict[Context, Cells]) -> list[str]:
     found = comparisons(contexts)
     if not found:
         return out + [f"No rows with `parallel=ddp|fsdp`: {EXPERIMENTS}.", ""]
-    out += ["Trials that spread a step over devices (bench/parallel.py), beside the single-device trials of the same "
-            "per-device work: `batch_size` is the per-device micro-batch, so N devices step over a global batch N "
-            "times as large. Memory is per device, the largest device's (the smallest's in parentheses where "
-            "they differ by more than 10%); **params** and **optimizer** are the parameters and optimizer state "
-            "one device holds; step time is the slowest device's median; samples/s counts the global batch. "
-            "**exchanged / step** is what one device exchanged in collectives in one step, counted from what the "
-            "program did (torch: the collectives it issued; JAX: those in the compiled step's HLO), beside the "
-            "**expected** bytes of bench/parallel.py's formula. KiB, MiB = 2¹⁰, 2²⁰ bytes.", ""]  # fmt: skip
+    out += [
+        "Trials that spread a step over devices (bench/parallel.py), beside the single-device trials of the same "
+        "per-device work: `batch_size` is the per-device micro-batch, so N devices step over a global batch N "
+        "times as large. Memory is per device, the largest device's (the smallest's in parentheses where "
+        "they differ by more than 10%); **params** and **optimizer** are the parameters and optimizer state "
+        "one device holds; step time is the slowest device's median; samples/s counts the global batch. "
+        "**exchanged / step** is what one device exchanged in collectives in one step, counted from what the "
+        "program did (torch: the collectives it issued; JAX: those in the compiled step's HLO), beside the "
+        "**expected** bytes of bench/parallel.py's formula. KiB, MiB = 2¹⁰, 2²⁰ bytes.",
+        "",
+    ]
     for key, rows in found:
         out += [context_label(key), ""]
         if provenance(rows):
             out += [provenance(rows), ""]
         out += [scale_table(rows), ""]
-    out += ["*How to read it:* backprop all-reduces its gradient every step, 4n bytes for n trainable parameters "
-            "in fp32 (87 MiB for MiniLM's 22.7 M) on any number of devices. The forward gradient (jvp) and MeZO "
-            "exchange only scalars, jvp its K directional derivatives and the loss, MeZO its two losses: every "
-            "device draws the same seeded direction, so those scalars rebuild the whole update on each. FSDP "
-            "holds 1/N of the parameters and of the optimizer state per device (the params and optimizer "
-            "columns) and pays with an all-gather of the parameters for every forward pass (FULL_SHARD gathers "
-            "again for backprop's backward pass, MeZO's two forward passes gather twice), so under FSDP every "
-            f"mode exchanges parameter-sized amounts. **{FLAG}** marks a count more than 10% away from its "
-            "expectation: the expectation is a formula, the count is what happened, so a flag is a collective "
-            "the formula does not describe (or one it describes that never ran), worth a look before the numbers "
-            "are trusted. `xla_memory_analysis` under *memory by*: JAX on CPU runs every device in one process, "
-            "whose resident set cannot be split by device, so each device's memory is the compiled step's "
-            "memory analysis (arguments, outputs, temporaries): an account, not a measurement.", ""]  # fmt: skip
+    out += [
+        "*How to read it:* backprop all-reduces its gradient every step, 4n bytes for n trainable parameters "
+        "in fp32 (87 MiB for MiniLM's 22.7 M) on any number of devices. The forward gradient (jvp) and MeZO "
+        "exchange only scalars, jvp its K directional derivatives and the loss, MeZO its two losses: every "
+        "device draws the same seeded direction, so those scalars rebuild the whole update on each. FSDP "
+        "holds 1/N of the parameters and of the optimizer state per device (the params and optimizer "
+        "columns) and pays with an all-gather of the parameters for every forward pass (FULL_SHARD gathers "
+        "again for backprop's backward pass, MeZO's two forward passes gather twice), so under FSDP every "
+        f"mode exchanges parameter-sized amounts. **{FLAG}** marks a count more than 10% away from its "
+        "expectation: the expectation is a formula, the count is what happened, so a flag is a collective "
+        "the formula does not describe (or one it describes that never ran), worth a look before the numbers "
+        "are trusted. `xla_memory_analysis` under *memory by*: JAX on CPU runs every device in one process, "
+        "whose resident set cannot be split by device, so each device's memory is the compiled step's "
+        "memory analysis (arguments, outputs, temporaries): an account, not a measurement.",
+        "",
+    ]
     out += ["### DDP vs FSDP strategies (the HPML lecture's table)", ""]
     tables = strategy_tables(found)
     if not tables:
         return out + ["No two strategies at one device count yet: `python -m bench -m +experiment=strategy_table`.", ""]
-    out += ["Per-device peak memory (MiB) and the slowest device's median step time (ms) at one per-device batch, "
-            "for each way of differentiating. DDP replicates parameters, gradients and optimizer state; "
-            "SHARD_GRAD_OP shards gradients and optimizer state and keeps the gathered parameters from the "
-            "forward to the backward pass; FULL_SHARD frees them after the forward pass and gathers them again "
-            "(less memory, one more all-gather); CPU offload keeps parameters, gradients and optimizer state in "
-            "host memory. Peak rather than excess: what a strategy saves is state held before the step begins.",
-            ""]  # fmt: skip
+    out += [
+        "Per-device peak memory (MiB) and the slowest device's median step time (ms) at one per-device batch, "
+        "for each way of differentiating. DDP replicates parameters, gradients and optimizer state; "
+        "SHARD_GRAD_OP shards gradients and optimizer state and keeps the gathered parameters from the "
+        "forward to the backward pass; FULL_SHARD frees them after the forward pass and gathers them again "
+        "(less memory, one more all-gather); CPU offload keeps parameters, gradients and optimizer state in "
+        "host memory. Peak rather than excess: what a strategy saves is state held before the step begins.",
+        "",
+    ]
     for title, table in tables:
         out += [title, "", table, ""]
     return out

@@ -48,8 +48,9 @@ def _wide_range(values: list[float], factor: float = 30.0) -> bool:
     return len(pos) == len(values) and bool(pos) and max(pos) / min(pos) > factor
 
 
-def bar_panels(contexts: dict[Context, Cells], panel: Panel, spread: tuple[str, str] | None = None,
-               log_ok: bool = False) -> list[Chart]:  # fmt: skip
+def bar_panels(
+    contexts: dict[Context, Cells], panel: Panel, spread: tuple[str, str] | None = None, log_ok: bool = False
+) -> list[Chart]:
     """Grouped bars per context of a panel's column: modes along x, one bar per framework. The contexts that
     compare the most ways of differentiating come first, as in the tables (richest_first)."""
     (col,), scale, ylabel = panel.keys, panel.scale, panel.title
@@ -73,7 +74,6 @@ def bar_panels(contexts: dict[Context, Cells], panel: Panel, spread: tuple[str, 
     return panels[:MAX_PANELS]
 
 
-
 def _line_series(series: dict, y_col: str, scale: float = 1.0) -> list[Series]:
     """One line per trend (_trends): y_col at each x where the row has it."""
     lines = []
@@ -83,8 +83,9 @@ def _line_series(series: dict, y_col: str, scale: float = 1.0) -> list[Series]:
     return lines
 
 
-def scaling_grid(rows: list[dict], x_col: str, xlabel: str, guide_params: bool = False,
-                 logx: int = 0) -> list[list[Chart]]:  # fmt: skip
+def scaling_grid(
+    rows: list[dict], x_col: str, xlabel: str, guide_params: bool = False, logx: int = 0
+) -> list[list[Chart]]:
     """Excess memory and median step time against one column, everything else fixed: one row of two panels per
     context where some framework x mode was measured at >= 2 values. A linear x axis (logx=0) keeps a linear
     cost a straight line, its slope the cost per layer or per sample."""
@@ -106,10 +107,12 @@ def scaling_grid(rows: list[dict], x_col: str, xlabel: str, guide_params: bool =
         time_series = _line_series(series, "step_time_median_s", 1e3)
         title = context_label(key)
         times = [y for s in time_series for y in s.ys]
-        grid.append([
-            Chart(title, xlabel, "excess memory (MiB)", memory, logx=logx, legend=False),
-            Chart(title, xlabel, "median step time (ms)", time_series, logx=logx, logy=_wide_range(times)),
-        ])  # fmt: skip
+        grid.append(
+            [
+                Chart(title, xlabel, "excess memory (MiB)", memory, logx=logx, legend=False),
+                Chart(title, xlabel, "median step time (ms)", time_series, logx=logx, logy=_wide_range(times)),
+            ]
+        )
     return grid
 
 
@@ -121,8 +124,9 @@ def jacfwd_grid(rows: list[dict]) -> list[list[Chart]]:
     grid = []
     for key, series in best_groups(groups, lambda s, pts: s[1] == "jacfwd" and len(pts) >= 2, MAX_PANELS):
         lines = _line_series(series, "step_time_median_s", 1e3)
-        grid.append([Chart(context_label(key), "trainable parameters", "median step time (ms)", lines, logx=10,
-                           logy=True)])  # fmt: skip
+        grid.append(
+            [Chart(context_label(key), "trainable parameters", "median step time (ms)", lines, logx=10, logy=True)]
+        )
     return grid
 
 
@@ -131,8 +135,9 @@ def grad_quality_grid(rows: list[dict]) -> list[list[Chart]]:
     expected cosine of K Gaussian tangents, sqrt(K / (K + n - 1)) (conf/experiment/grad_quality.yaml)."""
     jvp = [r for r in rows if r.get("mode") == "jvp"]
     # one panel per trainable scope: n, and with it the expected cosine, depends on it
-    groups = series_groups(jvp, "num_tangents", "grad_cosine", lambda r: mode_label({**r, "num_tangents": 1}),
-                           keep=SCOPE_COLUMNS)  # fmt: skip
+    groups = series_groups(
+        jvp, "num_tangents", "grad_cosine", lambda r: mode_label({**r, "num_tangents": 1}), keep=SCOPE_COLUMNS
+    )
     mezo: dict = defaultdict(dict)  # {context: {(framework, mode label): row}}: one line per mezo_eps
     for r in rows:
         if r.get("mode") == "mezo" and num(r, "grad_cosine") is not None:
@@ -147,8 +152,9 @@ def grad_quality_grid(rows: list[dict]) -> list[list[Chart]]:
         if ns:
             n = sorted(ns)[len(ns) // 2]
             grid_k = [ks[0] * (ks[-1] / ks[0]) ** (i / 40) for i in range(41)]
-            lines.append(Series("", "", grid_k, [math.sqrt(k / (k + n - 1)) for k in grid_k],
-                                guide=f"expected, n = {n:,.0f}"))  # fmt: skip
+            lines.append(
+                Series("", "", grid_k, [math.sqrt(k / (k + n - 1)) for k in grid_k], guide=f"expected, n = {n:,.0f}")
+            )
         grid.append([Chart(context_label(key), "tangents K", "cosine to the exact gradient", lines, logx=2)])
     return grid
 
@@ -223,8 +229,10 @@ def comm_panels(contexts: dict[Context, Cells]) -> list[Chart]:
             largest[loose] = key
     panels = []
     for key in sorted(largest.values(), key=lambda k: (strategy_order(dict(k)), context_order(k))):
-        rows = sorted((r for r in contexts[key].values() if r.get("status") == "ok"
-                       and (num(r, "comm_bytes_per_step") or 0) > 0), key=row_order)  # fmt: skip
+        rows = sorted(
+            (r for r in contexts[key].values() if r.get("status") == "ok" and (num(r, "comm_bytes_per_step") or 0) > 0),
+            key=row_order,
+        )
         categories = list(dict.fromkeys(comm_category(r) for r in rows))
         series, guides = [], []
         for fw in sorted({r.get("framework", "") for r in rows}, key=framework_order):
@@ -235,8 +243,17 @@ def comm_panels(contexts: dict[Context, Cells]) -> list[Chart]:
             expected = [(x, y) for x, y in expected if y]
             if expected:
                 guides.append(Series(fw, "", [x for x, _ in expected], [y for _, y in expected], guide="expected"))
-        panels.append(Chart(context_label(key), "", "bytes exchanged per step per device", series + guides,
-                            categories, logy=True, units="bytes"))  # fmt: skip
+        panels.append(
+            Chart(
+                context_label(key),
+                "",
+                "bytes exchanged per step per device",
+                series + guides,
+                categories,
+                logy=True,
+                units="bytes",
+            )
+        )
     return panels[:MAX_PANELS]
 
 
@@ -244,73 +261,103 @@ def plan_plots(sel: Selection, contexts: dict[Context, Cells]) -> list[Plot]:
     """Every plot the report knows, with what it would show (an empty grid: no data for it)."""
     rows = sel.ok
     return [
-        Plot("excess_memory", "Excess memory by mode and framework",
-             "Each group of bars is one way of differentiating and each bar one framework; the height is the memory "
-             "the timed steps needed above what was resident before them (weights, batches, compiled step), so "
-             "lower is better and inference is the floor.",
-             "an ok row with excess_mem_mb",
-             [[p] for p in bar_panels(contexts, EXCESS_MEMORY)]),
-        Plot("step_time", "Median step time by mode and framework",
-             "Bar height is the median time of one training step, whiskers span the 10th to 90th percentile of the "
-             "timed steps; the axis is logarithmic when modes differ by more than 30x; lower is better.",
-             "an ok row with step_time_median_s",
-             [[p] for p in bar_panels(contexts, STEP_TIME, ("step_time_p10_s", "step_time_p90_s"), log_ok=True)]),
-        Plot("memory_vs_depth", "Memory and step time vs depth",
-             "One line per framework (solid torch, dashed jax) and mode (colour), on a linear depth axis: a line "
-             "that climbs with the number of layers stores something per layer (backprop's activations and "
-             "gradient). The dotted grey line is one fp32 copy of the trainable parameters: a forward gradient "
-             "that holds its tangent whole (torch's default jvp) climbs parallel to it, one that never does "
-             "(JAX's jvp, torch's jvp[lazy]) and MeZO stay flat. The growth table above gives the slopes.",
-             "one framework x mode at >= 2 values of num_layers with everything else equal",
-             scaling_grid(rows, "num_layers", "encoder layers", guide_params=True)),
-        Plot("memory_vs_seq_len", "Memory and step time vs sequence length",
-             "Activations grow with T (attention scores with T²) in every mode, but backprop keeps every layer's at "
-             "once, so its line should climb steepest.",
-             "one framework x mode at >= 2 values of seq_len with everything else equal",
-             scaling_grid(rows, "seq_len", "sequence length T", logx=2)),
-        Plot("memory_vs_batch", "Memory and step time vs batch size",
-             "The slope is the memory per sample (activations); where a line meets the axis is the parameter-sized "
-             "part (gradients, tangents, optimizer state), which does not grow with B.",
-             "one framework x mode at >= 2 values of batch_size with everything else equal",
-             scaling_grid(rows, "batch_size", "batch size B")),
-        Plot("jacfwd_vs_trainable", "jacfwd step time vs trainable parameters",
-             "Log-log axes: jacfwd runs one forward-mode pass per trainable parameter, so its line should have slope "
-             "about 1, while backprop and one-tangent jvp stay nearly flat.",
-             "jacfwd rows at >= 2 values of n_trainable (different trainable scopes) with everything else equal",
-             jacfwd_grid(rows)),
-        Plot("grad_quality", "Gradient quality vs number of tangents",
-             "Cosine between the estimate and the exact gradient of the same batch (1 is exact): jvp's should follow "
-             "the dotted grey expectation sqrt(K/(K+n-1)), rising with K; MeZO's one direction is a flat line.",
-             "jvp rows with grad_cosine at >= 2 values of num_tangents with everything else equal "
-             "(measure_grad_cosine=true)",
-             grad_quality_grid(rows)),
-        Plot("training_curves", "Training curves",
-             "Loss at each timed step (thin: raw, thick: moving average) and held-out accuracy where it was "
-             "evaluated; compare how fast modes learn per step here and per second with the step-time plot.",
-             "a history JSON with >= 2 loss values next to the CSV (<csv folder>/history/<run_id>.json)",
-             curves_grid(rows)),
-        Plot("memory_vs_devices", "Memory and step time vs devices",
-             "One row of panels per strategy, one line per framework (solid torch, dashed jax) and mode (colour), "
-             "against the devices a trial ran on. batch_size is per device, so every device does the same work and "
-             "a flat line scales perfectly. Left: the largest device's excess memory; what FSDP saves (1/N of the "
-             "parameters and optimizer state) is held before the step begins, so it shows in the table's peak, "
-             "params and optimizer columns, while the excess shows what a step adds (activations, the gradient, "
-             "gathered parameters). Right: the slowest device's step time, which grows with what is exchanged: "
-             "most for backprop's all-reduce of the gradient, hardly for jvp's and MeZO's few scalars.",
-             "one framework x mode with parallel=ddp|fsdp at >= 2 values of devices with everything else equal "
-             "(+experiment=scale_out)",
-             devices_grid(rows)),
-        Plot("comm_bytes", "Bytes exchanged per step per device",
-             "A log axis in bytes, a panel per strategy: each group of bars is one way of differentiating and each "
-             "bar one framework, what one device exchanged in one step as counted from the program; the black tick "
-             "on a bar is the expectation (bench/parallel.py). Backprop's bar is parameter-sized (it all-reduces its "
-             "gradient, 4n bytes); under DDP jvp's and MeZO's are a few bytes, because every device draws the same "
-             "seeded direction and only scalars travel; under FSDP every mode also gathers the parameters for each "
-             "forward pass. A bar well away from its tick exchanged something the formula does not describe.",
-             "an ok row with parallel=ddp|fsdp on >= 2 devices and comm_bytes_per_step "
-             "(+experiment=scale_out or strategy_table)",
-             [[p] for p in comm_panels(contexts)]),
-    ]  # fmt: skip
+        Plot(
+            "excess_memory",
+            "Excess memory by mode and framework",
+            "Each group of bars is one way of differentiating and each bar one framework; the height is the memory "
+            "the timed steps needed above what was resident before them (weights, batches, compiled step), so "
+            "lower is better and inference is the floor.",
+            "an ok row with excess_mem_mb",
+            [[p] for p in bar_panels(contexts, EXCESS_MEMORY)],
+        ),
+        Plot(
+            "step_time",
+            "Median step time by mode and framework",
+            "Bar height is the median time of one training step, whiskers span the 10th to 90th percentile of the "
+            "timed steps; the axis is logarithmic when modes differ by more than 30x; lower is better.",
+            "an ok row with step_time_median_s",
+            [[p] for p in bar_panels(contexts, STEP_TIME, ("step_time_p10_s", "step_time_p90_s"), log_ok=True)],
+        ),
+        Plot(
+            "memory_vs_depth",
+            "Memory and step time vs depth",
+            "One line per framework (solid torch, dashed jax) and mode (colour), on a linear depth axis: a line "
+            "that climbs with the number of layers stores something per layer (backprop's activations and "
+            "gradient). The dotted grey line is one fp32 copy of the trainable parameters: a forward gradient "
+            "that holds its tangent whole (torch's default jvp) climbs parallel to it, one that never does "
+            "(JAX's jvp, torch's jvp[lazy]) and MeZO stay flat. The growth table above gives the slopes.",
+            "one framework x mode at >= 2 values of num_layers with everything else equal",
+            scaling_grid(rows, "num_layers", "encoder layers", guide_params=True),
+        ),
+        Plot(
+            "memory_vs_seq_len",
+            "Memory and step time vs sequence length",
+            "Activations grow with T (attention scores with T²) in every mode, but backprop keeps every layer's at "
+            "once, so its line should climb steepest.",
+            "one framework x mode at >= 2 values of seq_len with everything else equal",
+            scaling_grid(rows, "seq_len", "sequence length T", logx=2),
+        ),
+        Plot(
+            "memory_vs_batch",
+            "Memory and step time vs batch size",
+            "The slope is the memory per sample (activations); where a line meets the axis is the parameter-sized "
+            "part (gradients, tangents, optimizer state), which does not grow with B.",
+            "one framework x mode at >= 2 values of batch_size with everything else equal",
+            scaling_grid(rows, "batch_size", "batch size B"),
+        ),
+        Plot(
+            "jacfwd_vs_trainable",
+            "jacfwd step time vs trainable parameters",
+            "Log-log axes: jacfwd runs one forward-mode pass per trainable parameter, so its line should have slope "
+            "about 1, while backprop and one-tangent jvp stay nearly flat.",
+            "jacfwd rows at >= 2 values of n_trainable (different trainable scopes) with everything else equal",
+            jacfwd_grid(rows),
+        ),
+        Plot(
+            "grad_quality",
+            "Gradient quality vs number of tangents",
+            "Cosine between the estimate and the exact gradient of the same batch (1 is exact): jvp's should follow "
+            "the dotted grey expectation sqrt(K/(K+n-1)), rising with K; MeZO's one direction is a flat line.",
+            "jvp rows with grad_cosine at >= 2 values of num_tangents with everything else equal "
+            "(measure_grad_cosine=true)",
+            grad_quality_grid(rows),
+        ),
+        Plot(
+            "training_curves",
+            "Training curves",
+            "Loss at each timed step (thin: raw, thick: moving average) and held-out accuracy where it was "
+            "evaluated; compare how fast modes learn per step here and per second with the step-time plot.",
+            "a history JSON with >= 2 loss values next to the CSV (<csv folder>/history/<run_id>.json)",
+            curves_grid(rows),
+        ),
+        Plot(
+            "memory_vs_devices",
+            "Memory and step time vs devices",
+            "One row of panels per strategy, one line per framework (solid torch, dashed jax) and mode (colour), "
+            "against the devices a trial ran on. batch_size is per device, so every device does the same work and "
+            "a flat line scales perfectly. Left: the largest device's excess memory; what FSDP saves (1/N of the "
+            "parameters and optimizer state) is held before the step begins, so it shows in the table's peak, "
+            "params and optimizer columns, while the excess shows what a step adds (activations, the gradient, "
+            "gathered parameters). Right: the slowest device's step time, which grows with what is exchanged: "
+            "most for backprop's all-reduce of the gradient, hardly for jvp's and MeZO's few scalars.",
+            "one framework x mode with parallel=ddp|fsdp at >= 2 values of devices with everything else equal "
+            "(+experiment=scale_out)",
+            devices_grid(rows),
+        ),
+        Plot(
+            "comm_bytes",
+            "Bytes exchanged per step per device",
+            "A log axis in bytes, a panel per strategy: each group of bars is one way of differentiating and each "
+            "bar one framework, what one device exchanged in one step as counted from the program; the black tick "
+            "on a bar is the expectation (bench/parallel.py). Backprop's bar is parameter-sized (it all-reduces its "
+            "gradient, 4n bytes); under DDP jvp's and MeZO's are a few bytes, because every device draws the same "
+            "seeded direction and only scalars travel; under FSDP every mode also gathers the parameters for each "
+            "forward pass. A bar well away from its tick exchanged something the formula does not describe.",
+            "an ok row with parallel=ddp|fsdp on >= 2 devices and comm_bytes_per_step "
+            "(+experiment=scale_out or strategy_table)",
+            [[p] for p in comm_panels(contexts)],
+        ),
+    ]
 
 
 class PlotsSection(Section):
@@ -326,8 +373,14 @@ class PlotsSection(Section):
         if not drawn:
             out += ["(no plot: no ok rows with the data any plot needs)", ""]
         for p in drawn:
-            out += [f"### {p.title}", "", f"![{p.title}]({PLOT_DIR}/{p.name}.png)", "",
-                    f"*How to read it:* {p.how_to_read}", ""]  # fmt: skip
+            out += [
+                f"### {p.title}",
+                "",
+                f"![{p.title}]({PLOT_DIR}/{p.name}.png)",
+                "",
+                f"*How to read it:* {p.how_to_read}",
+                "",
+            ]
         if any(len(p.grid) == MAX_PANELS for p in drawn):
             out += [f"A plot shows at most {MAX_PANELS} contexts, those with the most data; the tables have all.", ""]
         skipped = [p for p in plots if not p.drawn]

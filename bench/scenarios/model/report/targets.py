@@ -101,8 +101,14 @@ def check(rows: list[dict]) -> list[Check]:
     depth: model, data, optimizer and its hyperparameters, B, T, dtype, dropout, device, parallel settings). The
     targets are stated for the plain modes, so only rows whose variant() is the bare mode count: trainable=all, no
     remat, one tangent, torch's jvp_impl=func, mezo_eps and attn_implementation at their defaults."""
-    ok = [r for r in rows if r.get("status") == "ok" and variant(r) == r.get("mode")
-          and num(r, "num_layers") is not None and num(r, "hidden_size") is not None]  # older CSVs may lack them
+    ok = [
+        r
+        for r in rows
+        if r.get("status") == "ok"
+        and variant(r) == r.get("mode")
+        and num(r, "num_layers") is not None
+        and num(r, "hidden_size") is not None
+    ]  # older CSVs may lack them
     # latest row per (framework, context, layers, mode)
     by = {}
     for r in ok:
@@ -122,8 +128,16 @@ def check(rows: list[dict]) -> list[Check]:
             checks.append(Check(fw, here, "jvp excess <= 0.6 x backprop excess", jv, 0.6 * bp, "MiB"))
         if inf is not None and mz is not None:
             largest = model_sizes(at["mezo"])[1]
-            checks.append(Check(fw, here, f"mezo excess <= 1.1 x inference + largest tensor ({largest:.0f} MiB)",
-                                mz, 1.1 * inf + largest, "MiB"))
+            checks.append(
+                Check(
+                    fw,
+                    here,
+                    f"mezo excess <= 1.1 x inference + largest tensor ({largest:.0f} MiB)",
+                    mz,
+                    1.1 * inf + largest,
+                    "MiB",
+                )
+            )
         tb, tj = x("backprop", "step_time_median_s"), x("jvp", "step_time_median_s")
         if tb is not None and tj is not None:
             checks.append(Check(fw, here, "jvp step time <= 1.1 x backprop step time", tj, 1.1 * tb, "s"))
@@ -135,9 +149,16 @@ def check(rows: list[dict]) -> list[Check]:
             lo, hi = jvp_depths[0], jvp_depths[-1]
             growth = slope(jvp_depths, [num(depths[d]["jvp"], "excess_mem_mb") for d in jvp_depths])
             tangent = model_sizes(depths[hi]["jvp"])[0]
-            checks.append(Check(fw, where(ctx, f"{lo}→{hi}", contexts),
-                                f"jvp growth per layer <= 1.2 x a layer's tangent ({tangent:.1f} MiB)",
-                                growth, 1.2 * tangent, "MiB/layer"))
+            checks.append(
+                Check(
+                    fw,
+                    where(ctx, f"{lo}→{hi}", contexts),
+                    f"jvp growth per layer <= 1.2 x a layer's tangent ({tangent:.1f} MiB)",
+                    growth,
+                    1.2 * tangent,
+                    "MiB/layer",
+                )
+            )
     return checks
 
 
@@ -155,15 +176,30 @@ def perf(rows: list[dict], overhead: list[dict] = ()) -> list[Check]:
     checks = []
     latest = {(r["framework"], r["model"], r["batch_size"], r["seq_len"]): r for r in overhead}
     for (fw, model, b, t), r in sorted(latest.items()):
-        checks.append(Check(fw, f"{model} · B{b} T{t} · backprop, {r['rounds']} rounds",
-                            f"harness step <= {OVERHEAD_LIMIT} x a plain loop's", float(r["ratio"]), OVERHEAD_LIMIT,
-                            "x"))  # fmt: skip
+        checks.append(
+            Check(
+                fw,
+                f"{model} · B{b} T{t} · backprop, {r['rounds']} rounds",
+                f"harness step <= {OVERHEAD_LIMIT} x a plain loop's",
+                float(r["ratio"]),
+                OVERHEAD_LIMIT,
+                "x",
+            )
+        )
     ok = [r for r in rows if r.get("status") == "ok" and r.get("framework") == "jax" and num(r, "compile_time_s")]
     by = {(context_key(r), r.get("num_layers") or "", variant(r)): r for r in ok}
     contexts = sorted({ctx for ctx, _, _ in by})
     for (ctx, layers, name), r in sorted(by.items()):
-        checks.append(Check("jax", where(ctx, str(layers), contexts), f"{name} first-step compile <= "
-                            f"{COMPILE_LIMIT_S:g} s", num(r, "compile_time_s"), COMPILE_LIMIT_S, "s"))  # fmt: skip
+        checks.append(
+            Check(
+                "jax",
+                where(ctx, str(layers), contexts),
+                f"{name} first-step compile <= {COMPILE_LIMIT_S:g} s",
+                num(r, "compile_time_s"),
+                COMPILE_LIMIT_S,
+                "s",
+            )
+        )
     return checks + compile_depth(ok)
 
 
@@ -181,18 +217,33 @@ def compile_depth(rows: list[dict]) -> list[Check]:
         if len(depths) < 2:
             continue
         lo, hi = min(depths), max(depths)
-        compiled = lambda r: num(r, "aot_compile_s") or num(r, "compile_time_s") - (  # noqa: E731
-            num(r, "step_time_median_s") or 0.0)  # fmt: skip
+        compiled = lambda r: (
+            num(r, "aot_compile_s")
+            or num(r, "compile_time_s")
+            - (  # noqa: E731
+                num(r, "step_time_median_s") or 0.0
+            )
+        )
         ratio = compiled(depths[hi]) / compiled(depths[lo])
-        checks.append(Check("jax", where(ctx, f"{lo}→{hi}", contexts), f"{name} compile at {hi} layers <= "
-                            f"{COMPILE_DEPTH_LIMIT:g} x at {lo}", ratio, COMPILE_DEPTH_LIMIT, "x"))  # fmt: skip
+        checks.append(
+            Check(
+                "jax",
+                where(ctx, f"{lo}→{hi}", contexts),
+                f"{name} compile at {hi} layers <= {COMPILE_DEPTH_LIMIT:g} x at {lo}",
+                ratio,
+                COMPILE_DEPTH_LIMIT,
+                "x",
+            )
+        )
     return checks
 
 
 def table(checks: list[Check]) -> str:
     if not checks:
-        return ("(no trials to check: run python -m bench -m +experiment=mode_targets, which records inference, "
-                "backprop, jvp and mezo at two depths)")
+        return (
+            "(no trials to check: run python -m bench -m +experiment=mode_targets, which records inference, "
+            "backprop, jvp and mezo at two depths)"
+        )
     return fixed_width(HEAD, cells(checks))
 
 
@@ -201,8 +252,17 @@ HEAD = ["framework", "where", "target", "measured", "limit", "verdict"]
 
 def cells(checks: list[Check]) -> list[list[str]]:
     """One table row per check, under HEAD (the terminal table here, the report's markdown table)."""
-    return [[c.framework, c.context, c.target, "-" if c.measured is None else f"{c.measured:.2f} {c.unit}",
-             "-" if c.limit is None else f"{c.limit:.2f} {c.unit}", c.verdict] for c in checks]
+    return [
+        [
+            c.framework,
+            c.context,
+            c.target,
+            "-" if c.measured is None else f"{c.measured:.2f} {c.unit}",
+            "-" if c.limit is None else f"{c.limit:.2f} {c.unit}",
+            c.verdict,
+        ]
+        for c in checks
+    ]
 
 
 class TargetsSection(Section):
@@ -212,10 +272,15 @@ class TargetsSection(Section):
         checks = check(view(results).sel.ok)
         if not checks:
             return []
-        return ["## The training modes' targets", "",
-                "Per framework at the deepest model recorded (`+experiment=mode_targets` records BERT-base shapes at "
-                f"8 and 12 layers); *MISSED* rows are explained in {WHY_MISSED}.", "",
-                md_table(HEAD, cells(checks), "lllrrl"), ""]  # fmt: skip
+        return [
+            "## The training modes' targets",
+            "",
+            "Per framework at the deepest model recorded (`+experiment=mode_targets` records BERT-base shapes at "
+            f"8 and 12 layers); *MISSED* rows are explained in {WHY_MISSED}.",
+            "",
+            md_table(HEAD, cells(checks), "lllrrl"),
+            "",
+        ]
 
 
 def parse(argv: list[str] | None):

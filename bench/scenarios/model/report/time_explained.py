@@ -42,8 +42,15 @@ from bench.scenarios.model.select import (
     view,
 )
 
-COLORS = {"matmul": "#1f77b4", "attention": "#17becf", "elementwise": "#2ca02c", "random": "#ff7f0e",
-          "optimizer": "#9467bd", "collectives": "#d62728", "overhead": "#7f7f7f"}  # fmt: skip
+COLORS = {
+    "matmul": "#1f77b4",
+    "attention": "#17becf",
+    "elementwise": "#2ca02c",
+    "random": "#ff7f0e",
+    "optimizer": "#9467bd",
+    "collectives": "#d62728",
+    "overhead": "#7f7f7f",
+}
 # A ratio of step times worth explaining across frameworks (the same mode): below it the two are close enough
 # that the categories' differences are within the run-to-run spread of a few profiled steps.
 EXPLAIN_RATIO = 1.5
@@ -71,8 +78,17 @@ def _share(v: float | None) -> str:
     return "-" if v is None else f"{v:.1%}"
 
 
-HEAD = ["framework", "mode", "timed ms", "traced ms", *[f"{c} ms" for c in CATEGORIES],
-        "GFLOP / step (counted / model)", "GFLOP/s", "of matmul peak", "MFU"]  # fmt: skip
+HEAD = [
+    "framework",
+    "mode",
+    "timed ms",
+    "traced ms",
+    *[f"{c} ms" for c in CATEGORIES],
+    "GFLOP / step (counted / model)",
+    "GFLOP/s",
+    "of matmul peak",
+    "MFU",
+]
 
 
 def time_table(cells: Cells) -> str:
@@ -82,8 +98,19 @@ def time_table(cells: Cells) -> str:
         parts = [f"{ms(r, c):.1f} ({ms(r, c) / step:.0%})" if step else "-" for c in CATEGORIES]
         flops = f"{_g(num(r, 'flops_per_step'))} / {_g(num(r, 'flops_predicted'))}"
         timed = "-" if num(r, "step_time_median_s") is None else f"{num(r, 'step_time_median_s') * 1e3:.1f}"
-        body.append([fw, label, timed, f"{step:.1f}", *parts, flops, _g(num(r, "flops_per_s")),
-                     _share(num(r, "utilisation")), _share(num(r, "mfu"))])  # fmt: skip
+        body.append(
+            [
+                fw,
+                label,
+                timed,
+                f"{step:.1f}",
+                *parts,
+                flops,
+                _g(num(r, "flops_per_s")),
+                _share(num(r, "utilisation")),
+                _share(num(r, "mfu")),
+            ]
+        )
     return md_table(HEAD, body)
 
 
@@ -104,8 +131,10 @@ def jvp_against_backprop(cells: Cells) -> list[str]:
         a, b = num(fg, "profile_step_ms"), num(bp, "profile_step_ms")
         ta, tb = num(fg, "step_time_median_s"), num(bp, "step_time_median_s")
         timed = f"; timed, {ta / tb:.2f}×" if ta and tb else ""
-        out.append(f"{fw}: a traced jvp step took {a:.1f} ms against backprop's {b:.1f} ({a / b:.2f}×{timed}); "
-                   f"{'its extra time is mostly ' + biggest(fg, bp) if a > b else 'no extra time'}.")  # fmt: skip
+        out.append(
+            f"{fw}: a traced jvp step took {a:.1f} ms against backprop's {b:.1f} ({a / b:.2f}×{timed}); "
+            f"{'its extra time is mostly ' + biggest(fg, bp) if a > b else 'no extra time'}."
+        )
     return out
 
 
@@ -121,21 +150,28 @@ def across_frameworks(cells: Cells) -> list[str]:
         (f1, r1), (f2, r2) = sorted(rows.items(), key=lambda kv: -(num(kv[1], "profile_step_ms") or 0.0))[:2]
         slow, fast = num(r1, "profile_step_ms"), num(r2, "profile_step_ms")
         if fast and slow / fast >= EXPLAIN_RATIO:
-            out.append(f"{label}: {f1}'s step took {slow / fast:.1f}× {f2}'s ({slow:.1f} against {fast:.1f} ms), "
-                       f"mostly in {biggest(r1, r2)}.")  # fmt: skip
+            out.append(
+                f"{label}: {f1}'s step took {slow / fast:.1f}× {f2}'s ({slow:.1f} against {fast:.1f} ms), "
+                f"mostly in {biggest(r1, r2)}."
+            )
     return out
 
 
 def peak_sentence(cells: Cells) -> list[str]:
-    rows = [(variant(r), r.get("framework", ""), num(r, "utilisation"), num(r, "matmul_peak_flops_per_s"))
-            for r in cells.values() if num(r, "utilisation") is not None]  # fmt: skip
+    rows = [
+        (variant(r), r.get("framework", ""), num(r, "utilisation"), num(r, "matmul_peak_flops_per_s"))
+        for r in cells.values()
+        if num(r, "utilisation") is not None
+    ]
     if not rows:
         return []
     lo, hi = min(rows, key=lambda x: x[2]), max(rows, key=lambda x: x[2])
     peak = max(p for *_, p in rows if p is not None) if any(p for *_, p in rows) else None
     at = f" ({peak / 1e9:.3g} GFLOP/s, measured by a matmul probe in the trial's process)" if peak else ""
-    return [f"Of this host's matmul peak{at}, the steps reach from {lo[2]:.1%} ({lo[1]} {lo[0]}) to {hi[2]:.1%} "
-            f"({hi[1]} {hi[0]})."]  # fmt: skip
+    return [
+        f"Of this host's matmul peak{at}, the steps reach from {lo[2]:.1%} ({lo[1]} {lo[0]}) to {hi[2]:.1%} "
+        f"({hi[1]} {hi[0]})."
+    ]
 
 
 def time_plot(contexts: dict[Context, Cells]) -> Plot:
@@ -144,10 +180,19 @@ def time_plot(contexts: dict[Context, Cells]) -> Plot:
         cells = sorted(contexts[key].items(), key=cell_order)
         xs = [float(i) for i in range(len(cells))]
         series = [Series("", c, xs, [ms(r, c) for _, r in cells]) for c in CATEGORIES]
-        panels.append(Chart(context_label(key), "ms per step (the traced steps' mean)", "", series,
-                            [bar_label(cell) for cell, _ in cells], legend=True))  # fmt: skip
+        panels.append(
+            Chart(
+                context_label(key),
+                "ms per step (the traced steps' mean)",
+                "",
+                series,
+                [bar_label(cell) for cell, _ in cells],
+                legend=True,
+            )
+        )
     return Plot(
-        "time_breakdown", "Time, explained: where each way of differentiating's step time goes",
+        "time_breakdown",
+        "Time, explained: where each way of differentiating's step time goes",
         "One bar per framework × mode, stacked by what the step's time went to, from its profiler trace: "
         "**matmul** (linear layers), **attention** (batched matmuls and softmax), **elementwise** (norms, "
         "activations, dropout, copies), **random** draws, the **optimizer**'s update, **collectives**, and "
@@ -155,22 +200,26 @@ def time_plot(contexts: dict[Context, Cells]) -> Plot:
         "is the traced step's time.",
         "an ok row with a profiler trace (profile=true)",
         [[p] for p in panels],
-    )  # fmt: skip
+    )
 
 
 def section(contexts: dict[Context, Cells], plot: Plot) -> list[str]:
     if not contexts:
         return []
-    out = ["## Time, explained", "",
-           "Where each way of differentiating's step time goes, from a profiler trace of a few steps after the "
-           "timed ones (profile=true: torch.profiler, jax.profiler; docs/time.md says how to open them). Each "
-           "category is its operations' share of the time some operation ran, and **overhead** the rest of the "
-           "step, so the categories add up to the traced step (*traced ms*: with the profiler on, above the "
-           "*timed* median by the profiler's cost per operation, most where a step runs many small ones). "
-           "FLOPs per step are the matmuls', counted by the framework (torch's FlopCounterMode; the compiled JAX "
-           "programs' dots) beside the analytical model's (bench/measure/flop_model.py); "
-           "*of matmul peak* is the achieved FLOP/s at the timed median step over this host's measured matmul "
-           "rate, *MFU* the same over a GPU's published peak.", ""]  # fmt: skip
+    out = [
+        "## Time, explained",
+        "",
+        "Where each way of differentiating's step time goes, from a profiler trace of a few steps after the "
+        "timed ones (profile=true: torch.profiler, jax.profiler; docs/time.md says how to open them). Each "
+        "category is its operations' share of the time some operation ran, and **overhead** the rest of the "
+        "step, so the categories add up to the traced step (*traced ms*: with the profiler on, above the "
+        "*timed* median by the profiler's cost per operation, most where a step runs many small ones). "
+        "FLOPs per step are the matmuls', counted by the framework (torch's FlopCounterMode; the compiled JAX "
+        "programs' dots) beside the analytical model's (bench/measure/flop_model.py); "
+        "*of matmul peak* is the achieved FLOP/s at the timed median step over this host's measured matmul "
+        "rate, *MFU* the same over a GPU's published peak.",
+        "",
+    ]
     for key in richest_first(contexts):
         cells = contexts[key]
         out += [*context_heading(key, cells.values()), time_table(cells), ""]
