@@ -107,10 +107,9 @@ class ModelScenario(Scenario):
         given = flags = os.environ.get("XLA_FLAGS", "")
         if jaxlib_at_least(0, 5) and "xla_cpu_enable_concurrency_optimized_scheduler" not in flags:
             # XLA:CPU's default scheduler orders the program for concurrency and ignores memory: it runs every
-            # layer's rematerialisation during the forward pass, so checkpointing saves nothing (MiniLM backprop
-            # temp 500 MiB with or without remat), and every mode holds more than it must. The memory-minimising
-            # scheduler gives remat its saving (185 MiB) and backprop 420 MiB; GPU backends ignore this flag. A
-            # setting of the user's own stands.
+            # layer's rematerialisation during the forward pass, so checkpointing saves nothing, and every mode holds
+            # more than it must (docs/methodology.md has the measurement). GPU backends ignore this flag. A setting
+            # of the user's own stands.
             flags = f"{flags} --xla_cpu_enable_concurrency_optimized_scheduler=false".strip()
         if cfg.deterministic:
             flags = f"{flags} --xla_gpu_deterministic_ops=true".strip()

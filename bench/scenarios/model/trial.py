@@ -58,8 +58,8 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     """Build, warm up, time and measure this process's part of the trial."""
     fw, m = cfg.framework, cfg.model
     dev, steps = implementation(fw, "device"), implementation(fw, "steps")
-    # What the imports made (torch and transformers: ~400 K objects) is never garbage: frozen out of the collector,
-    # each gc.collect() below takes ~0 s instead of ~0.2 s, and no collection during a timed step walks it.
+    # What the imports made is never garbage: frozen out of the collector, a gc.collect() below does not walk it,
+    # nor does any collection during a timed step (docs/methodology.md).
     gc.collect()
     gc.freeze()
     device = world.device

@@ -121,7 +121,8 @@ def forward_gradient(
     """Forward gradient: K tangents looped (memory does not grow with K); each tangent is dropped after its pass
     and regenerated from its seed when the update needs it. `keep` (one tangent, spec.keeps_tangent): it is kept
     for the update instead, drawn once: func's pass holds it whole anyway (the step's peak), and regenerating n
-    normals with torch's CPU generator costs ~15% of a MiniLM step. impl="lazy" never holds a tangent whole.
+    normals with torch's CPU generator is a visible part of a step (docs/speed.md). impl="lazy" never holds a
+    tangent whole.
     `reduce` averages [loss, d_1..d_K] over devices: the step's one exchange."""
     if tangents is not None:
         K = len(tangents)
