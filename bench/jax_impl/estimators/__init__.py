@@ -8,6 +8,8 @@ same names, in the same order). The Trainer (bench/jax_impl/steps.py) delegates 
     memory(trainer, micro_batches, temp) -> Held
         the step's categories of memory from the pytrees and the compiled programs (bench/jax_impl/memory.py);
         `temp`: the temporaries of the step's largest program
+    init_state(trainer) -> state      optional: what the estimator keeps across steps (HiZOO's Hessian estimate),
+        made by the first gradient or step: trainer.state, an argument of every program that reads it
 
 By default the timed step is one program, `gradient` then the optax update, fused by XLA. A module whose step is
 better run as several programs (jvp, MeZO: see their docstrings) defines all four of:
@@ -17,9 +19,10 @@ better run as several programs (jvp, MeZO: see their docstrings) defines all fou
     programs(trainer) -> [(compiled program, runs per step)]            what one timed step runs
     step(trainer, micro_batches) -> loss                                 the timed step
 
-A module reads what the Trainer holds: spec (the StepSpec), step_count, params, frozen, opt_state, optimizer,
-loss_of and trunk (the loss and its halves), on(frozen) (the trainer computing on a program's frozen argument),
-gather, jit, micro_batches (per update), jacfwd_chunk.
+A module reads what the Trainer holds: spec (the StepSpec), estimator (its neutral module's ESTIMATOR, whose
+settings_of(spec) gives its settings), step_count, params, frozen, opt_state, optimizer, loss_of and trunk (the
+loss and its halves), on(frozen, state) (the trainer computing on a program's arguments), gather, jit,
+micro_batches (per update), jacfwd_chunk, state.
 """
 
 from __future__ import annotations

@@ -7,11 +7,14 @@ names, in the same order). The Trainer (bench/torch_impl/steps.py) delegates to 
         of tensors, or a lazy estimate (directions.SeededGradient, TangentGradient) the update draws tensor by
         tensor. `tangents`: given directions instead of seeded ones (tests). `in_step`: the timed step's call,
         which may leave work to the update (MeZO's last +eps, restored by the update's draw of z).
+    init_state(trainer) -> state            optional: what the estimator keeps across steps (HiZOO's Hessian
+                                            estimate), made by the first gradient or step: trainer.state
     prepare(trainer)                        optional: set the model up once, before anything runs
     step(trainer, micro_batches) -> loss    optional: the timed step, when it is not gradient then apply
 
-A module reads what the Trainer holds: spec (the StepSpec), step_count, module (what the forward pass runs),
-params (the trainable parameters by name), reduce (the mean over devices), autocast, jacfwd_chunk.
+A module reads what the Trainer holds: spec (the StepSpec), estimator (its neutral module's ESTIMATOR, whose
+settings_of(spec) gives its settings), step_count, module (what the forward pass runs), params (the trainable
+parameters by name), reduce (the mean over devices), autocast, jacfwd_chunk, state.
 """
 
 from __future__ import annotations
