@@ -53,6 +53,7 @@ class MemoryTerms:
     directions: int = 0
     saved: int = 0
     temp: int = 0
+    state: int = 0  # what the estimator keeps across steps (HiZOO's Hessian estimate): counted with the optimizer's
 
 
 @dataclass(frozen=True)

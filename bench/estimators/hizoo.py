@@ -57,9 +57,9 @@ class Hizoo(Estimator):
         return None
 
     def memory(self, c: MemoryContext) -> MemoryTerms:
-        # H, whole, and one tensor's direction at a time; JAX's update draws the direction whole (its module)
-        directions = c.param_bytes * c.n + (c.param_bytes * c.n if c.framework == "jax" else c.largest)
-        return MemoryTerms(directions=directions, temp=c.forward_temp)
+        # H, whole, kept across steps; one tensor's direction at a time, but JAX's update draws it whole (its module)
+        directions = c.param_bytes * c.n if c.framework == "jax" else c.largest
+        return MemoryTerms(directions=directions, temp=c.forward_temp, state=c.param_bytes * c.n // c.share)
 
     def flops(self, c: FlopContext) -> FlopTerms:
         return FlopTerms(forward=3 * c.every)  # the perturbations and the Hessian update are elementwise

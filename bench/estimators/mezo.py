@@ -52,8 +52,9 @@ class Mezo(Estimator):
         return None
 
     def memory(self, c: MemoryContext) -> MemoryTerms:
-        # one tensor's direction at a time, in the perturbation and in the update (q directions, one at a time)
-        return MemoryTerms(directions=c.largest, temp=c.forward_temp)
+        # one tensor's direction at a time in the perturbations; summing q > 1 of them in the update holds the
+        # estimate and the next direction
+        return MemoryTerms(directions=c.largest * (1 if self.settings_of(c.step).q == 1 else 2), temp=c.forward_temp)
 
     def flops(self, c: FlopContext) -> FlopTerms:
         return FlopTerms(forward=2 * self.settings_of(c.step).q * c.every)  # the perturbations are elementwise

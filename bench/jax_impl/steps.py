@@ -243,10 +243,11 @@ class Trainer:
         return loss
 
     def state_bytes(self) -> dict[str, int]:
-        """Parameters and optimizer state held by one device (the fullest), from the arrays' own shards."""
+        """Parameters and optimizer state held by one device (the fullest), from the arrays' own shards; the
+        estimator's own state (HiZOO's Hessian estimate) counts with the optimizer's."""
         return {
             "params": per_device_bytes((self.params, nnx.filter_state(self.frozen, nnx.Param))),
-            "optimizer": per_device_bytes(self.opt_state),
+            "optimizer": per_device_bytes((self.opt_state, self.state)),
         }
 
     def weights(self) -> dict[str, np.ndarray]:

@@ -6,7 +6,8 @@ them; docs/memory.md has the formulas with their derivation):
     params      every parameter (trainable + frozen): resident before the step, part of the baseline
     grads       gradient buffers the optimizer reads (backprop: 4n; jacfwd: its 4n exchange buffer; the seeded
                 estimates of jvp and MeZO are built in the direction's own buffer, so they count as directions)
-    optimizer   optimizer state (SGD with momentum: 4n; AdamW: 8n), created by the first update: in the excess
+    optimizer   optimizer state (SGD with momentum: 4n; AdamW: 8n), created by the first update: in the excess;
+                with it, what an estimator keeps across steps (HiZOO's Hessian estimate, 4n)
     directions  random directions / tangents resident at once (jvp: one whole tangent, 4n, in torch; one
                 parameter tensor's with jvp_impl=lazy, and in MeZO; in JAX's jvp about the largest tensor's and one
                 layer's; jacfwd: the (chunk, n) basis block)
@@ -142,4 +143,5 @@ def predict(
     if terms is None:
         return None
     grads, directions, saved, temp = terms.grads, terms.directions, terms.saved, terms.temp
+    optimizer += terms.state  # kept across steps and made by the first, as the optimizer's own state
     return Memory(params, grads, optimizer, directions, saved, temp, optimizer + grads + directions + saved + temp)

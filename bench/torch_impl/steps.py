@@ -167,12 +167,14 @@ class Trainer:
         return export_weights(self.model)  # FSDP2: a collective, every rank calls it
 
     def state_bytes(self) -> dict[str, int]:
-        """Parameters and optimizer state held by this process's device, from the tensors themselves."""
+        """Parameters and optimizer state held by this process's device, from the tensors themselves; the
+        estimator's own state (HiZOO's Hessian estimate) counts with the optimizer's."""
         nbytes = lambda ts: sum(local(t).numel() * local(t).element_size() for t in ts)  # FSDP2: this shard
         states = [] if self.optimizer is None else self.optimizer.state.values()
+        kept = [] if self.state is None else list(self.state.values())
         return {
             "params": nbytes(self.model.parameters()),
-            "optimizer": nbytes(v for st in states for v in st.values() if torch.is_tensor(v)),
+            "optimizer": nbytes([*(v for st in states for v in st.values() if torch.is_tensor(v)), *kept]),
         }
 
     # -- after the measurements: accuracy and gradient quality (never on the timed path) ----------------------

@@ -28,9 +28,8 @@ def init_state(trainer):
 
 
 def memory(trainer, micro_batches, temp) -> Held:
-    leaves = jax.tree.leaves(trainer.params)
-    hessian = sum(x.nbytes for x in leaves)  # an argument of the programs, beside their temporaries
-    return Held(directions=hessian + max((x.nbytes for x in leaves), default=0), beside=hessian)
+    # one leaf's direction in the perturbations (H is state, counted with the optimizer's: Trainer.state_bytes)
+    return Held(directions=max((x.nbytes for x in jax.tree.leaves(trainer.params)), default=0))
 
 
 def gradient(trainer, params, micro_batches, step, tangents=None):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.torch_impl.directions import direction, direction_seed
+from bench.torch_impl.directions import direction, direction_seed, observe
 from bench.torch_impl.loss import identity, loss_fn
 
 
@@ -41,7 +41,7 @@ def low_rank_direction(
     m, n = p.shape[0], p[0].numel()
     u = direction(p.new_empty(m, rank), direction_seed(seed, step, 0, i), whole=True, kind=kind)
     v = direction(p.new_empty(n, rank), direction_seed(seed, step // interval, 1, i), whole=True, kind=kind)
-    return (u @ v.T).view_as(p)
+    return observe("directions", (u @ v.T).view_as(p))
 
 
 @torch.no_grad()
