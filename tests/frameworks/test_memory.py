@@ -116,6 +116,7 @@ def test_frozen_scopes_save_less_than_all(framework):
         assert held(framework, layers=3, trainable=scope)[0]["saved"] < every, scope
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_the_breakdown_is_deterministic(framework):
     first, second = backprop(framework), held(framework)[0]  # two builds of the same step

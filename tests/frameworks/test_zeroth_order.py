@@ -129,6 +129,7 @@ def test_spsa_mean_over_draws_is_the_gradient_and_its_variance_falls_as_one_over
 # HiZOO
 
 
+@pytest.mark.slow
 def test_hizoo_given_the_same_direction_is_the_same_in_torch_and_jax():
     out = {}
     for fw in FRAMEWORKS:
@@ -226,6 +227,7 @@ def state_leaves(framework, state) -> list[np.ndarray]:
 # ZO-SignSGD: an optimizer, usable with any estimator
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_signsgd_moves_every_entry_by_lr_against_the_estimate_sign(framework):
     lr = 1e-3
