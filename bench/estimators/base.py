@@ -12,6 +12,7 @@ anyone has modelled it).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -150,3 +151,22 @@ class Estimator:
 def setting_fields(estimator: Estimator) -> list:
     """The dataclass fields of an estimator's settings (none without settings)."""
     return list(fields(estimator.settings)) if estimator.settings is not None else []
+
+
+# What an estimator's check() says of one setting: a line naming it, its value and what is accepted, or None.
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def positive(option: str, value) -> str | None:
+    return None if _number(value) and value > 0 else f"{option}={value}: accepted a finite number > 0"
+
+
+def fraction(option: str, value) -> str | None:
+    return None if _number(value) and 0 <= value < 1 else f"{option}={value}: accepted a number in [0, 1)"
+
+
+def integer(option: str, value, low: int, high: int | None = None) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value and (high is None or value <= high):
+        return None
+    return f"{option}={value}: accepted an integer " + (f"in [{low}, {high}]" if high is not None else f">= {low}")

@@ -13,7 +13,6 @@ the gradient (a diagonal Newton step); at alpha = 0 it is MeZO's estimate with o
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from bench.estimators.base import (
@@ -24,6 +23,8 @@ from bench.estimators.base import (
     FlopTerms,
     MemoryContext,
     MemoryTerms,
+    fraction,
+    positive,
     setting,
 )
 
@@ -45,11 +46,7 @@ class Hizoo(Estimator):
     settings = HizooSettings
 
     def check(self, s: HizooSettings) -> str | None:
-        if isinstance(s.eps, bool) or not isinstance(s.eps, (int, float)) or not math.isfinite(s.eps) or s.eps <= 0:
-            return f"hizoo.eps={s.eps}: accepted a finite number > 0"
-        if isinstance(s.alpha, bool) or not isinstance(s.alpha, (int, float)) or not 0 <= s.alpha < 1:
-            return f"hizoo.alpha={s.alpha}: accepted a number in [0, 1)"
-        return None
+        return positive("hizoo.eps", s.eps) or fraction("hizoo.alpha", s.alpha)
 
     def refuses(self, framework: str, parallel: str) -> str | None:
         if parallel == "fsdp":  # the Hessian estimate would have to be sharded as its parameters are

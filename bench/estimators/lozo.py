@@ -12,7 +12,6 @@ estimator (no 1/r: the learning rate absorbs it). V is regenerated from its seed
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from bench.estimators.base import (
@@ -23,6 +22,8 @@ from bench.estimators.base import (
     FlopTerms,
     MemoryContext,
     MemoryTerms,
+    integer,
+    positive,
     setting,
 )
 
@@ -49,13 +50,11 @@ class Lozo(Estimator):
     settings = LozoSettings
 
     def check(self, s: LozoSettings) -> str | None:
-        if isinstance(s.eps, bool) or not isinstance(s.eps, (int, float)) or not math.isfinite(s.eps) or s.eps <= 0:
-            return f"lozo.eps={s.eps}: accepted a finite number > 0"
-        if isinstance(s.rank, bool) or not isinstance(s.rank, int) or not 1 <= s.rank <= MAX_RANK:
-            return f"lozo.rank={s.rank}: accepted an integer in [1, {MAX_RANK}]"
-        if isinstance(s.interval, bool) or not isinstance(s.interval, int) or s.interval < 1:
-            return f"lozo.interval={s.interval}: accepted an integer >= 1"
-        return None
+        return (
+            positive("lozo.eps", s.eps)
+            or integer("lozo.rank", s.rank, 1, MAX_RANK)
+            or integer("lozo.interval", s.interval, 1)
+        )
 
     def refuses(self, framework: str, parallel: str) -> str | None:
         if parallel == "fsdp":  # a sharded matrix's U V^T would have to be drawn whole and cut to its rows

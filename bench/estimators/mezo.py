@@ -9,7 +9,6 @@ lowers the estimate's variance by q at q times the passes (the same memory: one 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from bench.estimators.base import (
@@ -20,6 +19,8 @@ from bench.estimators.base import (
     FlopTerms,
     MemoryContext,
     MemoryTerms,
+    integer,
+    positive,
     setting,
 )
 
@@ -45,11 +46,7 @@ class Mezo(Estimator):
         return f"{2 * int(float(q))} forward" if q not in (None, "") else "2 forward"
 
     def check(self, s: MezoSettings) -> str | None:
-        if isinstance(s.eps, bool) or not isinstance(s.eps, (int, float)) or not math.isfinite(s.eps) or s.eps <= 0:
-            return f"mezo.eps={s.eps}: accepted a finite number > 0"
-        if isinstance(s.q, bool) or not isinstance(s.q, int) or not 1 <= s.q <= MAX_Q:
-            return f"mezo.q={s.q}: accepted an integer in [1, {MAX_Q}]"
-        return None
+        return positive("mezo.eps", s.eps) or integer("mezo.q", s.q, 1, MAX_Q)
 
     def memory(self, c: MemoryContext) -> MemoryTerms:
         # one tensor's direction at a time in the perturbations; summing q > 1 of them in the update holds the

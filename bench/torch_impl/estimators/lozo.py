@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from bench.torch_impl.directions import direction, direction_seed, observe
+from bench.torch_impl.estimators.mezo import spsa_projection
 from bench.torch_impl.loss import identity, loss_fn
 
 
@@ -65,20 +66,11 @@ def lozo_gradient(
     instead of the seeded one. `reduce` averages [loss, proj] over devices."""
     draw = dict(rank=rank, interval=interval, seed=seed, step=step, kind=kind, tangents=tangents)
 
-    def move(scale):
+    def move(scale, k):
         for i, (name, p) in enumerate(params.items()):
             p.add_(low_rank_direction(p, i, name, **draw), alpha=scale)
 
-    total = proj = 0.0
-    m = len(micro_batches)
-    for batch in micro_batches:
-        move(+eps)
-        loss_plus = loss_of(batch)
-        move(-2 * eps)
-        loss_minus = loss_of(batch)
-        move(+eps)
-        proj = proj + (loss_plus - loss_minus) / (2 * eps) / m
-        total = total + (loss_plus + loss_minus) / 2 / m
+    total, (proj,) = spsa_projection(loss_of, move, micro_batches, eps=eps)
     total, proj = reduce(torch.stack([torch.as_tensor(total), torch.as_tensor(proj)]))
     return total, LowRankGradient(params, float(proj), draw)
 

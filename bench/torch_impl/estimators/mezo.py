@@ -62,6 +62,18 @@ def spsa_gradient(
         def move(scale, k):
             perturb(params, scale, seed, step, kind, k)
 
+    total, projs = spsa_projection(loss_of, move, micro_batches, eps=eps, q=q, restore=restore)
+    total, *projs = reduce(torch.stack([torch.as_tensor(x) for x in (total, *projs)]))
+    coeffs = [float(p) / q for p in projs]
+    if tangents is not None:
+        return total, TangentGradient(tangents, coeffs)
+    return total, SeededGradient(params, coeffs, seed, step, kind, shift=0.0 if restore else eps)
+
+
+def spsa_projection(loss_of, move, micro_batches, *, eps: float, q: int = 1, restore: bool = True):
+    """SPSA's forward passes, as jax_impl's spsa_projection: (mean of the L+ and L-, the q projected gradients
+    (L(theta + eps z_k) - L(theta - eps z_k)) / (2 eps)), perturbing in place by +eps, -2eps, +eps with
+    `move(scale, k)`, from z_{q-1} down to z_0. restore=False: z_0's last +eps is left to the update."""
     projs, total, m = [0.0] * q, 0.0, len(micro_batches)
     for k in reversed(range(q)):
         for n, batch in enumerate(micro_batches):
@@ -73,8 +85,4 @@ def spsa_gradient(
                 move(+eps, k)
             projs[k] = projs[k] + (loss_plus - loss_minus) / (2 * eps) / m
             total = total + (loss_plus + loss_minus) / 2 / m / q
-    total, *projs = reduce(torch.stack([torch.as_tensor(x) for x in (total, *projs)]))
-    coeffs = [float(p) / q for p in projs]
-    if tangents is not None:
-        return total, TangentGradient(tangents, coeffs)
-    return total, SeededGradient(params, coeffs, seed, step, kind, shift=0.0 if restore else eps)
+    return total, projs
