@@ -54,7 +54,7 @@ LOGGER_MODES = ("offline", "online", "disabled")
 GROUPS = ("model", "data", "optimizer", "logger", "ops", "case", "experiment")
 
 # OmegaConf 2.3 types a field by one type (X | None allowed, other unions not), so three option kinds stay Any:
-# jacfwd_chunk (auto | an integer), and the ops lists, which also take one bare value (ops.names=matmul).
+# jacfwd.chunk (auto | an integer), and the ops lists, which also take one bare value (ops.names=matmul).
 
 
 def _f(default, help: str):  # noqa: A002 (help is the natural name here)
@@ -215,18 +215,7 @@ class BenchConfig:
         "torch only: torch.compile the model (inductor; the first step, compilation included, is the "
         "row's compile_time_s, as JAX's jit); not with jvp or jacfwd, whose torch.func transforms it skips",
     )
-    num_tangents: int = _f(1, "jvp: tangents K per step (looped), integer >= 1")
-    jvp_impl: str = _f(
-        "func", "jvp, torch only: func (torch.func.jvp) | lazy (tangent per module) | dual (forward_ad) | naive"
-    )
-    jacfwd_chunk: Any = _f(
-        "auto", "jacfwd: basis directions per vmapped jvp, auto (jax on CPU 8, else 256) | integer >= 1"
-    )
-    jacfwd_max_params: int = _f(
-        2_000_000, "jacfwd: refuse more trainable parameters (one forward-mode pass each) than this, integer >= 1"
-    )
     directions: str = _f("gaussian", "jvp tangents and mezo perturbations: gaussian | rademacher (+-1 entries)")
-    jvp_tangent: str = _f("auto", "jvp, one tangent: auto | keep (drawn once, held for the update) | redraw")
     dtype: str = _f("fp32", "fp32 | bf16 (mixed precision) | bf16_pure (scenario=ops: fp32 | fp64 | bf16)")
     device: str = _f("auto", "auto | cpu | cuda")
     parallel: str = _f(
@@ -440,13 +429,9 @@ def step_spec(cfg: BenchConfig) -> StepSpec:
         remat=cfg.remat,
         scan_layers=cfg.scan_layers,
         compile=cfg.compile,
-        num_tangents=cfg.num_tangents,
-        jvp_impl=cfg.jvp_impl,
-        jacfwd_chunk=cfg.jacfwd_chunk,
         grad_accum=cfg.grad_accum,
         dtype=cfg.dtype,
         directions=cfg.directions,
-        jvp_tangent=cfg.jvp_tangent,
         seed=cfg.seed,
         lora=lora_spec(cfg.lora),
         settings=getattr(cfg, cfg.mode) if cfg.mode in estimators.settings_nodes() else None,

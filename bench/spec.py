@@ -42,11 +42,6 @@ DIRECTIONS = ("gaussian", "rademacher")
 MAX_SEED = 2**63  # seeds must fit both frameworks: jax.random.key takes an int64, torch's generators a uint64
 # torch only (HF's attn_implementation): sdpa is PyTorch's fused attention, which has no forward-mode AD rule.
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
-# torch only: how the forward-mode pass is built ("naive" reproduces the UMass forward-AD study's pathology).
-JVP_IMPLS = ("func", "lazy", "dual", "naive")
-# jvp with one tangent: keep it for the update (drawn once) or redraw it from its seed (never held after the
-# pass); auto keeps it where that costs no peak memory (see keeps_tangent)
-JVP_TANGENTS = ("auto", "keep", "redraw")
 
 # trainable=lora: the linear layers of each encoder layer an adapter may wrap, named by their path inside the layer
 # (HF's module names); lora.targets=all_linear wraps all six
@@ -231,14 +226,10 @@ class StepSpec:
     remat: bool = False  # activation checkpointing per encoder layer (backprop)
     scan_layers: bool = True  # JAX: the encoder as a lax.scan over stacked layers (false: unrolled)
     compile: bool = False  # torch: torch.compile the model (inductor); JAX's step is always compiled
-    num_tangents: int = 1  # jvp: K tangents per step, looped (memory does not grow with K)
-    jvp_impl: str = "func"  # torch: func | lazy | dual | naive
-    jacfwd_chunk: int | str = "auto"  # jacfwd: basis directions pushed forward together (vmapped); see below
     grad_accum: int = 1  # micro-batches per optimizer update
     seed: int = 0  # tangent / perturbation / dropout randomness
     dtype: str = "fp32"  # fp32 | bf16 (mixed precision) | bf16_pure (see DTYPES)
     directions: str = "gaussian"  # gaussian | rademacher (see DIRECTIONS)
-    jvp_tangent: str = "auto"  # auto | keep | redraw (see JVP_TANGENTS, keeps_tangent)
     lora: LoraSpec = LoraSpec()  # trainable=lora: the adapters the model gets (none under any other scope)
     # the estimator's own settings node (bench/estimators/<mode>.py's settings), None for its defaults; not hashed
     settings: Any = field(default=None, hash=False)
@@ -247,28 +238,6 @@ class StepSpec:
     def adapters(self) -> LoraSpec | None:
         """The adapters the model is built with: `lora` under trainable=lora, else None."""
         return self.lora if self.trainable == "lora" else None
-
-
-def keeps_tangent(s: StepSpec, framework: str) -> bool:
-    """Whether jvp keeps its one tangent for the update (drawn once per step) rather than redrawing it from its
-    seed (drawn twice). jvp_tangent=auto keeps it where the forward-mode pass holds it whole anyway, so keeping it
-    adds nothing to the peak: torch's func, dual and naive passes (torch.func.jvp and make_dual take the whole
-    tangent). It redraws where the pass never holds it whole: torch's lazy pass (a tensor's tangent at a time)
-    and JAX (XLA draws each leaf's tangent as the pass reaches it: keeping it adds one tangent, 4n bytes)."""
-    if s.mode != "jvp" or s.num_tangents != 1:
-        return False
-    if s.jvp_tangent != "auto":
-        return s.jvp_tangent == "keep"
-    return framework == "torch" and s.jvp_impl != "lazy"
-
-
-def jacfwd_chunk_for(chunk: int | str, framework: str, device_kind: str) -> int:
-    """`jacfwd_chunk=auto`: the chunk each framework runs fastest with (measured, MiniLM head, 2-core CPU).
-    XLA on CPU: 8 directions, so the (chunk, n) one-hot block stays in cache (256: 3.5x slower, memory bound).
-    torch: 256, where the Python loop over chunks costs less than the vmapped pass (16 or 1024: no faster)."""
-    if chunk != "auto":
-        return int(chunk)
-    return 8 if (framework, device_kind) == ("jax", "cpu") else 256
 
 
 def implementation(framework: str, module: str) -> ModuleType:
@@ -326,7 +295,7 @@ class Trainer(Protocol):
     n_params: int  # every parameter of the model
     n_trainable: int  # the parameters the trainable scope trains
     n_sharded: int  # the parameters the world's strategy shards over its devices (0 unless parallel=fsdp)
-    jacfwd_chunk: int  # jacfwd: basis directions per vmapped pass (jacfwd_chunk=auto resolved for this device)
+    spec: StepSpec  # the step it runs: its estimator's settings resolved for the device (jacfwd.chunk=auto)
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes of parameters ("params") and optimizer state ("optimizer") held on one device of this process

@@ -435,7 +435,6 @@ def parallel_trial(
         devices=devices,
         nodes=1,
         mode=mode,
-        num_tangents=1,
         grad_accum=1,
         fsdp_reshard_after_forward=reshard,
         trainable="all",

@@ -40,8 +40,20 @@ def settings_nodes() -> dict[str, type]:
 
 
 def setting_columns() -> dict[str, str]:
-    """{runs.csv column: option} of every estimator's settings: mezo_eps: mezo.eps, mezo_q: mezo.q..."""
-    return {f"{name}_{f.name}": f"{name}.{f.name}" for name in names() for f in setting_fields(get(name))}
+    """{runs.csv column: option} of every estimator's settings: NAME_<setting> (mezo_q: mezo.q), or the key it had
+    before it moved into its node (num_tangents: jvp.num_tangents), so rows recorded before read the same."""
+    columns = {}
+    for name in names():
+        old = {key: old for old, key in get(name).moved.items()}
+        columns |= {old.get(f.name, f"{name}_{f.name}"): f"{name}.{f.name}" for f in setting_fields(get(name))}
+    return columns
+
+
+def step_columns(step) -> dict:
+    """The columns of the settings `step` runs with (its mode's alone), from its node: {num_tangents: 4, ...}."""
+    estimator, option = get(step.mode), {v: k for k, v in setting_columns().items()}
+    settings = estimator.settings_of(step)
+    return {option[f"{step.mode}.{f.name}"]: getattr(settings, f.name) for f in setting_fields(estimator)}
 
 
 def moved() -> dict[str, str]:

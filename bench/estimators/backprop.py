@@ -9,7 +9,7 @@ from bench.estimators.base import CommContext, CommTerms, Estimator, FlopContext
 class Backprop(Estimator):
     name, label = "backprop", "backprop"
     summary = "exact gradient by reverse mode (remat=true: activation checkpointing per encoder layer)"
-    backward, passes = True, "1 forward + 1 backward"
+    backward, remat, passes = True, True, "1 forward + 1 backward"
 
     def memory(self, c: MemoryContext) -> MemoryTerms:
         grads = c.param_bytes * c.n // c.share

@@ -13,15 +13,26 @@ anyone has modelled it).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from bench.spec import StepSpec
 
 
-def setting(default, help: str):  # noqa: A002 (help is the natural name here, as in bench/config.py)
-    """A field of an estimator's settings: its default and its help (--help and docs/options.md show both)."""
-    return field(default=default, metadata={"help": help})
+def setting(default, help: str, choices: tuple | None = None):  # noqa: A002 (as in bench/config.py)
+    """A field of an estimator's settings: its default and its help (--help and docs/options.md show both), and
+    for a setting that names one of a few ways, those ways in the order tables list them."""
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """What the config's checks hand an estimator (bench/scenarios/model/validate.py): the trial it is asked for."""
+
+    step: StepSpec
+    framework: str
+    parallel: str  # none | ddp | fsdp
+    n: int  # trainable parameters
 
 
 @dataclass(frozen=True)
@@ -43,7 +54,6 @@ class MemoryContext:
     saved: int  # what a backward pass keeps: every trained layer's activations, the embeddings' and the head's
     layer_inputs: int  # what a checkpointed (remat) backward keeps: each trained layer's input instead
     bf16_weight_copies: int  # dtype=bf16: the Linear weights' bf16 copies autocast keeps for a backward
-    jacfwd_chunk: int
 
 
 @dataclass(frozen=True)
@@ -71,7 +81,6 @@ class FlopContext:
     recompute: float  # remat: the forward matmuls of the checkpointed layers that have a backward
     hoists: bool  # XLA hoists the primal out of a loop over tangents (jax, unrolled layers)
     n: int  # trainable parameters
-    jacfwd_chunk: int | str
 
 
 @dataclass(frozen=True)
@@ -110,12 +119,16 @@ class Estimator:
     updates: bool = True  # takes optimizer steps (inference: a forward pass only)
     backward: bool = False  # autograd records the forward for a backward pass (torch: parameters require grad)
     dropout: bool = True  # the model runs with dropout on (MeZO's reference runs it in eval mode)
+    remat: bool = False  # remat=true applies: its backward can recompute each layer's activations
+    draws: bool = False  # draws random directions from its seed, of the distribution directions= names
+    compiles: bool = True  # torch.compile applies (torch.func's transforms skip its frames)
     passes: str = ""  # forward passes per step, in words (the reports' and docs' column)
     # A dataclass of setting() fields: the config node NAME.* (mode=NAME's own options, e.g. mezo.eps), or None.
     # Its values reach the trainers as StepSpec.settings and runs.csv as the columns NAME_<field>.
     settings: type | None = None
     # Options that were top-level keys before they moved into the node: {old key: field}, so that the old
     # spelling is refused with the new one, and a results folder recorded under it still reads, reruns, resumes
+    # (runs.csv keeps the old key as the setting's column)
     moved: dict[str, str] = {}
 
     def passes_for(self, row: dict) -> str:
@@ -123,20 +136,38 @@ class Estimator:
         return self.passes
 
     def settings_of(self, step: StepSpec) -> Any:
-        """This step's settings: the node the config gave it, or the defaults (a StepSpec built by hand)."""
-        return step.settings if step.settings is not None else self.settings()
+        """This step's settings: the node the config gave it, or the defaults (a StepSpec built by hand, or one
+        of another mode, whose node is its own)."""
+        if step.settings is not None and step.mode == self.name:
+            return step.settings
+        return self.settings() if self.settings is not None else None
+
+    def variant(self, off: dict[str, str]) -> tuple[list[str], list[str]]:
+        """What a row's name shows of its settings: `off` holds those off their default {field: value as text};
+        returns what goes in parentheses and in brackets after the mode's name: mezo(eps=0.0001), jvp(K=4)[lazy]."""
+        return [f"{k}={v}" for k, v in off.items()], []
 
     def check(self, settings) -> str | None:
-        """What is wrong with `settings` in one line (the option as typed, its value, what is accepted), or None."""
+        """What is wrong with `settings` in one line (the option as typed, its value, what is accepted), or None.
+        Every estimator's node is checked, whichever mode runs: a sweep may set it for the modes that read it."""
         return None
+
+    def refuses(self, c: TrialContext) -> str | None:
+        """Why this estimator cannot run the trial `c` describes, as one line naming the options and what is
+        accepted (None: it can). Asked of the mode that runs only."""
+        return None
+
+    def resolve(self, settings, framework: str, device_kind: str) -> Any:
+        """`settings` with what the device decides filled in (jacfwd.chunk=auto); the trainers run the result."""
+        return settings
+
+    def resolved(self, step: StepSpec, framework: str, device_kind: str) -> StepSpec:
+        """`step` with its settings resolved for the device (what the trainers and the models of a trial read)."""
+        return replace(step, settings=self.resolve(self.settings_of(step), framework, device_kind))
 
     def records_graph(self, step: StepSpec) -> bool:
         """Whether torch's parameters require grad in this step (a backward pass, or a setting that records one)."""
         return self.backward
-
-    def refuses(self, framework: str, parallel: str) -> str | None:
-        """Why this estimator cannot run under `parallel` in `framework` (None: it can)."""
-        return None
 
     def memory(self, c: MemoryContext) -> MemoryTerms | None:
         return None
@@ -170,3 +201,7 @@ def integer(option: str, value, low: int, high: int | None = None) -> str | None
     if isinstance(value, int) and not isinstance(value, bool) and low <= value and (high is None or value <= high):
         return None
     return f"{option}={value}: accepted an integer " + (f"in [{low}, {high}]" if high is not None else f">= {low}")
+
+
+def choice(option: str, value, accepted: tuple) -> str | None:
+    return None if value in accepted else f"{option}={value}: accepted {' | '.join(map(str, accepted))}"

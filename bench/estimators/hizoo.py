@@ -23,10 +23,12 @@ from bench.estimators.base import (
     FlopTerms,
     MemoryContext,
     MemoryTerms,
+    TrialContext,
     fraction,
     positive,
     setting,
 )
+from bench.estimators.mezo import round_trip_refusal
 
 
 @dataclass
@@ -41,6 +43,7 @@ class HizooSettings:
 
 class Hizoo(Estimator):
     name, label = "hizoo", "hizoo"
+    draws = True  # its perturbations
     summary = "zeroth order, Hessian-informed: SPSA along z / sqrt(H), H a diagonal Hessian estimate (Zhao et al. 2024)"
     dropout, passes = False, "3 forward"  # eval mode, as MeZO: the three passes see the same function
     settings = HizooSettings
@@ -48,10 +51,13 @@ class Hizoo(Estimator):
     def check(self, s: HizooSettings) -> str | None:
         return positive("hizoo.eps", s.eps) or fraction("hizoo.alpha", s.alpha)
 
-    def refuses(self, framework: str, parallel: str) -> str | None:
-        if parallel == "fsdp":  # the Hessian estimate would have to be sharded as its parameters are
-            return "hizoo keeps a whole diagonal Hessian estimate per device; accepted: parallel=none | ddp"
-        return None
+    def refuses(self, c: TrialContext) -> str | None:
+        if c.parallel == "fsdp":  # the Hessian estimate would have to be sharded as its parameters are
+            return (
+                f"mode=hizoo with parallel=fsdp, framework={c.framework}: hizoo keeps a whole diagonal Hessian "
+                "estimate per device; accepted: parallel=none | ddp"
+            )
+        return round_trip_refusal(c)
 
     def memory(self, c: MemoryContext) -> MemoryTerms:
         # H, whole, kept across steps; one tensor's direction at a time, but JAX's update draws it whole (its module)

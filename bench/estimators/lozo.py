@@ -22,10 +22,12 @@ from bench.estimators.base import (
     FlopTerms,
     MemoryContext,
     MemoryTerms,
+    TrialContext,
     integer,
     positive,
     setting,
 )
+from bench.estimators.mezo import round_trip_refusal
 
 MAX_RANK = 1024  # a perturbation's factors beyond this are no longer low rank at any width this suite runs
 
@@ -43,6 +45,7 @@ class LozoSettings:
 
 class Lozo(Estimator):
     name, label = "lozo", "lozo"
+    draws = True  # its perturbations
     summary = (
         "zeroth order, low-rank: SPSA along U V^T per weight matrix, V kept for `interval` steps (Chen et al. 2024)"
     )
@@ -56,10 +59,13 @@ class Lozo(Estimator):
             or integer("lozo.interval", s.interval, 1)
         )
 
-    def refuses(self, framework: str, parallel: str) -> str | None:
-        if parallel == "fsdp":  # a sharded matrix's U V^T would have to be drawn whole and cut to its rows
-            return "lozo draws each weight matrix's U V^T whole; accepted: parallel=none | ddp"
-        return None
+    def refuses(self, c: TrialContext) -> str | None:
+        if c.parallel == "fsdp":  # a sharded matrix's U V^T would have to be drawn whole and cut to its rows
+            return (
+                f"mode=lozo with parallel=fsdp, framework={c.framework}: lozo draws each weight matrix's U V^T whole; "
+                "accepted: parallel=none | ddp"
+            )
+        return round_trip_refusal(c)
 
     def memory(self, c: MemoryContext) -> MemoryTerms:
         # one tensor's U V^T at a time in torch, with its factors: for the largest, the word embeddings (vocab x H),

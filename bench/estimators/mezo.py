@@ -19,10 +19,23 @@ from bench.estimators.base import (
     FlopTerms,
     MemoryContext,
     MemoryTerms,
+    TrialContext,
     integer,
     positive,
     setting,
 )
+
+
+def round_trip_refusal(c: TrialContext) -> str | None:
+    """The estimators that perturb the parameters in place and back (MeZO's +eps, -2eps, +eps) need fp32 ones."""
+    if c.step.dtype != "bf16_pure":
+        return None
+    return (
+        f"mode={c.step.mode} with dtype=bf16_pure: MeZO's in-place +eps, -2eps, +eps round trip does not bring bf16 "
+        "parameters back (three steps at lr=0 move them by 0.6%, fp32's by 1e-7); accepted: dtype=bf16 (fp32 "
+        "parameters, bf16 compute) or dtype=fp32"
+    )
+
 
 MAX_Q = 1024  # 2q forward passes a step: past this a step is hours at any size worth measuring
 
@@ -37,6 +50,7 @@ class MezoSettings:
 
 class Mezo(Estimator):
     name, label = "mezo", "mezo"
+    draws = True  # its perturbations
     summary = "zeroth order: SPSA along q seeded perturbations, two forward passes each (Malladi et al. 2023)"
     dropout, passes = False, "2q forward"  # eval mode, as the reference: both passes see the same function
     settings, moved = MezoSettings, {"mezo_eps": "eps"}
@@ -47,6 +61,9 @@ class Mezo(Estimator):
 
     def check(self, s: MezoSettings) -> str | None:
         return positive("mezo.eps", s.eps) or integer("mezo.q", s.q, 1, MAX_Q)
+
+    def refuses(self, c: TrialContext) -> str | None:
+        return round_trip_refusal(c)
 
     def memory(self, c: MemoryContext) -> MemoryTerms:
         # one tensor's direction at a time in the perturbations; summing q > 1 of them in the update holds the

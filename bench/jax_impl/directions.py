@@ -7,7 +7,7 @@ outside the layers together (one random op, cut into their shapes), or, with sca
 fold_in(unit's key, i). Unit u of direction k at `step` has the key
 fold_in(base(seed, step, k), u), so any unit, and any layer of a stack, can be drawn again alone, by any program:
 
-    sample_tangent      the whole direction (a stack's layers drawn in a loop): jvp_tangent=keep, tests
+    sample_tangent      the whole direction (a stack's layers drawn in a loop): jvp.tangent=keep, tests
     displaced           a forward pass along the direction: each tensor's tangent drawn where the pass uses it, a
                         stack's layer by layer inside the scan (model.LayerHook): one layer's tangent at a time
     perturb             theta + scale z: a stack perturbed layer by layer, in place

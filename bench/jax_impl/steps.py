@@ -36,7 +36,7 @@ from bench.jax_impl.loss import INPUT_KEYS, dropout_key, make_loss_fn, make_trun
 from bench.jax_impl.memory import per_device_bytes
 from bench.jax_impl.model import build_model, layer_stacks
 from bench.jax_impl.params import export_weights, is_trained
-from bench.spec import HEAD_ONLY, BertSpec, StepSpec, jacfwd_chunk_for
+from bench.spec import HEAD_ONLY, BertSpec, StepSpec
 
 # ---------------------------------------------------------------------------------------------------------------
 # optimizer
@@ -86,9 +86,12 @@ class Trainer:
     and cannot span processes."""
 
     def __init__(self, model, step_spec: StepSpec, device=None, world=None):
-        self.spec, self.device = step_spec, device or jax.devices()[0]
+        self.device = device or jax.devices()[0]
         self.world = world if world is not None and world.mesh is not None else None  # None: this device alone
-        s = step_spec
+        self.estimator, self.impl = estimators.get(step_spec.mode), implementation(step_spec.mode)
+        # the estimator's settings resolved for this device (jacfwd.chunk=auto): what its module and the models read
+        platform = "cuda" if self.device.platform == "gpu" else "cpu"
+        self.spec = s = self.estimator.resolved(step_spec, "jax", platform)
         trainable = lambda path, x: (
             isinstance(x, nnx.Param) and is_trained(path, x, s.trainable, model.spec.num_layers, s.last_k)
         )
@@ -103,14 +106,11 @@ class Trainer:
         every_param = (self.params, nnx.filter_state(self.frozen, nnx.Param))
         self.n_trainable, self.n_params = count(self.params), count(every_param)
         self.n_sharded = count([x for x in jax.tree.leaves(every_param) if not x.sharding.is_fully_replicated])
-        self.estimator, self.impl = estimators.get(s.mode), implementation(s.mode)
         # Dropout where the estimator trains with it; inference and MeZO run deterministic (as torch_impl).
         self.train = self.estimator.dropout
         self.gather = whole if self.world is None else self.world.gather_whole  # parameters whole, in a program
         self.loss_of, self.trunk = self._loss_fns(self.frozen)
         self.optimizer = make_optimizer(s.optimizer) if self.estimator.updates else None
-        platform = "cuda" if self.device.platform == "gpu" else "cpu"
-        self.jacfwd_chunk = jacfwd_chunk_for(s.jacfwd_chunk, "jax", platform)
         # Created by the first update, as torch.optim creates its state lazily: in both frameworks the optimizer
         # state is part of a trial's excess memory, not of its baseline.
         self.opt_state = None

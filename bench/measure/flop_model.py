@@ -200,12 +200,11 @@ def predict(
     batch_size: int,
     seq_len: int,
     *,
-    jacfwd_chunk: int | None = None,
     framework: str | None = None,
 ) -> Flops | None:
     """The model's matmul FLOPs of one optimizer step of `step` on `step.grad_accum` micro-batches of
-    `batch_size` x `seq_len` (the module docstring has the formulas). `jacfwd_chunk`: the basis directions per
-    pass (the trainer's, `Trainer.jacfwd_chunk`), needed where step.jacfwd_chunk is "auto".
+    `batch_size` x `seq_len` (the module docstring has the formulas). A setting the device decides
+    (jacfwd.chunk=auto) must be resolved first: the trainer's `spec` is (Estimator.resolved).
 
     `framework` None: the maths as bench/*/steps.py write it, the same for both. "torch" or "jax": what that
     framework's program does beyond it in the forward modes (the module docstring's "What the frameworks run");
@@ -233,7 +232,6 @@ def predict(
         recompute=sum(m.flops for m in mm if m.layer in with_backward),
         hoists=hoists,
         n=count_params(spec, step.trainable, step.last_k, step.lora),
-        jacfwd_chunk=jacfwd_chunk if jacfwd_chunk is not None else step.jacfwd_chunk,
     )
     terms = estimators.get(step.mode).flops(context)
     if terms is None:

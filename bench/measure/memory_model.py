@@ -9,7 +9,7 @@ them; docs/memory.md has the formulas with their derivation):
     optimizer   optimizer state (SGD with momentum: 4n; AdamW: 8n), created by the first update: in the excess;
                 with it, what an estimator keeps across steps (HiZOO's Hessian estimate, 4n)
     directions  random directions / tangents resident at once (jvp: one whole tangent, 4n, in torch; one
-                parameter tensor's with jvp_impl=lazy, and in MeZO; in JAX's jvp about the largest tensor's and one
+                parameter tensor's with jvp.impl=lazy, and in MeZO; in JAX's jvp about the largest tensor's and one
                 layer's; jacfwd: the (chunk, n) basis block)
     saved       activations kept for a backward pass (zero for every mode without one)
     temp        transient working memory of the computation itself (a layer's live intermediates)
@@ -71,7 +71,6 @@ def predict(
     device: str = "cpu",
     world: int = 1,
     sharded: bool = False,
-    jacfwd_chunk: int = 1,
 ) -> Memory | None:
     """The model's bytes per category on one device, for a step of `s` on a `batch_size` x `seq_len` micro-batch;
     `sharded`: parameters, gradients and optimizer state split over `world` devices (parallel=fsdp).
@@ -137,7 +136,6 @@ def predict(
         saved=tokens * (trained_layers * layer + embeddings + head),
         layer_inputs=tokens * (trained_layers * X * H + embeddings + head),
         bf16_weight_copies=2 * linear // share,
-        jacfwd_chunk=jacfwd_chunk,
     )
     terms = estimator.memory(context)
     if terms is None:

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from bench import estimators
-from bench.spec import BertSpec, StepSpec, is_trainable, jacfwd_chunk_for
+from bench.spec import BertSpec, StepSpec, is_trainable
 from bench.torch_impl.device import resolve_device, use_fp32
 from bench.torch_impl.estimators import implementation
 from bench.torch_impl.estimators.backprop import backprop_gradient
@@ -73,15 +73,16 @@ class Trainer:
     """One estimator on one model: `step(update)` = gradient + apply; the runner only uses this class."""
 
     def __init__(self, model, step_spec: StepSpec, device: str | torch.device = "cpu", world: World | None = None):
-        self.model, self.spec, self.device = model, step_spec, torch.device(device)
-        s = step_spec
+        self.model, self.device = model, torch.device(device)
+        self.estimator, self.impl = estimators.get(step_spec.mode), implementation(step_spec.mode)
+        # the estimator's settings resolved for this device (jacfwd.chunk=auto): what its module and the models read
+        self.spec = s = self.estimator.resolved(step_spec, "torch", self.device.type)
         num_layers = model.config.num_hidden_layers
         trainable = [
             n for n, _ in model.named_parameters() if is_trainable(hf_name(n), s.trainable, num_layers, s.last_k)
         ]
         # Only a backward pass (and the naive jvp) needs autograd to track anything. Everything else runs with every
         # parameter detached, so no graph is ever recorded (frozen parameters never get a gradient either way).
-        self.estimator, self.impl = estimators.get(s.mode), implementation(s.mode)
         estimator = self.estimator
         track = estimator.records_graph(s)
         for n, p in model.named_parameters():
@@ -111,7 +112,6 @@ class Trainer:
         self.n_trainable = sum(p.numel() for p in self.params.values())
         self.n_sharded = sum(p.numel() for p in named.values() if sharded(p))
         self.optimizer = make_optimizer(self.params, s.optimizer) if estimator.updates else None
-        self.jacfwd_chunk = jacfwd_chunk_for(s.jacfwd_chunk, "torch", self.device.type)
         # The estimator's own state across steps (HiZOO's Hessian estimate), made by the first step that needs it,
         # as the optimizer's is: part of a trial's excess memory, not of its baseline
         self.state = None

@@ -47,7 +47,7 @@ def test_preflight_applies_values_as_hydra_does():
     command line wins), a nested value, a list, a new key (+), and what Hydra refuses (a bad value, a deletion)."""
     combo = [
         "case=jvp",
-        "num_tangents=3",
+        "jvp.num_tangents=3",
         "optimizer=adamw",
         "optimizer.lr=0.5",
         "lora.targets=[query,value]",
@@ -57,10 +57,10 @@ def test_preflight_applies_values_as_hydra_does():
     ((_, fast),), _ = compose_trials(combo, multirun=False)
     assert OmegaConf.to_container(fast) == plain_compose(combo)
     # trials sharing their groups share one composition: the first's values must not reach the second
-    (_, first), (second_combo, second) = compose_trials(["model=tiny", "num_tangents=3,1"], multirun=True)[0]
-    assert first.num_tangents == 3 and second.num_tangents == 1
+    (_, first), (second_combo, second) = compose_trials(["model=tiny", "jvp.num_tangents=3,1"], multirun=True)[0]
+    assert first.jvp.num_tangents == 3 and second.jvp.num_tangents == 1
     assert OmegaConf.to_container(second) == plain_compose(second_combo)
-    assert fast.num_tangents == 3 and fast.optimizer.lr == 0.5 and fast.note == "x"
+    assert fast.jvp.num_tangents == 3 and fast.optimizer.lr == 0.5 and fast.note == "x"
     with pytest.raises(ConfigError, match="batch_size"):
         compose_trials(["model=tiny", "batch_size=abc"], multirun=False)
     with pytest.raises(ConfigError, match="Could not delete from config. 'sweep_id' does not exist"):
@@ -119,6 +119,28 @@ def test_a_setting_moved_into_its_estimator_reads_and_hashes_as_before():
     assert identity["mezo_eps"] == 0.01 and not {"mezo", "mezo_q"} & set(identity)
     assert SCENARIOS["model"].identity(composed("mode=mezo", "mezo.q=4"))["mezo_q"] == 4
     assert hash_of("mode=mezo", "mezo.eps=0.001") == hash_of("mode=mezo") != hash_of("mode=mezo", "mezo.q=2")
+
+
+def test_jvp_and_jacfwd_settings_moved_into_their_nodes_read_and_hash_as_before():
+    """num_tangents, jvp_impl, jvp_tangent, jacfwd_chunk and jacfwd_max_params became jvp.* and jacfwd.*: a saved
+    config with the old keys reads into the nodes, and the identity keeps the old keys as they were (jvp_tangent,
+    added after rows were recorded, only off auto), so a recorded trial hashes the same."""
+    saved = to_dict(composed("mode=jvp"))
+    saved.pop("jvp"), saved.pop("jacfwd")
+    saved |= {"num_tangents": 4, "jvp_impl": "lazy", "jacfwd_chunk": 16, "jacfwd_max_params": 1000}
+    cfg = from_dict(saved)
+    assert (cfg.jvp.num_tangents, cfg.jvp.impl, cfg.jvp.tangent) == (4, "lazy", "auto")
+    assert (cfg.jacfwd.chunk, cfg.jacfwd.max_params) == (16, 1000)
+    identity = SCENARIOS["model"].identity(cfg)
+    assert {k: identity[k] for k in ("num_tangents", "jvp_impl", "jacfwd_chunk", "jacfwd_max_params")} == {
+        "num_tangents": 4,
+        "jvp_impl": "lazy",
+        "jacfwd_chunk": 16,
+        "jacfwd_max_params": 1000,
+    }
+    assert not {"jvp", "jacfwd", "jvp_tangent"} & set(identity)
+    assert SCENARIOS["model"].identity(composed("mode=jvp", "jvp.tangent=redraw"))["jvp_tangent"] == "redraw"
+    assert hash_of("mode=jvp", "jvp.num_tangents=1") == hash_of("mode=jvp") != hash_of("mode=jvp", "jvp.num_tangents=2")
 
 
 def test_optimizer_defaults_are_the_presets_in_conf():

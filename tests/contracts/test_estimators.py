@@ -9,8 +9,9 @@ import pytest
 
 from bench import estimators
 from bench.config import model_preset
-from bench.estimators.base import Estimator
+from bench.estimators.base import Estimator, TrialContext
 from bench.estimators.inference import Inference
+from bench.estimators.jvp import JvpSettings
 from bench.measure import flop_model, memory_model
 from bench.spec import StepSpec
 from tests.support import FAST, REPO, rows, run_here
@@ -33,7 +34,7 @@ def test_what_each_estimator_declares_is_what_its_trainers_do():
     # autograd records a graph only for a backward pass, or the naive jvp that records one never run
     records = {n: estimators.get(n).records_graph(StepSpec(mode=n)) for n in estimators.names()}
     assert [n for n, graph in records.items() if graph] == ["backprop"]
-    assert estimators.get("jvp").records_graph(StepSpec(mode="jvp", jvp_impl="naive"))
+    assert estimators.get("jvp").records_graph(StepSpec(mode="jvp", settings=JvpSettings(impl="naive")))
     assert [n for n in estimators.names() if estimators.get(n).dropout] == ["backprop", "jvp", "jacfwd"]
     assert [n for n in estimators.names() if not estimators.get(n).updates] == ["inference"]
     refused = {
@@ -41,11 +42,26 @@ def test_what_each_estimator_declares_is_what_its_trainers_do():
         for n in estimators.names()
         for fw in ("torch", "jax")
         for p in ("ddp", "fsdp")
-        if estimators.get(n).refuses(fw, p)
+        if estimators.get(n).refuses(TrialContext(StepSpec(mode=n), fw, p, n=1000))
     }
-    # jacfwd's torch gradient needs the basis whole on a device; HiZOO's Hessian and LOZO's U V^T are drawn whole
+    # jacfwd's torch gradient needs the basis whole on a device; HiZOO's Hessian and LOZO's U V^T are drawn whole;
+    # torch's jvp under FSDP2 only with the tangent attached module by module (jvp.impl=lazy)
     whole = {(n, fw, "fsdp") for n in ("hizoo", "lozo") for fw in ("torch", "jax")}
-    assert refused == {("jacfwd", "torch", "fsdp"), *whole}
+    assert refused == {("jacfwd", "torch", "fsdp"), ("jvp", "torch", "fsdp"), *whole}
+    lazy = StepSpec(mode="jvp", settings=JvpSettings(impl="lazy"))
+    assert estimators.get("jvp").refuses(TrialContext(lazy, "torch", "fsdp", n=1000)) is None
+    # what the remat=, compile= and dtype= checks read; the in-place round trips refuse bf16 parameters
+    assert [n for n in estimators.names() if estimators.get(n).remat] == ["backprop"]
+    assert [n for n in estimators.names() if not estimators.get(n).compiles] == ["jvp", "jacfwd"]
+    pure = {n for n in estimators.names() if estimators.get(n).refuses(pure_bf16(n))}
+    assert pure == {"mezo", "hizoo", "lozo"}
+    # jacfwd's pass per parameter, refused past jacfwd.max_params
+    big = TrialContext(StepSpec(mode="jacfwd"), "torch", "none", n=2_000_001)
+    assert "2,000,001 trainable parameters" in estimators.get("jacfwd").refuses(big)
+
+
+def pure_bf16(mode: str) -> TrialContext:
+    return TrialContext(StepSpec(mode=mode, dtype="bf16_pure"), "torch", "none", n=1000)
 
 
 class Unmodelled(Inference):

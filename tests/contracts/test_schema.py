@@ -50,9 +50,9 @@ def test_defaults_are_read_from_the_schema():
 
 
 def test_the_resolved_config_is_typed_and_round_trips():
-    ((_, composed),) = compose_trials(["model=tiny", "mode=jvp", "num_tangents=4", "max_timed_s=3"], False)[0]
+    ((_, composed),) = compose_trials(["model=tiny", "mode=jvp", "jvp.num_tangents=4", "max_timed_s=3"], False)[0]
     cfg = resolve(composed)
-    assert isinstance(cfg, BenchConfig) and cfg.model.num_layers == 2 and cfg.num_tangents == 4
+    assert isinstance(cfg, BenchConfig) and cfg.model.num_layers == 2 and cfg.jvp.num_tangents == 4
     assert cfg.max_timed_s == 3.0 and isinstance(cfg.max_timed_s, float)
     assert from_dict(to_dict(cfg)) == cfg
     with pytest.raises(AttributeError):

@@ -19,6 +19,8 @@ import pytest
 
 from bench import data
 from bench.config import model_preset
+from bench.estimators.jacfwd import JacfwdSettings
+from bench.estimators.jvp import JvpSettings
 from bench.measure.flop_model import predict
 from bench.spec import FRAMEWORKS, StepSpec, implementation
 from bench.weights import build_weights
@@ -39,9 +41,15 @@ CASES = [
     ("backprop", {"remat": True}),
     ("backprop", {"trainable": "bias"}),  # input gradients through every layer, no weight gradient below the head
     ("jvp", {}),
-    ("jvp", {"num_tangents": 2, "trainable": "bias"}),  # torch's zero tangents; XLA's primal out of the loop
-    ("jacfwd", {"trainable": "classifier", "jacfwd_chunk": 64}),  # 260 directions: 4 chunks and a remainder
-    ("jacfwd", {"trainable": "head", "jacfwd_chunk": 1024}),  # 4420 directions
+    (
+        "jvp",
+        {"settings": JvpSettings(num_tangents=2), "trainable": "bias"},
+    ),  # torch's zero tangents; XLA's primal out of the loop
+    (
+        "jacfwd",
+        {"trainable": "classifier", "settings": JacfwdSettings(chunk=64)},
+    ),  # 260 directions: 4 chunks and a remainder
+    ("jacfwd", {"trainable": "head", "settings": JacfwdSettings(chunk=1024)}),  # 4420 directions
     ("mezo", {"grad_accum": 2}),  # JAX: perturbation and loss programs run 3 and 2 times per micro-batch
 ]
 
@@ -66,7 +74,7 @@ def test_counted_flops_are_the_models(framework, case):
     assert set(counted) == KEYS
     assert counted["flops_method"] == METHODS[framework]
     assert counted["flops_uncounted"] == ""
-    expected = predict(SPEC, s, B, T, jacfwd_chunk=trainer.jacfwd_chunk, framework=framework).total
+    expected = predict(SPEC, trainer.spec, B, T, framework=framework).total
     if framework == "jax" and s.remat:
         # XLA:CPU merges the recomputed query, key and value projections with the forward's (same input, same
         # weights): up to 3 x 2 BT H^2 per layer fewer than the model's recomputation (measured: exactly that)

@@ -212,7 +212,7 @@ def test_two_devices_train_the_adapters_as_one_device_with_the_global_batch(tmp_
         "lora.targets=all_linear",
         "logger=none",
     ]
-    common += ["jvp_impl=lazy"] if framework == "torch" else []  # FSDP2's jvp: the tangent module by module
+    common += ["jvp.impl=lazy"] if framework == "torch" else []  # FSDP2's jvp: the tangent module by module
     ranks = 2 if framework == "torch" else 1
     finish = start_ranks(ranks, {tmp_path / "two": ["mode=backprop,jvp,mezo", *common, "parallel=fsdp", "devices=2"]})
     try:  # meanwhile the one-device reference in this process: what is compared is its losses, not its process

@@ -21,6 +21,8 @@ import pytest
 
 from bench import data
 from bench.config import model_preset
+from bench.estimators.jacfwd import JacfwdSettings
+from bench.estimators.jvp import JvpSettings
 from bench.estimators.mezo import MezoSettings
 from bench.measure.memory_model import predict
 from bench.spec import OptimizerSpec, StepSpec, count_params, implementation
@@ -103,7 +105,7 @@ def test_naive_jvp_saves_more_than_backprop_and_func_nothing():
     """The forward-AD study's pathology in numbers: with parameters that require grad, autograd records the dual
     computation for a backward that never comes."""
     plain = backprop("torch")["saved"]
-    naive, func = held("torch", "jvp", jvp_impl="naive")[0], held("torch", "jvp", jvp_impl="func")[0]
+    naive, func = held("torch", "jvp", settings=JvpSettings(impl="naive"))[0], held("torch", "jvp")[0]
     assert naive["saved"] > 2 * plain and func["saved"] == 0
     assert naive["directions"] == func["directions"]
 
@@ -132,7 +134,7 @@ def test_the_breakdown_is_deterministic(framework):
         {"trainable": "last_k"},
         {"mode": "jvp"},
         {"mode": "mezo"},
-        {"mode": "jvp", "jvp_impl": "lazy"},
+        {"mode": "jvp", "settings": JvpSettings(impl="lazy")},
         {"mode": "mezo", "settings": MezoSettings(q=4)},
         {"mode": "hizoo"},
         {"mode": "lozo"},
@@ -169,6 +171,8 @@ def test_jacfwd_on_the_head_pushes_only_the_head_forward():
     """trainable=head: the trunk runs once without tangents, so the chunk multiplies the head's (B, H) rows, not
     the whole forward's working set."""
     spec = model_preset("minilm_l6")[0]
-    head = predict(spec, StepSpec(mode="jacfwd", trainable="head"), 8, 128, framework="torch", jacfwd_chunk=256)
+    head = predict(
+        spec, StepSpec(mode="jacfwd", trainable="head", settings=JacfwdSettings(chunk=256)), 8, 128, framework="torch"
+    )
     inference = predict(spec, StepSpec(mode="inference"), 8, 128, framework="torch")
     assert inference.temp < head.temp < 2 * inference.temp

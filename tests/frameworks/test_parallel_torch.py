@@ -34,14 +34,14 @@ TWO = ["devices=2", "batch_size=4"]  # FAST's batch_size, per device
 # Start to end through `python -m bench`, one trial per strategy: the runner starts both ranks, watches them and
 # records the row. The sweeps below run the same way of measuring (bench.harness.trial) in one pair of ranks.
 END_TO_END = ["case=backprop", "parallel=ddp,fsdp", *TWO]
-# The other two-device trials, sweep by sweep. jvp_impl=lazy at K=2 is the other way jvp exchanges its derivatives
+# The other two-device trials, sweep by sweep. jvp.impl=lazy at K=2 is the other way jvp exchanges its derivatives
 # (the coefficients path, tangents drawn tensor by tensor); dual and naive differ from func on one device only.
 SWEEPS = {
     # remat under DDP is DDP's backprop with recomputation inside the module; under FSDP2 it meets resharding
     "ddp": ["case=inference,jvp,jacfwd_head,mezo", "parallel=ddp", *TWO],
     "fsdp": ["case=inference,backprop_remat,mezo", "parallel=fsdp", *TWO],
-    # under FSDP2 the tangent is attached module by module to the parameters each unit gathered (jvp_impl=lazy)
-    "jvp_lazy": ["mode=jvp", "jvp_impl=lazy", "num_tangents=2", "parallel=ddp,fsdp", *TWO],
+    # under FSDP2 the tangent is attached module by module to the parameters each unit gathered (jvp.impl=lazy)
+    "jvp_lazy": ["mode=jvp", "jvp.impl=lazy", "jvp.num_tangents=2", "parallel=ddp,fsdp", *TWO],
     "fsdp_shard_grad_op": ["mode=backprop", "parallel=fsdp", "fsdp_reshard_after_forward=false", *TWO],
 }
 
@@ -51,7 +51,7 @@ def history(results: Path, row: dict) -> dict:
 
 
 def label(row: dict) -> str:
-    """What a trial computes: the mode, with K for jvp (remat and jvp_impl compute the same thing)."""
+    """What a trial computes: the mode, with K for jvp (remat and jvp.impl compute the same thing)."""
     return f"{row['mode']} K={row['num_tangents']}" if row["mode"] == "jvp" else row["mode"]
 
 
@@ -92,7 +92,7 @@ def one_device_trial(row: dict) -> dict:
     from bench.torch_impl.steps import make_trainer
     from bench.weights import build_weights, weights_digest
 
-    case = {"jacfwd": ["case=jacfwd_head"], "jvp": ["mode=jvp", f"num_tangents={row['num_tangents']}"]}
+    case = {"jacfwd": ["case=jacfwd_head"], "jvp": ["mode=jvp", f"jvp.num_tangents={row['num_tangents']}"]}
     cfg = composed(*TINY, *case.get(row["mode"], [f"mode={row['mode']}"]), "batch_size=8")
     spec = bert_spec(cfg.model)
     weights = build_weights(spec, cfg.seed, cfg.model.checkpoint)
@@ -238,7 +238,7 @@ def test_a_rank_over_its_host_memory_limit_is_oom(tmp_path):
 @pytest.mark.parametrize(
     "args,expected",
     [
-        (["mode=jvp"], "jvp_impl=func with parallel=fsdp: forward-mode AD through FSDP2's sharded parameters fails"),
+        (["mode=jvp"], "jvp.impl=func with parallel=fsdp: forward-mode AD through FSDP2's sharded parameters fails"),
         (["mode=jacfwd", "trainable=head"], "mode=jacfwd with parallel=fsdp, framework=torch: forward-mode AD"),
         (["fsdp_offload=true"], "fsdp_offload=true: the parameters already live in host memory on a CPU device"),
     ],

@@ -196,7 +196,7 @@ def _stacked_params(scope="all"):
 @pytest.mark.parametrize("scope", ["all", "last_k"])
 def test_a_pass_along_the_seeded_direction_is_the_jvp_along_the_whole_tangent(scope):
     """displaced(): each stacked layer's tangent drawn inside the scan gives jax.jvp's derivative along the whole
-    tangent sample_tangent draws (the update's and jvp_tangent=keep's), to fp32 rounding."""
+    tangent sample_tangent draws (the update's and jvp.tangent=keep's), to fp32 rounding."""
     model, params, frozen = _stacked_params(scope)
     graphdef = nnx.graphdef(model)
     args = _args(model.spec)

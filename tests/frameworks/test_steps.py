@@ -24,11 +24,13 @@ import torch
 
 from bench import data
 from bench.config import model_preset
+from bench.estimators.jacfwd import JacfwdSettings
+from bench.estimators.jvp import JvpSettings, keeps_tangent
 from bench.estimators.mezo import MezoSettings
 from bench.jax_impl import directions as jdirections
 from bench.jax_impl.loss import dropout_key
 from bench.jax_impl.params import from_hf, to_hf
-from bench.spec import OptimizerSpec, StepSpec, implementation, is_trainable, keeps_tangent
+from bench.spec import OptimizerSpec, StepSpec, implementation, is_trainable
 from bench.torch_impl import directions as tdirections
 from bench.torch_impl.estimators.jvp import directional_derivative
 from bench.torch_impl.loss import loss_fn
@@ -144,7 +146,9 @@ def assert_grads_close(a, b, rtol):
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_jacfwd_equals_backprop(framework, trainable):
     loss_b, backprop = exact(framework, trainable)
-    loss_j, jac = gradient(framework, make(framework, "jacfwd", trainable=trainable, jacfwd_chunk=100))
+    loss_j, jac = gradient(
+        framework, make(framework, "jacfwd", trainable=trainable, settings=JacfwdSettings(chunk=100))
+    )
     assert loss_j == pytest.approx(loss_b, rel=1e-6)
     assert_grads_close(jac, backprop, rtol=1e-5)
 
@@ -184,7 +188,7 @@ def test_torch_jvp_impls_agree():
     v = None
     results = {}
     for impl in ("func", "lazy", "dual", "naive"):
-        t = make("torch", "jvp", jvp_impl=impl)
+        t = make("torch", "jvp", settings=JvpSettings(impl=impl))
         v = v or random_tangent(shapes("torch", t))
         tangent = tangent_for("torch", t, v)
         b = t.to_device(BATCH)[0]
@@ -199,7 +203,7 @@ def test_torch_jvp_impls_agree():
 
 
 def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(monkeypatch):
-    """jvp_impl=lazy draws each tensor's tangent when its module runs: the same seeded directions as func, so the
+    """jvp.impl=lazy draws each tensor's tangent when its module runs: the same seeded directions as func, so the
     same step, with at most one module's tangents alive at once (func: every tensor's)."""
     alive, most = [0], {}
     draw = tdirections.direction
@@ -211,7 +215,7 @@ def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(mo
         return t
 
     monkeypatch.setattr(tdirections, "direction", counted)  # what sample_tangent and SeededTangent call
-    trainers = {impl: make("torch", "jvp", jvp_impl=impl) for impl in ("func", "lazy")}
+    trainers = {impl: make("torch", "jvp", settings=JvpSettings(impl=impl)) for impl in ("func", "lazy")}
     for impl, t in trainers.items():
         alive[0], most[impl] = 0, 0
         hooks = [
@@ -239,7 +243,15 @@ def test_forward_gradient_is_unbiased(framework, directions):
     cosine), for N(0, I) and for +-1 (Rademacher) tangents alike: both have E[v v^T] = I."""
     K = 1024
     _, g = exact(framework, "head", narrow=True)
-    t = make(framework, "jvp", NARROW, NARROW_WEIGHTS, trainable="head", num_tangents=K, directions=directions)
+    t = make(
+        framework,
+        "jvp",
+        NARROW,
+        NARROW_WEIGHTS,
+        trainable="head",
+        settings=JvpSettings(num_tangents=K),
+        directions=directions,
+    )
     _, est = gradient(framework, t)
     a = np.concatenate([est[n].ravel() for n in g]).astype(np.float64)
     b = np.concatenate([g[n].ravel() for n in g]).astype(np.float64)
@@ -256,11 +268,11 @@ def test_forward_gradient_is_unbiased(framework, directions):
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_jvp_keeps_or_redraws_its_tangent_and_takes_the_same_steps(framework):
-    """jvp_tangent=keep hands the pass's tangent to the update (drawn once per step); redraw draws it again from
+    """jvp.tangent=keep hands the pass's tangent to the update (drawn once per step); redraw draws it again from
     its seed: the same direction, so the same steps, in the timed step's own programs."""
     after = {}
     for how in ("keep", "redraw"):
-        t = make(framework, "jvp", jvp_tangent=how)
+        t = make(framework, "jvp", settings=JvpSettings(tangent=how))
         assert keeps_tangent(t.spec, framework) == (how == "keep")
         stepped(t, batches(2))
         after[how] = params_hf(framework, t)
@@ -270,8 +282,8 @@ def test_jvp_keeps_or_redraws_its_tangent_and_takes_the_same_steps(framework):
         np.testing.assert_allclose(after["keep"][n], after["redraw"][n], rtol=1e-6, atol=1e-7, err_msg=n)
     # auto: kept where the pass holds the tangent whole anyway (torch's func), redrawn where it never does
     assert keeps_tangent(StepSpec(mode="jvp"), "torch") and not keeps_tangent(StepSpec(mode="jvp"), "jax")
-    assert not keeps_tangent(StepSpec(mode="jvp", jvp_impl="lazy"), "torch")
-    assert not keeps_tangent(StepSpec(mode="jvp", num_tangents=2, jvp_tangent="keep"), framework)
+    assert not keeps_tangent(StepSpec(mode="jvp", settings=JvpSettings(impl="lazy")), "torch")
+    assert not keeps_tangent(StepSpec(mode="jvp", settings=JvpSettings(num_tangents=2, tangent="keep")), framework)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -358,7 +370,7 @@ def test_frozen_parameters_are_bit_identical_after_steps(framework, mode):
         framework,
         mode,
         trainable="bias",
-        jacfwd_chunk=128,
+        settings=JacfwdSettings(chunk=128) if mode == "jacfwd" else None,
         optimizer=OptimizerSpec(name="adamw", lr=1e-2, weight_decay=0.1),
     )
     stepped(t, batches(2))

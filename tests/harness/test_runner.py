@@ -172,7 +172,7 @@ def test_evaluate_and_gradient_cosine_are_recorded(tmp_path):
         "framework=torch,jax",
         "mode=jvp",
         *FAST,
-        "num_tangents=2",
+        "jvp.num_tangents=2",
         "evaluate=true",
         "eval_every=2",
         "measure_grad_cosine=true",

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from bench.estimators.jacfwd import JacfwdSettings
+from bench.estimators.jvp import JvpSettings
 from bench.measure import flop_model
 from bench.measure.flop_model import matmuls, predict, published_peak
 from bench.spec import BertSpec, StepSpec, count_params
@@ -32,9 +34,12 @@ F = 2 * LAYER + POOLER + CLASSIFIER  # 18784
 
 
 def total(**kw) -> float:
-    chunk = kw.pop("chunk", None)
+    if "chunk" in kw:
+        kw["settings"] = JacfwdSettings(chunk=kw.pop("chunk"))
+    if "num_tangents" in kw:
+        kw["settings"] = JvpSettings(num_tangents=kw.pop("num_tangents"))
     framework = kw.pop("framework", None)
-    return predict(SPEC, StepSpec(**kw), B, T, jacfwd_chunk=chunk, framework=framework).total
+    return predict(SPEC, StepSpec(**kw), B, T, framework=framework).total
 
 
 def test_forward_by_hand():
@@ -86,7 +91,7 @@ def test_jacfwd_by_hand():
     n = count_params(SPEC, "bias")
     bias_d = total(mode="backprop", trainable="bias") - F
     assert total(mode="jacfwd", trainable="bias", chunk=n) == F + n * bias_d  # one chunk: the primal once
-    with pytest.raises(ValueError, match="jacfwd_chunk"):
+    with pytest.raises(ValueError, match="jacfwd.chunk"):
         total(mode="jacfwd", trainable="head")  # "auto" is the trainer's to resolve
 
 

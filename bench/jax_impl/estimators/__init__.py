@@ -19,10 +19,10 @@ better run as several programs (jvp, MeZO: see their docstrings) defines all fou
     programs(trainer) -> [(compiled program, runs per step)]            what one timed step runs
     step(trainer, micro_batches) -> loss                                 the timed step
 
-A module reads what the Trainer holds: spec (the StepSpec), estimator (its neutral module's ESTIMATOR, whose
-settings_of(spec) gives its settings), step_count, params, frozen, opt_state, optimizer, loss_of and trunk (the
-loss and its halves), on(frozen, state) (the trainer computing on a program's arguments), gather, jit,
-micro_batches (per update), jacfwd_chunk, state.
+A module reads what the Trainer holds: spec (the StepSpec, its settings resolved for the device), estimator (its
+neutral module's ESTIMATOR, whose settings_of(spec) gives its settings), step_count, params, frozen, opt_state,
+optimizer, loss_of and trunk (the loss and its halves), on(frozen, state) (the trainer computing on a program's
+arguments), gather, jit, micro_batches (per update), state.
 """
 
 from __future__ import annotations

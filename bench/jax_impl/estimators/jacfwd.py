@@ -14,14 +14,16 @@ from bench.jax_impl.memory import per_device_bytes
 
 def memory(trainer, micro_batches, temp) -> Held:
     grads = per_device_bytes(trainer.params)
-    directions = trainer.jacfwd_chunk * sum(x.nbytes for x in jax.tree.leaves(trainer.params))  # the basis block
+    chunk = trainer.estimator.settings_of(trainer.spec).chunk
+    directions = chunk * sum(x.nbytes for x in jax.tree.leaves(trainer.params))  # the basis block
     return Held(grads=grads, directions=directions, inside=grads + directions)
 
 
 def gradient(trainer, params, micro_batches, step, tangents=None):
-    key = dropout_key(trainer.spec.seed, step)
+    s = trainer.spec
+    chunk = trainer.estimator.settings_of(s).chunk
     return params, *jacfwd_gradient(
-        trainer.loss_of, params, micro_batches, key, chunk=trainer.jacfwd_chunk, trunk=trainer.trunk
+        trainer.loss_of, params, micro_batches, dropout_key(s.seed, step), chunk=chunk, trunk=trainer.trunk
     )
 
 

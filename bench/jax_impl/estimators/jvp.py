@@ -4,7 +4,7 @@ torch_impl/estimators/jvp.py.
 
 The timed step is two programs, the coefficients then an update that regenerates the tangents from their keys:
 in one program XLA:CPU materialised the regenerated tangent, the estimate and the update of every leaf at once
-(docs/memory.md), while apart each program holds what it must. With one kept tangent (spec.keeps_tangent) the
+(docs/memory.md), while apart each program holds what it must. With one kept tangent (keeps_tangent) the
 update reads the pass's own tangent instead, donated so that the estimate is written over it.
 """
 
@@ -17,10 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bench.estimators.jvp import keeps_tangent
 from bench.jax_impl.directions import displaced, sample_tangent, seeded_gradient, seeded_update, tangent_gradient
 from bench.jax_impl.estimators import Held
 from bench.jax_impl.loss import dropout_key, whole
-from bench.spec import keeps_tangent
 
 
 def memory(trainer, micro_batches, temp) -> Held:
@@ -32,13 +32,13 @@ def memory(trainer, micro_batches, temp) -> Held:
 
 
 def gradient(trainer, params, micro_batches, step, tangents=None):
-    s = trainer.spec
+    s, settings = trainer.spec, trainer.estimator.settings_of(trainer.spec)
     return params, *forward_gradient(
         trainer.loss_of,
         params,
         micro_batches,
         dropout_key(s.seed, step),
-        num_tangents=s.num_tangents,
+        num_tangents=settings.num_tangents,
         seed=s.seed,
         step=step,
         tangents=tangents,
@@ -68,7 +68,7 @@ def lower(trainer, micro_batches) -> dict:
     step, params = np.int32(0), trainer.params
     opt_state = jax.eval_shape(trainer.optimizer.init, params)
     last = params if keeps_tangent(trainer.spec, "jax") else step  # the kept tangent has the parameters' shapes
-    coeffs = np.zeros(trainer.spec.num_tangents, np.float32)
+    coeffs = np.zeros(trainer.estimator.settings_of(trainer.spec).num_tangents, np.float32)
     return {
         "_coeffs": trainer._coeffs.lower(trainer.frozen, params, micro_batches, step),
         "_update": trainer._update.lower(params, opt_state, coeffs, last),
@@ -89,13 +89,13 @@ def step(trainer, micro_batches):
 
 def coefficients(trainer, frozen, params, micro_batches, step):
     """(loss, c) of the forward gradient sum_k c_k v_k, the update regenerating the v_k (kept: also v)."""
-    s = trainer.spec
+    s, settings = trainer.spec, trainer.estimator.settings_of(trainer.spec)
     return forward_gradient_coeffs(
         trainer.on(frozen).loss_of,
         params,
         micro_batches,
         dropout_key(s.seed, step),
-        num_tangents=s.num_tangents,
+        num_tangents=settings.num_tangents,
         seed=s.seed,
         step=step,
         kind=s.directions,
@@ -124,7 +124,7 @@ def forward_gradient(
 ):
     """Forward gradient: K tangents in a fori_loop (sequential: memory does not grow with K); each tangent is
     dropped after its pass and regenerated from its key when the update needs it. `keep` (one tangent,
-    spec.keeps_tangent): the pass's own tangent makes the estimate instead, drawn once (held whole: +4n bytes)."""
+    keeps_tangent): the pass's own tangent makes the estimate instead, drawn once (held whole: +4n bytes)."""
     if tangents is None:
         loss, coeffs, *kept = forward_gradient_coeffs(
             loss_of, params, micro_batches, key, num_tangents=num_tangents, seed=seed, step=step, kind=kind, keep=keep

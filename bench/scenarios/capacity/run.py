@@ -82,7 +82,7 @@ def result_row(cfg: BenchConfig, key: str, budget_mb: float, s: Search, started:
         "optimizer": cfg.optimizer.name,
         "trainable": cfg.trainable,
         "remat": cfg.remat,
-        "jvp_impl": cfg.jvp_impl,
+        "jvp_impl": cfg.jvp.impl,
         "verdict": s.verdict,
         "max_value": s.best.value if s.best is not None else None,
         "peak_mem_mb": best.get("peak_mem_mb"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import fields
 from pathlib import Path
 
 from bench import estimators, parallel
@@ -57,11 +58,16 @@ ADDED_KEYS = {
 
 def settings_identity(cfg: BenchConfig) -> dict:
     """The estimators' settings as identity keys, by their columns: a setting that was a top-level key before it
-    moved into its node always (mezo_eps, so a trial hashes as it did when it was recorded), the others only off
-    their default (as ADDED_KEYS: a new estimator's settings leave every earlier trial's hash as it was)."""
+    moved into its node as that key was (always, mezo_eps; or, jvp_tangent, off its ADDED_KEYS value), so a trial
+    hashes as it did when it was recorded; the others only off their default (as ADDED_KEYS: a new estimator's
+    settings leave every earlier trial's hash as it was)."""
     moved, options = estimators.moved(), estimators.setting_columns()
-    columns = settings_columns(cfg).items()
-    return {column: value for column, value in columns if column in moved or value != default(options[column])}
+    added = lambda column, value: column in ADDED_KEYS and value == ADDED_KEYS[column]
+    return {
+        column: value
+        for column, value in settings_columns(cfg).items()
+        if (column in moved and not added(column, value)) or (column not in moved and value != default(options[column]))
+    }
 
 
 # Keys that mean something to one framework alone: left out of the other's identity (torch ignores scan_layers).
@@ -177,12 +183,19 @@ class ModelScenario(Scenario):
 # parent side: labels, rows, history
 
 
+def settings_off_default(cfg: BenchConfig) -> list[tuple[str, object]]:
+    """(option, value) of the mode's own settings that differ from their defaults: jvp.num_tangents=4."""
+    node = getattr(cfg, cfg.mode, None)
+    if node is None or cfg.mode not in estimators.settings_nodes():
+        return []
+    return [(f"{cfg.mode}.{f.name}", getattr(node, f.name)) for f in fields(node) if getattr(node, f.name) != f.default]
+
+
 def trial_label(cfg: BenchConfig) -> str:
     extra = [
         "remat" if cfg.remat else "",
         "unrolled" if not cfg.scan_layers else "",
-        f"K={cfg.num_tangents}" if cfg.mode == "jvp" else "",
-        cfg.jvp_impl if cfg.mode == "jvp" and cfg.framework == "torch" else "",
+        *(f"{option}={value}" for option, value in settings_off_default(cfg)),
         f"trainable={cfg.trainable}" if cfg.trainable != "all" else "",
     ]
     shape = f"L{cfg.model.num_layers} B{cfg.batch_size} T{cfg.seq_len}"
@@ -210,9 +223,7 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "seed": cfg.seed,
         "remat": cfg.remat,
         "scan_layers": cfg.scan_layers if cfg.framework == "jax" else None,
-        "num_tangents": cfg.num_tangents,
         "dtype": cfg.dtype,
-        "jvp_impl": cfg.jvp_impl,
         "attn_implementation": cfg.attn_implementation,
         "parallel": cfg.parallel,
         "devices": cfg.devices,
@@ -224,7 +235,6 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "budget_mb": cfg.budget_mb,
         **settings_columns(cfg),
         "directions": cfg.directions,
-        "jvp_tangent": cfg.jvp_tangent,
         "dropout": m.dropout,
         "warmup_steps": cfg.warmup_steps,
         "num_layers": m.num_layers,
@@ -232,7 +242,6 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "grad_accum": cfg.grad_accum,
         "last_k": cfg.last_k,
         **lora_columns(cfg),
-        "jacfwd_chunk": cfg.jacfwd_chunk,
         "deterministic": cfg.deterministic,
         "compile": cfg.compile,
         "profile": cfg.profile,

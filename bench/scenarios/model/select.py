@@ -22,7 +22,7 @@ Nothing here imports matplotlib: the sweep process prints summary_table() at its
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from bench import estimators
 from bench.config import default, optimizer_presets
@@ -30,7 +30,7 @@ from bench.parallel import STRATEGIES
 from bench.report.section import RUNS_CSV, Results
 from bench.report.tables import fixed_width, num
 from bench.scenarios.model.columns import REQUIRED_COLUMNS
-from bench.spec import FRAMEWORKS, JVP_IMPLS, LORA_DEFAULT_TARGETS, LORA_TARGETS, TRAINABLE_SCOPES
+from bench.spec import FRAMEWORKS, LORA_DEFAULT_TARGETS, LORA_TARGETS, TRAINABLE_SCOPES
 from bench.store.read import DAMAGED, latest, started
 
 STUDY_EXPERIMENT = "seed_agnews"  # conf/experiment/seed_agnews.yaml: the UMass forward-AD study's AG-News experiment
@@ -42,7 +42,7 @@ STUDY_EXPERIMENT = "seed_agnews"  # conf/experiment/seed_agnews.yaml: the UMass 
 # does not set it: the schema's default (bench/config.py). A row from a CSV written before the knob had a column
 # reads as this default: what those runs used, since no conf/experiment/ overrode these before they were recorded.
 PARALLEL_COLUMNS = ("parallel", "devices", "nodes", "fsdp_reshard_after_forward", "fsdp_offload")
-KNOB_DEFAULTS = {k: default(k) for k in ("attn_implementation", "directions", "jvp_tangent", *PARALLEL_COLUMNS)}
+KNOB_DEFAULTS = {k: default(k) for k in ("attn_implementation", "directions", *PARALLEL_COLUMNS)}
 KNOB_DEFAULTS |= {"dropout": default("model.dropout")}
 # every estimator's settings, by their columns (mezo_eps: mezo.eps's default)
 KNOB_DEFAULTS |= {column: default(option) for column, option in estimators.setting_columns().items()}
@@ -117,29 +117,32 @@ def variant(row: dict) -> str:
         name += "+remat"
     if str(row.get("compile")).lower() == "true":  # torch.compile (torch only)
         name += "+compile"
-    settings = []
-    if mode == "jvp":
-        k = row.get("num_tangents")
-        if k not in (None, "", "1", 1):
-            settings.append(f"K={k}")
-    for column, option in estimators.setting_columns().items():  # the row's own estimator's settings only
-        if option.split(".")[0] == mode and non_default(row, column):
-            settings.append(f"{option.split('.')[1]}={knob(row, column)}")
-    if mode in ("jvp", "mezo") and non_default(row, "directions"):  # the modes that draw random directions
-        settings.append(knob(row, "directions"))
-    if mode == "jvp" and non_default(row, "jvp_tangent"):
-        settings.append(knob(row, "jvp_tangent"))
+    settings, tags = [], []
+    if mode in estimators.names():  # the row's own estimator's settings, as it shows them
+        estimator = estimators.get(mode)
+        off = {key: non_default(row, column) for key, column in own_settings(mode).items()}
+        settings, tags = estimator.variant({k: v for k, v in off.items() if v})
+        if estimator.draws and non_default(row, "directions"):
+            settings.append(knob(row, "directions"))
     if non_default(row, "attn_implementation"):
         settings.append(f"attn={knob(row, 'attn_implementation')}")
     if settings:
         name += f"({', '.join(settings)})"
-    if mode == "jvp" and row.get("framework") == "torch" and row.get("jvp_impl") not in (None, "", "func"):
-        name += f"[{row['jvp_impl']}]"
+    name += "".join(f"[{t}]" for t in tags)
     if str(row.get("scan_layers")).lower() == "false":  # JAX's unrolled layers (scan_layers' default: true)
         name += "[unrolled]"
     if row.get("trainable") not in (None, "", "all"):
         name += f"[{scope_label(row)}]"
     return name
+
+
+def own_settings(mode: str) -> dict[str, str]:
+    """{setting: its runs.csv column} of the estimator `mode` names (num_tangents: num_tangents, eps: mezo_eps)."""
+    return {
+        option.split(".")[1]: column
+        for column, option in estimators.setting_columns().items()
+        if option.split(".")[0] == mode
+    }
 
 
 def scope_label(row: dict) -> str:
@@ -303,14 +306,11 @@ _IDENTITY_COLUMNS = (
     "seed",
     "remat",
     "scan_layers",
-    "num_tangents",
-    "jvp_impl",
     *estimators.setting_columns(),
     "attn_implementation",
     "dropout",
     "dtype",
     "directions",
-    "jvp_tangent",
     "device",
     *PARALLEL_COLUMNS,
 )
@@ -485,17 +485,30 @@ def comparison(key: Context) -> Context:
 
 def mode_order(row: dict) -> tuple:
     mode = row.get("mode", "")
-    # torch's jvp_impl names a jvp only (scale_out's torch arms set it for every mode)
-    impl = row.get("jvp_impl") if row.get("framework") == "torch" and mode == "jvp" else "func"
     scope = row.get("trainable") or "all"
     return (
         estimators.names().index(mode) if mode in estimators.names() else len(estimators.names()),
         TRAINABLE_SCOPES.index(scope) if scope in TRAINABLE_SCOPES else len(TRAINABLE_SCOPES),
         str(row.get("remat")).lower() == "true",
-        JVP_IMPLS.index(impl) if impl in JVP_IMPLS else len(JVP_IMPLS),
-        num(row, "num_tangents") or 1,
+        *settings_order(row),
         mode_label(row),
     )
+
+
+def settings_order(row: dict) -> tuple:
+    """The row's own estimator's settings as a sort key, in their declared order: a way among a few by its place
+    in the setting's choices (jvp's func, lazy, dual, naive), a number by its value."""
+    mode = row.get("mode", "")
+    if mode not in estimators.settings_nodes():
+        return ()
+    key, columns = [], own_settings(mode)
+    for f in fields(estimators.get(mode).settings):
+        value, choices = knob(row, columns[f.name]), f.metadata.get("choices")
+        if choices:
+            key.append(list(choices).index(value) if value in choices else len(choices))
+        else:  # a number (jacfwd.chunk=auto first)
+            key.append(float(value) if value.replace(".", "", 1).isdigit() else -1.0)
+    return tuple(key)
 
 
 def framework_order(fw: str) -> tuple:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from bench import data
+from bench import data, estimators
 from bench.config import TRACES, BenchConfig, bert_spec, step_spec
 from bench.harness.scenario import RUN_ID_ENV
 from bench.harness.signals import maybe_inject_fault
@@ -201,7 +201,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
         "steps": n_timed,
         "steps_timed": n_done,
         "epochs": cfg.epochs,
-        "jacfwd_chunk": trainer.jacfwd_chunk,
+        **estimators.step_columns(trainer.spec),  # its settings as it ran them (jacfwd.chunk=auto resolved)
         "total_train_time_s": sum(timer.times_s),
         "grad_cosine": grad_cosine,
         "comm_bytes_per_step": comm,
@@ -286,10 +286,9 @@ def flop_columns(cfg: BenchConfig, trainer, batches, step_s: float, device, kind
         return {"flops_method": f"missing: {type(e).__name__}: {e}"[:300]}
     predicted = predict_flops(
         bert_spec(cfg.model),
-        step_spec(cfg),
+        trainer.spec,
         cfg.batch_size,
         cfg.seq_len,
-        jacfwd_chunk=trainer.jacfwd_chunk,
         framework=cfg.framework,
     )
     rate = counted["flops_per_step"] / step_s
@@ -442,16 +441,16 @@ def merge(cfg: BenchConfig, results: list[dict]) -> dict:
 def predicted_columns(cfg: BenchConfig, main: dict, world: int) -> dict:
     """The memory model's prediction for the trial (bench.memory_model), per device: the excess and each
     category the breakdown measures."""
+    step = estimators.get(cfg.mode).resolved(step_spec(cfg), cfg.framework, main["device"])  # as the trainer's
     p = predict(
         bert_spec(cfg.model),
-        step_spec(cfg),
+        step,
         cfg.batch_size,
         cfg.seq_len,
         framework=cfg.framework,
         device=main["device"],
         world=world,
         sharded=cfg.parallel == "fsdp",
-        jacfwd_chunk=main["jacfwd_chunk"],
     )
     p = p.mib() if p is not None else dict.fromkeys(("excess", "saved", "grads", "directions", "temp"))
     return {

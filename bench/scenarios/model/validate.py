@@ -22,15 +22,15 @@ from bench.config import (
     is_number,
     lora_spec,
     shown,
+    step_spec,
 )
 from bench.errors import ConfigError
+from bench.estimators.base import TrialContext
 from bench.parallel import STRATEGIES, global_batch_size, timed_steps, world_size
 from bench.spec import (
     ATTN_IMPLEMENTATIONS,
     DIRECTIONS,
     DTYPES,
-    JVP_IMPLS,
-    JVP_TANGENTS,
     LORA_TARGETS,
     OPTIMIZERS,
     TRAINABLE_SCOPES,
@@ -52,12 +52,10 @@ def validate(cfg: BenchConfig) -> None:
     choice("mode", cfg.mode, estimators.names())
     choice("trainable", cfg.trainable, TRAINABLE_SCOPES)
     choice("optimizer", cfg.optimizer.name, OPTIMIZERS)
-    choice("jvp_impl", cfg.jvp_impl, JVP_IMPLS)
     choice("dtype", cfg.dtype, DTYPES)
     choice("directions", cfg.directions, DIRECTIONS)
-    choice("jvp_tangent", cfg.jvp_tangent, JVP_TANGENTS)
     choice("attn_implementation", cfg.attn_implementation, ATTN_IMPLEMENTATIONS)
-    for name in ("batch_size", "seq_len", "steps", "grad_accum", "num_tangents"):
+    for name in ("batch_size", "seq_len", "steps", "grad_accum"):
         at_least(name, getattr(cfg, name), 1)
     at_least("warmup_steps", cfg.warmup_steps, 1)  # the first step compiles; it must never be timed
     for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size"):
@@ -73,7 +71,6 @@ def validate(cfg: BenchConfig) -> None:
         in_unit(f"optimizer.{name}", getattr(o, name))
     above("optimizer.eps", o.eps, 0)
     above("model.layer_norm_eps", m.layer_norm_eps, 0)
-    at_least("jacfwd_max_params", cfg.jacfwd_max_params, 1)
     at_least("last_k", cfg.last_k, 1)
     for name in estimators.settings_nodes():  # each estimator's own settings, as its module checks them
         problem = estimators.get(name).check(getattr(cfg, name))
@@ -82,50 +79,34 @@ def validate(cfg: BenchConfig) -> None:
     above("divergence_factor", cfg.divergence_factor, 1)
     if cfg.max_timed_s is not None:
         at_least("max_timed_s", cfg.max_timed_s, 0)
-    if cfg.jacfwd_chunk != "auto" and (not isinstance(cfg.jacfwd_chunk, int) or cfg.jacfwd_chunk < 1):
-        raise ConfigError(f"jacfwd_chunk={cfg.jacfwd_chunk}: accepted auto | an integer >= 1")
     spec = bert_spec(m)
     data.check_seq_len(cfg.seq_len, spec.max_position_embeddings, m.name)
     if cfg.trainable == "last_k" and not 1 <= cfg.last_k <= spec.num_layers:
         raise ConfigError(f"last_k={cfg.last_k}: accepted 1..{spec.num_layers} (model.num_layers)")
     validate_lora(cfg)
-    if cfg.remat and cfg.mode != "backprop":
-        raise ConfigError(f"remat=true: applies to mode=backprop only (got mode={cfg.mode}); use case=backprop_remat")
-    if cfg.dtype == "bf16_pure" and cfg.mode == "mezo":
+    estimator = estimators.get(cfg.mode)
+    if cfg.remat and not estimator.remat:
+        remats = [n for n in estimators.names() if estimators.get(n).remat]
         raise ConfigError(
-            "mode=mezo with dtype=bf16_pure: MeZO's in-place +eps, -2eps, +eps round trip does not bring bf16 "
-            "parameters back (three steps at lr=0 move them by 0.6%, fp32's by 1e-7); accepted: dtype=bf16 "
-            "(fp32 parameters, bf16 compute) or dtype=fp32"
+            f"remat=true: applies to mode={' | '.join(remats)} only (got mode={cfg.mode}); use case=backprop_remat"
         )
-    if cfg.jvp_tangent == "keep" and (cfg.mode != "jvp" or cfg.num_tangents != 1 or cfg.jvp_impl == "lazy"):
-        raise ConfigError(
-            f"jvp_tangent=keep: applies to mode=jvp with num_tangents=1 and a jvp_impl that holds the tangent "
-            f"(got mode={cfg.mode}, num_tangents={cfg.num_tangents}, jvp_impl={cfg.jvp_impl}); accepted: "
-            "auto | redraw, or keep with mode=jvp num_tangents=1"
-        )
-    if cfg.compile and (cfg.framework == "jax" or cfg.mode in ("jvp", "jacfwd")):
+    if cfg.compile and (cfg.framework == "jax" or not estimator.compiles):
+        compiles = [n for n in estimators.names() if estimators.get(n).compiles]
         raise ConfigError(
             f"compile=true with framework={cfg.framework} mode={cfg.mode}: torch.compile is torch's (JAX's step is "
-            "always compiled by XLA), and under torch.func's jvp and jacfwd it skips every frame (docs/speed.md); "
-            "accepted: framework=torch with mode=inference|backprop|mezo"
+            "always compiled by XLA), and under torch.func's transforms (jvp, jacfwd) it skips every frame "
+            f"(docs/speed.md); accepted: framework=torch with mode={' | '.join(compiles)}"
         )
     if cfg.framework == "torch" and not cfg.scan_layers:
         raise ConfigError(
             "scan_layers=false: JAX only (torch runs HF's layers one by one, eagerly, either way); "
             "framework=torch accepts scan_layers=true"
         )
-    if cfg.framework == "jax" and cfg.jvp_impl != "func":
-        raise ConfigError(f"jvp_impl={cfg.jvp_impl}: torch only; framework=jax accepts jvp_impl=func (jax.jvp)")
     if cfg.framework == "jax" and cfg.attn_implementation != "eager":
         raise ConfigError(f"attn_implementation={cfg.attn_implementation}: torch only; framework=jax accepts eager")
-    if cfg.mode == "jacfwd":
-        n = count_params(spec, cfg.trainable, cfg.last_k, lora_spec(cfg.lora))
-        if n > cfg.jacfwd_max_params:
-            raise ConfigError(
-                f"mode=jacfwd with trainable={cfg.trainable}: {n:,} trainable parameters, one forward-mode pass "
-                f"each (> jacfwd_max_params={cfg.jacfwd_max_params:,}); accepted: trainable=head|bias|last_k with "
-                "fewer parameters, or a larger jacfwd_max_params"
-            )
+    n = count_params(spec, cfg.trainable, cfg.last_k, lora_spec(cfg.lora))
+    if why := estimator.refuses(TrialContext(step_spec(cfg), cfg.framework, cfg.parallel, n)):
+        raise ConfigError(why)
     validate_parallel(cfg)
     validate_target(cfg)
     validate_outputs(cfg)
@@ -171,7 +152,7 @@ def validate_lora(cfg: BenchConfig) -> None:
 def validate_parallel(cfg: BenchConfig) -> None:
     """A parallel setting this framework or mode cannot run (bench/parallel.py's rules); what the host and the
     launcher can start is bench.harness.launch.check_launch's."""
-    p, fw, mode = cfg.parallel, cfg.framework, cfg.mode
+    p, fw = cfg.parallel, cfg.framework
     choice("parallel", p, STRATEGIES)
     at_least("devices", cfg.devices, 1)
     at_least("nodes", cfg.nodes, 1)
@@ -181,13 +162,6 @@ def validate_parallel(cfg: BenchConfig) -> None:
                 f"devices={cfg.devices} nodes={cfg.nodes}: parallel=none runs on one device; accepted: "
                 "parallel=ddp|fsdp for more"
             )
-    elif why := estimators.get(mode).refuses(fw, p):
-        raise ConfigError(f"mode={mode} with parallel={p}, framework={fw}: {why}")
-    elif (fw, p, mode) == ("torch", "fsdp", "jvp") and cfg.jvp_impl != "lazy":
-        raise ConfigError(
-            f"jvp_impl={cfg.jvp_impl} with parallel=fsdp: forward-mode AD through FSDP2's sharded parameters fails "
-            "in torch; accepted: jvp_impl=lazy (the tangent attached module by module to the gathered parameters)"
-        )
     if p != "fsdp" and (cfg.fsdp_offload or not cfg.fsdp_reshard_after_forward):
         which = "fsdp_offload=true" if cfg.fsdp_offload else "fsdp_reshard_after_forward=false"
         raise ConfigError(f"{which}: applies to parallel=fsdp only (got parallel={p})")
@@ -212,6 +186,10 @@ def validate_parallel(cfg: BenchConfig) -> None:
 TARGET_METRICS = ("eval_accuracy", "eval_loss")
 
 
+def training_modes() -> list[str]:
+    return [n for n in estimators.names() if estimators.get(n).updates]
+
+
 def validate_target(cfg: BenchConfig) -> None:
     """target.*: a trial that stops at a held-out accuracy or loss, checked at each evaluation."""
     t = cfg.target
@@ -223,10 +201,10 @@ def validate_target(cfg: BenchConfig) -> None:
             )
         return
     choice("target.metric", t.metric, TARGET_METRICS)
-    if cfg.mode == "inference":
+    if not estimators.get(cfg.mode).updates:
         raise ConfigError(
-            "target.metric: mode=inference does not train, so it never reaches a target; accepted "
-            "with backprop | jvp | jacfwd | mezo"
+            f"target.metric: mode={cfg.mode} does not train, so it never reaches a target; accepted with "
+            f"mode={' | '.join(training_modes())}"
         )
     if t.value is None or t.max_steps is None:
         raise ConfigError(f"target.metric={t.metric}: needs target.value and target.max_steps (the step cap)")
@@ -265,9 +243,10 @@ def validate_outputs(cfg: BenchConfig) -> None:
     at_least("eval_every", cfg.eval_every, 0)
     if cfg.eval_every and not cfg.evaluate:
         raise ConfigError(f"eval_every={cfg.eval_every}: needs evaluate=true")
-    if cfg.measure_grad_cosine and cfg.mode == "inference":
+    if cfg.measure_grad_cosine and not estimators.get(cfg.mode).updates:
         raise ConfigError(
-            "measure_grad_cosine=true: mode=inference has no gradient; accepted with backprop | jvp | jacfwd | mezo"
+            f"measure_grad_cosine=true: mode={cfg.mode} has no gradient; accepted with "
+            f"mode={' | '.join(training_modes())}"
         )
     steps = cfg.profile_steps
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_PROFILE_STEPS:

@@ -12,9 +12,9 @@ names, in the same order). The Trainer (bench/torch_impl/steps.py) delegates to 
     prepare(trainer)                        optional: set the model up once, before anything runs
     step(trainer, micro_batches) -> loss    optional: the timed step, when it is not gradient then apply
 
-A module reads what the Trainer holds: spec (the StepSpec), estimator (its neutral module's ESTIMATOR, whose
-settings_of(spec) gives its settings), step_count, module (what the forward pass runs), params (the trainable
-parameters by name), reduce (the mean over devices), autocast, jacfwd_chunk, state.
+A module reads what the Trainer holds: spec (the StepSpec, its settings resolved for the device), estimator (its
+neutral module's ESTIMATOR, whose settings_of(spec) gives its settings), step_count, module (what the forward pass
+runs), params (the trainable parameters by name), reduce (the mean over devices), autocast, state.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ def gradient(trainer, micro_batches, tangents=None, in_step=False):
             trainer.module,
             trainer.params,
             micro_batches,
-            chunk=trainer.jacfwd_chunk,
+            chunk=trainer.estimator.settings_of(s).chunk,
             seed=s.seed,
             step=trainer.step_count,
             trunk=s.trainable in HEAD_ONLY,

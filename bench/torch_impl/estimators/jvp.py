@@ -16,21 +16,21 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch.func import jvp
 
-from bench.spec import JVP_IMPLS, keeps_tangent
+from bench.estimators.jvp import IMPLS, keeps_tangent
 from bench.torch_impl.directions import SeededGradient, SeededTangent, TangentGradient, sample_tangent
 from bench.torch_impl.loss import identity, loss_fn
 
 
 def gradient(trainer, micro_batches, tangents=None, in_step=False):
-    s = trainer.spec
+    s, settings = trainer.spec, trainer.estimator.settings_of(trainer.spec)
     return forward_gradient(
         trainer.module,
         trainer.params,
         micro_batches,
-        num_tangents=s.num_tangents,
+        num_tangents=settings.num_tangents,
         seed=s.seed,
         step=trainer.step_count,
-        impl=s.jvp_impl,
+        impl=settings.impl,
         tangents=tangents,
         reduce=trainer.reduce,
         kind=s.directions,
@@ -64,7 +64,7 @@ def directional_derivative(model, params, batch, tangent, impl: str = "func"):
         with torch.no_grad(), fwAD.dual_level(), lazy_duals(model, params, tangent):
             primal, d = fwAD.unpack_dual(loss_fn(model, batch))
         return primal, d
-    raise ValueError(f"jvp_impl={impl!r}: accepted {', '.join(JVP_IMPLS)}")
+    raise ValueError(f"jvp.impl={impl!r}: accepted {', '.join(IMPLS)}")
 
 
 @contextmanager
@@ -119,7 +119,7 @@ def forward_gradient(
     keep=False,
 ):
     """Forward gradient: K tangents looped (memory does not grow with K); each tangent is dropped after its pass
-    and regenerated from its seed when the update needs it. `keep` (one tangent, spec.keeps_tangent): it is kept
+    and regenerated from its seed when the update needs it. `keep` (one tangent, keeps_tangent): it is kept
     for the update instead, drawn once: func's pass holds it whole anyway (the step's peak), and regenerating n
     normals with torch's CPU generator is a visible part of a step (docs/speed.md). impl="lazy" never holds a
     tangent whole.

@@ -170,7 +170,7 @@ STUDY_HEAD = [
 
 
 def naive_jvp_contexts(contexts: dict[Context, Cells]) -> list[tuple[Context, list[list]]]:
-    """Contexts with a torch jvp_impl=naive row: torch's inference, backprop and jvp rows there, with each row's
+    """Contexts with a torch jvp.impl=naive row: torch's inference, backprop and jvp rows there, with each row's
     excess memory as a multiple of backprop's."""
     out = []
     for key in sorted(contexts, key=context_order):
@@ -350,22 +350,22 @@ class StudySection(Section):
 
 
 class PathologySection(Section):
-    """The study's jvp pathology: torch jvp_impl=naive against backprop."""
+    """The study's jvp pathology: torch jvp.impl=naive against backprop."""
 
     def render(self, results: Results, plot_dir: Path) -> list[str]:
         naive = naive_jvp_contexts(view(results).contexts)
         if not naive:
             return []
         out = [
-            "## The UMass study's jvp pathology (torch `jvp_impl=naive`)",
+            "## The UMass study's jvp pathology (torch `jvp.impl=naive`)",
             "",
             "In the UMass forward-AD study, PyTorch's forward-gradient step used more memory than backprop and "
             "ran out of memory on a GPU. Its `torch.func.jvp` ran "
             "with parameters that still required grad, so autograd also recorded the whole dual computation "
             "for a backward pass that never comes, keeping every layer's primal and tangent activations alive. "
-            "bench's torch jvp (`jvp_impl=func`) and the dual-number version (`jvp_impl=dual`, the study's "
+            "bench's torch jvp (`jvp.impl=func`) and the dual-number version (`jvp.impl=dual`, the study's "
             "approach 2) detach the parameters first and hold about one layer's activations at a time, plus "
-            "the whole tangent; `jvp_impl=lazy` draws each module's tangent as the pass reaches it. "
+            "the whole tangent; `jvp.impl=lazy` draws each module's tangent as the pass reaches it. "
             "The last column is each row's excess memory as a multiple of backprop's.",
             "",
         ]

@@ -100,7 +100,7 @@ def check(rows: list[dict]) -> list[Check]:
     """Every target that the rows hold the trials for, per framework and context (bench.results' context less the
     depth: model, data, optimizer and its hyperparameters, B, T, dtype, dropout, device, parallel settings). The
     targets are stated for the plain modes, so only rows whose variant() is the bare mode count: trainable=all, no
-    remat, one tangent, torch's jvp_impl=func, mezo_eps and attn_implementation at their defaults."""
+    remat, one tangent, torch's jvp.impl=func, mezo_eps and attn_implementation at their defaults."""
     ok = [
         r
         for r in rows
