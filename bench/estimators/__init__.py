@@ -11,6 +11,15 @@ import pkgutil
 from bench.estimators.base import Estimator, setting_fields
 
 _NOT_ESTIMATORS = {"base"}
+# The roles the reports compare estimators in, named once: a report names a role, not a mode. The reference of
+# every cost and ratio is the exact gradient; a forward pass is the floor of memory and time; the forward gradient
+# and the zeroth-order estimator are the two backprop-free families the UMass study and MeZO measured (the
+# project's targets are theirs: docs/speed.md, docs/memory.md).
+BASELINE = "inference"
+EXACT = "backprop"
+FORWARD_GRADIENT = "jvp"
+EXACT_FORWARD = "jacfwd"  # the exact gradient by forward mode, one pass per trained parameter
+ZEROTH_ORDER = "mezo"
 # The order reports and tables list them in: the baseline, the exact gradients, then the estimates; a module
 # this list does not name comes after these, alphabetically.
 ORDER = ("inference", "backprop", "jvp", "jacfwd", "mezo", "hizoo")
@@ -49,11 +58,15 @@ def setting_columns() -> dict[str, str]:
     return columns
 
 
+def columns_of(name: str) -> dict[str, str]:
+    """{setting: its runs.csv column} of the estimator `name` (num_tangents: num_tangents, eps: mezo_eps)."""
+    return {o.split(".")[1]: column for column, o in setting_columns().items() if o.split(".")[0] == name}
+
+
 def step_columns(step) -> dict:
     """The columns of the settings `step` runs with (its mode's alone), from its node: {num_tangents: 4, ...}."""
-    estimator, option = get(step.mode), {v: k for k, v in setting_columns().items()}
-    settings = estimator.settings_of(step)
-    return {option[f"{step.mode}.{f.name}"]: getattr(settings, f.name) for f in setting_fields(estimator)}
+    settings = get(step.mode).settings_of(step)
+    return {column: getattr(settings, key) for key, column in columns_of(step.mode).items()}
 
 
 def moved() -> dict[str, str]:

@@ -123,6 +123,10 @@ class Estimator:
     draws: bool = False  # draws random directions from its seed, of the distribution directions= names
     compiles: bool = True  # torch.compile applies (torch.func's transforms skip its frames)
     passes: str = ""  # forward passes per step, in words (the reports' and docs' column)
+    # The mode whose step this one's is read against in the reports' ratios (the forward gradient against the
+    # exact gradient it estimates; a zeroth-order step against the forward passes it is made of), or None
+    compared_with: str | None = None
+    color: str | None = None  # its colour in the plots (None: one drawn from its name)
     # A dataclass of setting() fields: the config node NAME.* (mode=NAME's own options, e.g. mezo.eps), or None.
     # Its values reach the trainers as StepSpec.settings and runs.csv as the columns NAME_<field>.
     settings: type | None = None

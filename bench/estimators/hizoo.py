@@ -43,6 +43,7 @@ class HizooSettings:
 
 class Hizoo(Estimator):
     name, label = "hizoo", "hizoo"
+    compared_with = "inference"  # the forward passes it is made of
     draws = True  # its perturbations
     summary = "zeroth order, Hessian-informed: SPSA along z / sqrt(H), H a diagonal Hessian estimate (Zhao et al. 2024)"
     dropout, passes = False, "3 forward"  # eval mode, as MeZO: the three passes see the same function

@@ -38,6 +38,8 @@ class JvpSettings:
 
 class Jvp(Estimator):
     name, label = "jvp", "jvp"
+    color = "#ff7f0e"
+    compared_with = "backprop"  # the exact gradient it estimates
     summary = "forward gradient: K seeded tangents, one forward-mode pass each (Baydin et al. 2022)"
     passes, compiles, draws = "K forward-mode passes", False, True
     settings = JvpSettings

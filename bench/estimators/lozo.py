@@ -45,6 +45,7 @@ class LozoSettings:
 
 class Lozo(Estimator):
     name, label = "lozo", "lozo"
+    compared_with = "inference"  # the forward passes it is made of
     draws = True  # its perturbations
     summary = (
         "zeroth order, low-rank: SPSA along U V^T per weight matrix, V kept for `interval` steps (Chen et al. 2024)"

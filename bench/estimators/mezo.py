@@ -50,6 +50,8 @@ class MezoSettings:
 
 class Mezo(Estimator):
     name, label = "mezo", "mezo"
+    color = "#9467bd"
+    compared_with = "inference"  # the forward passes it is made of
     draws = True  # its perturbations
     summary = "zeroth order: SPSA along q seeded perturbations, two forward passes each (Malladi et al. 2023)"
     dropout, passes = False, "2q forward"  # eval mode, as the reference: both passes see the same function

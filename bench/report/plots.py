@@ -12,6 +12,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import estimators
 from bench.report.tables import fmt_bytes, fmt_value
 from bench.spec import FRAMEWORK_NAMES
 
@@ -64,16 +65,12 @@ class Plot:
 
 FRAMEWORK_COLORS = {"torch": "#ee4c2c", "jax": "#4285f4"}  # PyTorch's orange-red, a Google blue
 FRAMEWORK_LINES = {"torch": ("-", "o"), "jax": ("--", "s")}
-MODE_COLORS = {
-    "inference": "#7f7f7f",
-    "backprop": "#1f77b4",
-    "backprop+remat": "#17becf",
-    "jvp": "#ff7f0e",
-    "jvp[naive]": "#d62728",
-    "jvp[dual]": "#bcbd22",
-    "jvp[lazy]": "#8c564b",
-    "jacfwd": "#2ca02c",
-    "mezo": "#9467bd",
+# each estimator's own colour (bench/estimators/), and the variants the plots set beside their mode's
+MODE_COLORS = {name: estimators.get(name).color for name in estimators.names() if estimators.get(name).color} | {
+    f"{estimators.EXACT}+remat": "#17becf",
+    f"{estimators.FORWARD_GRADIENT}[naive]": "#d62728",
+    f"{estimators.FORWARD_GRADIENT}[dual]": "#bcbd22",
+    f"{estimators.FORWARD_GRADIENT}[lazy]": "#8c564b",
 }
 _MORE_COLORS = ("#e377c2", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2")
 

@@ -34,6 +34,7 @@ from bench.spec import FRAMEWORKS, LORA_DEFAULT_TARGETS, LORA_TARGETS, TRAINABLE
 from bench.store.read import DAMAGED, latest, started
 
 STUDY_EXPERIMENT = "seed_agnews"  # conf/experiment/seed_agnews.yaml: the UMass forward-AD study's AG-News experiment
+STUDY_MODES = (estimators.EXACT, estimators.FORWARD_GRADIENT)  # what it compared: backprop against the jvp
 
 
 # ------------------------------------------------------------------------------------------------------ knobs
@@ -120,7 +121,7 @@ def variant(row: dict) -> str:
     settings, tags = [], []
     if mode in estimators.names():  # the row's own estimator's settings, as it shows them
         estimator = estimators.get(mode)
-        off = {key: non_default(row, column) for key, column in own_settings(mode).items()}
+        off = {key: non_default(row, column) for key, column in estimators.columns_of(mode).items()}
         settings, tags = estimator.variant({k: v for k, v in off.items() if v})
         if estimator.draws and non_default(row, "directions"):
             settings.append(knob(row, "directions"))
@@ -134,15 +135,6 @@ def variant(row: dict) -> str:
     if row.get("trainable") not in (None, "", "all"):
         name += f"[{scope_label(row)}]"
     return name
-
-
-def own_settings(mode: str) -> dict[str, str]:
-    """{setting: its runs.csv column} of the estimator `mode` names (num_tangents: num_tangents, eps: mezo_eps)."""
-    return {
-        option.split(".")[1]: column
-        for column, option in estimators.setting_columns().items()
-        if option.split(".")[0] == mode
-    }
 
 
 def scope_label(row: dict) -> str:
@@ -501,7 +493,7 @@ def settings_order(row: dict) -> tuple:
     mode = row.get("mode", "")
     if mode not in estimators.settings_nodes():
         return ()
-    key, columns = [], own_settings(mode)
+    key, columns = [], estimators.columns_of(mode)
     for f in fields(estimators.get(mode).settings):
         value, choices = knob(row, columns[f.name]), f.metadata.get("choices")
         if choices:

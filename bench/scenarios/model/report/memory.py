@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from bench import estimators
 from bench.report.plots import Chart, Plot, Series, fit_title, save
 from bench.report.section import PLOT_DIR, Results, Section
 from bench.report.tables import fmt_ratio, md_table, num
@@ -296,7 +297,7 @@ def jvp_impl_rows(cells: Cells) -> list[list[dict]]:
     >= 2 implementations; each group in table order."""
     groups: dict[str, list[dict]] = defaultdict(list)
     for (fw, _), r in sorted(cells.items(), key=cell_order):
-        if fw == "torch" and r.get("mode") == "jvp":
+        if fw == "torch" and r.get("mode") == estimators.FORWARD_GRADIENT:
             groups[variant({**r, "jvp_impl": JVP_REFERENCE})].append(r)
     return [rows for rows in groups.values() if len({r.get("jvp_impl") or JVP_REFERENCE for r in rows}) >= 2]
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench import estimators
 from bench.measure.trackers import MiB
 from bench.report.section import RUNS_CSV, Results, Section
 from bench.report.tables import FP32_BYTES, fmt_ratio, fmt_value, md_table, num
 from bench.scenarios.model.report.targets import slope
 from bench.scenarios.model.select import (
     STUDY_EXPERIMENT,
+    STUDY_MODES,
     Cells,
     Context,
     Selection,
@@ -73,8 +75,11 @@ RATIO_METRICS = (
     ("median step time", "step_time_median_s"),
     ("compile time", "compile_time_s"),
 )
-# mode ratios within one framework and trainable scope: (numerator, denominator), plain variants of each
-MODE_RATIOS = (("jvp", "backprop"), ("mezo", "inference"))
+# mode ratios within one framework and trainable scope: (numerator, denominator), plain variants of each: every
+# estimator against the mode it declares it is compared with (jvp / backprop, mezo / inference, ...)
+MODE_RATIOS = tuple(
+    (name, estimators.get(name).compared_with) for name in estimators.names() if estimators.get(name).compared_with
+)
 
 
 def context_table(cells: Cells) -> str:
@@ -107,8 +112,8 @@ def context_ratios(cells: Cells) -> list[tuple[str, dict[str, float | None]]]:
             suffix = "" if scope == "all" else f"[{scope}]"
             for top, den in MODE_RATIOS:
                 a, b = ok.get((fw, top + suffix)), ok.get((fw, den + suffix))
-                if b is None and den == "inference":
-                    b = ok.get((fw, den))  # what is trainable does not change an inference step
+                if b is None and not estimators.get(den).updates:
+                    b = ok.get((fw, den))  # what is trainable does not change a step that trains nothing
                 if a is not None and b is not None:
                     name = f"{fw}: {top + suffix} / {variant(b)}"
                     out.append((name, {c: _ratio(a, b, c) for _, c in RATIO_METRICS}))
@@ -132,7 +137,7 @@ def study_rows(contexts: dict[Context, Cells]) -> list[tuple[Context, list[list]
         cells = [
             (cell, r)
             for cell, r in contexts[key].items()
-            if experiment_of(r) == STUDY_EXPERIMENT and r.get("mode") in ("backprop", "jvp")
+            if experiment_of(r) == STUDY_EXPERIMENT and r.get("mode") in STUDY_MODES
         ]
         if not cells:
             continue
@@ -176,13 +181,14 @@ def naive_jvp_contexts(contexts: dict[Context, Cells]) -> list[tuple[Context, li
     for key in sorted(contexts, key=context_order):
         cells = contexts[key]
         if not any(
-            fw == "torch" and r.get("mode") == "jvp" and r.get("jvp_impl") == "naive" for (fw, _), r in cells.items()
+            fw == "torch" and r.get("mode") == estimators.FORWARD_GRADIENT and r.get("jvp_impl") == "naive"
+            for (fw, _), r in cells.items()
         ):
             continue
-        backprop = cells.get(("torch", "backprop"))
+        backprop = cells.get(("torch", estimators.EXACT))
         body = []
         for (fw, label), r in sorted(cells.items(), key=cell_order):
-            if fw != "torch" or r.get("mode") not in ("inference", "backprop", "jvp"):
+            if fw != "torch" or r.get("mode") not in (estimators.BASELINE, *STUDY_MODES):
                 continue
             if r.get("status") != "ok":
                 body.append([label, f"**{r.get('status')}**", "", "", ""])

@@ -7,6 +7,7 @@ import math
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from bench import estimators
 from bench.measure.trackers import MiB
 from bench.report.panels import EXCESS_MEMORY, STEP_TIME, Panel
 from bench.report.plots import Chart, Plot, Series, save
@@ -119,10 +120,15 @@ def scaling_grid(
 def jacfwd_grid(rows: list[dict]) -> list[list[Chart]]:
     """Median step time against the number of trainable parameters (the trainable scope varies), per context where
     jacfwd was measured at >= 2 sizes; the other modes of the same context for comparison."""
-    plain = [r for r in rows if mode_label(r) in ("backprop", "jvp", "jacfwd")]  # K, remat: other plots
+    # the exact gradients and the forward gradient at their defaults (K, remat: other plots)
+    plain = [
+        r for r in rows if mode_label(r) in (estimators.EXACT, estimators.FORWARD_GRADIENT, estimators.EXACT_FORWARD)
+    ]
     groups = series_groups(plain, "n_trainable", "step_time_median_s", mode_label)
     grid = []
-    for key, series in best_groups(groups, lambda s, pts: s[1] == "jacfwd" and len(pts) >= 2, MAX_PANELS):
+    for key, series in best_groups(
+        groups, lambda s, pts: s[1] == estimators.EXACT_FORWARD and len(pts) >= 2, MAX_PANELS
+    ):
         lines = _line_series(series, "step_time_median_s", 1e3)
         grid.append(
             [Chart(context_label(key), "trainable parameters", "median step time (ms)", lines, logx=10, logy=True)]
@@ -133,14 +139,14 @@ def jacfwd_grid(rows: list[dict]) -> list[list[Chart]]:
 def grad_quality_grid(rows: list[dict]) -> list[list[Chart]]:
     """Cosine to the exact gradient against the number of tangents K for jvp, MeZO as a flat line, and the
     expected cosine of K Gaussian tangents, sqrt(K / (K + n - 1)) (conf/experiment/grad_quality.yaml)."""
-    jvp = [r for r in rows if r.get("mode") == "jvp"]
+    jvp = [r for r in rows if r.get("mode") == estimators.FORWARD_GRADIENT]
     # one panel per trainable scope: n, and with it the expected cosine, depends on it
     groups = series_groups(
         jvp, "num_tangents", "grad_cosine", lambda r: mode_label({**r, "num_tangents": 1}), keep=SCOPE_COLUMNS
     )
     mezo: dict = defaultdict(dict)  # {context: {(framework, mode label): row}}: one line per mezo_eps
     for r in rows:
-        if r.get("mode") == "mezo" and num(r, "grad_cosine") is not None:
+        if r.get("mode") == estimators.ZEROTH_ORDER and num(r, "grad_cosine") is not None:
             mezo[context_key(r, keep=SCOPE_COLUMNS)][r.get("framework", ""), mode_label(r)] = r  # latest
     grid = []
     for key, series in best_groups(groups, lambda s, pts: len(pts) >= 2, MAX_PANELS):

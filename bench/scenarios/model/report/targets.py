@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.config import model_preset
+from bench.estimators import BASELINE, EXACT, FORWARD_GRADIENT, ZEROTH_ORDER
 from bench.harness.command import OneLineParser, run
 from bench.measure.trackers import MiB
 from bench.report.build import results_of
@@ -123,11 +124,12 @@ def check(rows: list[dict]) -> list[Check]:
         at = depths[deepest]
         here = where(ctx, str(deepest), contexts)
         x = lambda mode, key, at=at: num(at[mode], key) if mode in at else None  # noqa: E731
-        bp, jv, inf, mz = (x(m, "excess_mem_mb") for m in ("backprop", "jvp", "inference", "mezo"))
+        roles = (EXACT, FORWARD_GRADIENT, BASELINE, ZEROTH_ORDER)
+        bp, jv, inf, mz = (x(m, "excess_mem_mb") for m in roles)
         if bp is not None and jv is not None:
             checks.append(Check(fw, here, "jvp excess <= 0.6 x backprop excess", jv, 0.6 * bp, "MiB"))
         if inf is not None and mz is not None:
-            largest = model_sizes(at["mezo"])[1]
+            largest = model_sizes(at[ZEROTH_ORDER])[1]
             checks.append(
                 Check(
                     fw,
@@ -138,17 +140,17 @@ def check(rows: list[dict]) -> list[Check]:
                     "MiB",
                 )
             )
-        tb, tj = x("backprop", "step_time_median_s"), x("jvp", "step_time_median_s")
+        tb, tj = x(EXACT, "step_time_median_s"), x(FORWARD_GRADIENT, "step_time_median_s")
         if tb is not None and tj is not None:
             checks.append(Check(fw, here, "jvp step time <= 1.1 x backprop step time", tj, 1.1 * tb, "s"))
-        ti, tm = x("inference", "step_time_median_s"), x("mezo", "step_time_median_s")
+        ti, tm = x(BASELINE, "step_time_median_s"), x(ZEROTH_ORDER, "step_time_median_s")
         if ti is not None and tm is not None:
             checks.append(Check(fw, here, "mezo step time <= 2.2 x inference step time", tm, 2.2 * ti, "s"))
-        jvp_depths = sorted(d for d in depths if "jvp" in depths[d])
+        jvp_depths = sorted(d for d in depths if FORWARD_GRADIENT in depths[d])
         if len(jvp_depths) >= 2:
             lo, hi = jvp_depths[0], jvp_depths[-1]
-            growth = slope(jvp_depths, [num(depths[d]["jvp"], "excess_mem_mb") for d in jvp_depths])
-            tangent = model_sizes(depths[hi]["jvp"])[0]
+            growth = slope(jvp_depths, [num(depths[d][FORWARD_GRADIENT], "excess_mem_mb") for d in jvp_depths])
+            tangent = model_sizes(depths[hi][FORWARD_GRADIENT])[0]
             checks.append(
                 Check(
                     fw,

@@ -23,6 +23,7 @@ from collections import defaultdict
 from functools import partial
 from pathlib import Path
 
+from bench import estimators
 from bench.measure.timeline import CATEGORIES
 from bench.report.plots import Chart, Plot, Series, save
 from bench.report.section import PLOT_DIR, Results, Section
@@ -125,7 +126,7 @@ def jvp_against_backprop(cells: Cells) -> list[str]:
     """Per framework, where a jvp step's time beyond backprop's goes."""
     out = []
     for fw in dict.fromkeys(f for f, _ in sorted(cells, key=lambda c: c[0])):
-        bp, fg = cells.get((fw, "backprop")), cells.get((fw, "jvp"))
+        bp, fg = cells.get((fw, estimators.EXACT)), cells.get((fw, estimators.FORWARD_GRADIENT))
         if bp is None or fg is None or not num(bp, "profile_step_ms"):
             continue
         a, b = num(fg, "profile_step_ms"), num(bp, "profile_step_ms")
