@@ -225,6 +225,13 @@ def matched_memory(groups: dict[tuple[str, str], Group]) -> list[list[str]]:
 PROFILED = (("wall_to_target_s", "wall s"), ("steps_to_target", "steps"), ("forwards_to_target", "forward passes"))
 
 
+def mode_rank(label: str) -> int:
+    """A mode label's estimator in the registry's order (backprop, jvp, jacfwd, mezo, ...)."""
+    names = estimators.names()
+    base = label.split("+")[0].split("(")[0].split("[")[0]
+    return names.index(base) if base in names else len(names)
+
+
 def profile_table(found: dict[Context, dict]) -> str:
     """The performance profile at a few tau, per cost: a row per framework and mode."""
     body = []
@@ -233,7 +240,9 @@ def profile_table(found: dict[Context, dict]) -> str:
         solved = sum(any(math.isfinite(v) for v in c.values()) for c in costs.values())
         if not solved:
             continue
-        for (fw, mode), fractions in performance_profile(costs).items():
+        profile = performance_profile(costs)
+        for fw, mode in sorted(profile, key=lambda s: (framework_order(s[0]), mode_rank(s[1]), s[1])):
+            fractions = profile[(fw, mode)]
             body.append([FRAMEWORK_NAMES.get(fw, fw), mode, f"{name} (of {solved})", *(f"{f:.0%}" for f in fractions)])
     head = ["framework", "mode", "cost (problems)", *(f"τ = {t}" for t in TAUS)]
     return md_table(head, body, "lll" + "r" * len(TAUS)) if body else ""
