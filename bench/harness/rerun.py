@@ -4,7 +4,9 @@ say whether it repeated its losses.
 Every trial keeps its resolved config beside its row (<results>/configs/<run_id>.json, runner.save_config). The
 rerun is a new trial of that config (a new row, a new run_id) through the same harness; its per-step losses are
 compared with the recorded ones, bit for bit. Exit 0 when they are identical, 1 when they differ or the rerun did
-not end ok, 2 for a run_id that is not recorded or whose config is missing or damaged (nothing is run then).
+not end ok, 2 for a run_id that is not recorded or whose config is missing or damaged (nothing is run then). A
+tuning sweep's or a target's trial is rerun as tuning=rerun (as_rerun): the cost report keeps it apart from the
+search and the winner's seeds.
 What is bit-identical and where it ends: docs/reproducibility.md.
 """
 
@@ -59,6 +61,15 @@ def saved_config(results: Path, run_id: str):
         raise ConfigError(f"run_id={run_id}: its config {path} is damaged ({first}); nothing was run") from None
 
 
+def as_rerun(cfg):
+    """The recorded config as a rerun runs it. A trial of a tuning sweep, or one run to a target, is rerun as its
+    own kind (tuning=rerun; tune_group kept, so the report shows it beside its group): never a search trial or a
+    repeat, so it cannot join the search, change its winner or count as one of the winner's seeds."""
+    if cfg.tuning or cfg.target.metric:
+        cfg.tuning = "rerun"
+    return cfg
+
+
 def compare(old: list[float], new: list[float]) -> tuple[bool, str]:
     """Whether two loss series are identical, bit for bit, and one line saying so or where they part."""
     if old == new:
@@ -82,7 +93,7 @@ def main(argv: list[str] | None, scenarios: Registry) -> int:
                 f"run_id={args.run_id}: a scenario={scenario.name} trial records no losses to "
                 "compare; accepted: a run of runs.csv"
             )
-        cfg = saved_config(results, args.run_id)
+        cfg = as_rerun(saved_config(results, args.run_id))
         cfg.results_dir, cfg.resume = str(results), False
         validate(scenario, cfg)
         check_results_file(results / scenario.results_file, scenario.columns)

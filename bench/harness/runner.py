@@ -129,6 +129,7 @@ def record_job(cfg: BenchConfig, scenario: Scenario, run_trial=None) -> dict:
         "sweep_id": sweep_id,
         "config_hash": h,
         "experiment": experiment,
+        "tune_objective": tuning_objective() if cfg.tuning else None,
     }
     rows = scenario.rows(cfg, outcome, ids)
     sink = CsvSink(csv_path, scenario.columns)
@@ -176,6 +177,16 @@ def progress_info(cfg: BenchConfig) -> tuple[int, int | str, str, str]:
     if hc.mode == RunMode.MULTIRUN:
         return hc.job.num + 1, read_plan(hc.sweep.dir).get("total") or "?", sweep_id, experiment
     return 1, 1, sweep_id, experiment
+
+
+def tuning_objective() -> str | None:
+    """The tuning sweeper's objective (hydra.sweeper.objective), so the report picks the winner the sweep picked;
+    None outside a Hydra multirun or under another sweeper."""
+    try:
+        hc = HydraConfig.get()
+    except ValueError:  # outside a Hydra app: a rerun, tests
+        return None
+    return hc.sweeper.get("objective") if hc.mode == RunMode.MULTIRUN else None
 
 
 def spawn_trial(cfg: BenchConfig, scenario: Scenario, run_id: str, results_dir: Path, task: Task) -> dict:

@@ -162,6 +162,12 @@ EXTRA_COLUMNS = (
     "scan_layers",  # JAX: the encoder as a lax.scan over stacked layers, or unrolled (docs/speed.md)
     "aot_compile_s",  # JAX: the ahead-of-time compile alone, before the first step (torch: nothing to compile)
     "model_note",  # which models (memory, FLOP, communication) have no term for the mode: their cells are empty
+    # cost to a target, what its numbers depend on beyond the above (docs/cost-to-target.md): the evaluation
+    # interval (steps to the target are known to within it), the objective the tuning sweeper picked its winner
+    # by, and the model's FLOPs of one forward pass over the step's samples (forward-pass equivalents, MFU)
+    "eval_every",
+    "tune_objective",
+    "flops_forward",
 )
 # each estimator's settings (bench/estimators/<name>.py): NAME_<setting>, those not named above at the end
 SETTING_COLUMNS = tuple(c for c in estimators.setting_columns() if c not in REQUIRED_COLUMNS + EXTRA_COLUMNS)

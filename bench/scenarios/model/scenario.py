@@ -249,6 +249,7 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "target_metric": cfg.target.metric,
         "target_value": cfg.target.value,
         "target_max_steps": cfg.target.max_steps,
+        "eval_every": cfg.eval_every if cfg.evaluate else None,
         "tuning": cfg.tuning,
         "tune_group": cfg.tune_group,
         **{k: v for k, v in host_facts().items() if k in COLUMNS},

@@ -18,6 +18,7 @@ import os
 import signal
 import time
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -291,6 +292,11 @@ def flop_columns(cfg: BenchConfig, trainer, batches, step_s: float, device, kind
         cfg.seq_len,
         framework=cfg.framework,
     )
+    # one forward pass over the step's samples, the model's (no tangents, no backward): the unit of forward-pass
+    # equivalents, and 3x it the useful FLOPs of a training step that MFU counts (PaLM's, torchtitan's)
+    forward = predict_flops(
+        bert_spec(cfg.model), replace(step_spec(cfg), mode="inference"), cfg.batch_size, cfg.seq_len
+    )
     rate = counted["flops_per_step"] / step_s
     published = (
         published_peak(implementation(cfg.framework, "device").device_name(device), cfg.dtype)
@@ -301,6 +307,7 @@ def flop_columns(cfg: BenchConfig, trainer, batches, step_s: float, device, kind
         "flops_per_step": counted["flops_per_step"],
         "flops_method": counted["flops_method"],
         "flops_predicted": predicted.total if predicted else None,
+        "flops_forward": forward.total if forward else None,
         "flops_per_s": rate,
         "matmul_peak_flops_per_s": peak,
         "utilisation": rate / peak if peak else None,

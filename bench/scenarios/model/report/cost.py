@@ -1,12 +1,11 @@
 """The report's "Cost to target" section: what each way of differentiating costs to reach the same held-out
-accuracy (or loss), tuned with the same budget, relative to backprop; and its plots.
+accuracy (or loss), tuned with the same budget, relative to backprop; at matched memory; a performance profile
+across modes and problems; and its plots.
 
-Rows are the trials run with a target (`target.metric`). A tuning sweep (bench/harness/tuning.py) marks each
-trial `search` (a point of its mode's search space) or `repeat` (the winner at another seed) and names what was
-tuned together (`tune_group`); a target trial run on its own is a group of its own kind (framework, mode, scope).
-Per group, as AlgoPerf scores a submission: the fastest search trial that reached the target is the mode's tuned
-point; its cost is the median over the seeds it ran with (the search trial and its repeats), a seed that missed
-the target counting as infinitely slow; every trial of the search is listed too.
+Rows are the trials run with a target (`target.metric`). How they are grouped, which trial wins a group's search
+and which seeds its cost is taken over are cost_stats.py's: in short, the search picks a point by the sweeper's
+objective, and its cost is the median over fresh seeds (its repeats at seeds the search did not use, a missed seed
+infinite), never the search trial that chose it; reruns are listed apart.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import estimators
@@ -22,64 +20,31 @@ from bench.report.plots import Chart, Plot, Series, save
 from bench.report.section import PLOT_DIR, RUNS_CSV, Results, Section
 from bench.report.tables import fmt_ratio, fmt_value, md_table, num
 from bench.scenarios.model.columns import REQUIRED_COLUMNS
+from bench.scenarios.model.report.cost_stats import (
+    TAUS,
+    Cost,
+    Group,
+    cost_groups,
+    performance_profile,
+    point,
+    problems,
+    ratio,
+    reached_row,
+    reference,
+    seed_counts,
+    target_label,
+)
 from bench.scenarios.model.select import (
-    OPTIMIZER_KNOBS,
     Context,
-    context_key,
     context_label,
     context_order,
     framework_order,
     knob,
     mode_order,
     non_default,
-    scope_label,
 )
 from bench.spec import FRAMEWORK_NAMES
 from bench.store.read import read_history
-
-# What a tuning search varies: left out of the context a cost is compared in, and shown as the tuned point.
-TUNED = (*OPTIMIZER_KNOBS, *estimators.setting_columns(), "num_tangents")
-REFERENCE = "backprop"  # costs are given relative to backprop's, in the same framework, scope and context
-
-
-@dataclass(eq=False)  # compared (and hashed) by identity: one group per framework and mode
-class Group:
-    """The trials of one way of differentiating tuned together: its search, and its winner's seeds."""
-
-    framework: str
-    label: str
-    search: list[dict] = field(default_factory=list)
-    repeats: list[dict] = field(default_factory=list)
-
-    @property
-    def winner(self) -> dict | None:
-        reached = [r for r in self.search if reached_row(r)]
-        return min(reached, key=lambda r: num(r, "wall_to_target_s")) if reached else None
-
-    def seeds(self) -> list[dict]:
-        """The winner's trials over seeds: its search trial and the repeats of its point."""
-        w = self.winner
-        if w is None:
-            return []
-        return [w, *(r for r in self.repeats if point(r) == point(w))]
-
-    def cost(self, column: str) -> tuple[float | None, float | None, float | None]:
-        """(median, lowest, highest) of `column` over the winner's seeds; a seed that missed is infinite."""
-        values = [num(r, column) if reached_row(r) else math.inf for r in self.seeds()]
-        values = [v for v in values if v is not None]
-        if not values:
-            return None, None, None
-        return statistics.median(values), min(values), max(values)
-
-
-def reached_row(row: dict) -> bool:
-    return row.get("status") == "ok" and row.get("target_status") == "reached"
-
-
-def point(row: dict) -> tuple:
-    """The tuned point of a trial: its learning rate and the mode's own tuned knobs."""
-    numeric = (*OPTIMIZER_KNOBS, *estimators.setting_columns())  # compared by value: 1e-3 and 0.001 are one point
-    return tuple(knob(row, c) if c in numeric else str(row.get(c, "")) for c in TUNED)
 
 
 def point_label(row: dict) -> str:
@@ -93,45 +58,43 @@ def point_label(row: dict) -> str:
     return ", ".join(parts)
 
 
-def cost_label(row: dict) -> str:
-    """The way of differentiating, without what its tuning varies: backprop+remat, jvp[lazy], mezo; its scope."""
-    name = row.get("mode", "") + ("+remat" if str(row.get("remat")).lower() == "true" else "")
-    if row.get("mode") == "jvp" and row.get("framework") == "torch" and row.get("jvp_impl") not in ("", "func", None):
-        name += f"[{row['jvp_impl']}]"
-    if (row.get("trainable") or "all") != "all":
-        name += f"[{scope_label(row)}]"
-    return name
+def count(v: float, scale: float = 1.0) -> str:
+    return f"{v * scale:.0f}"  # steps and forward passes: whole numbers
 
 
-def reference_label(row: dict) -> str:
-    """The backprop a mode is compared with: plain backprop (no remat) over the same trainable scope."""
-    return cost_label({**row, "mode": REFERENCE, "remat": "False", "jvp_impl": ""})
-
-
-def target_key(row: dict) -> Context:
-    """What a cost is compared in: the context less what tuning varies, plus the target itself."""
-    return (*context_key(row, drop=TUNED), ("target", f"{row.get('target_metric')} {row.get('target_value')}"))
-
-
-def cost_groups(rows: list[dict]) -> dict[Context, dict[tuple[str, str], Group]]:
-    out: dict = defaultdict(dict)
-    for r in rows:
-        if not r.get("target_metric") or r.get("status") == "damaged":
-            continue
-        key, cell = target_key(r), (r.get("framework", ""), cost_label(r))
-        group = out[key].setdefault(cell, Group(*cell))
-        (group.repeats if r.get("tuning") == "repeat" else group.search).append(r)
-    return out
-
-
-def fmt_spread(cost: tuple, scale: float = 1.0) -> str:
-    mid, lo, hi = cost
-    if mid is None:
+def fmt_spread(cost: Cost, scale: float = 1.0, fmt=fmt_value) -> str:
+    """median [lowest–highest] over the seeds; "not reached" where most seeds missed"""
+    if cost.median is None:
         return "-"
-    if math.isinf(mid):
+    if math.isinf(cost.median):
         return "not reached"
-    text = fmt_value(mid, scale)
-    return text if lo == hi else f"{text} [{fmt_value(lo, scale)}–{'∞' if math.isinf(hi) else fmt_value(hi, scale)}]"
+    text = fmt(cost.median, scale)
+    if cost.lo == cost.hi:
+        return text
+    return f"{text} [{fmt(cost.lo, scale)}–{'∞' if math.isinf(cost.hi) else fmt(cost.hi, scale)}]"
+
+
+def fmt_range(r: tuple) -> str:
+    """a ratio, with the range the evaluation interval allows where known: 6.90× (5.20–13.5)"""
+    mid, lo, hi = r
+    if mid is None or lo is None:
+        return fmt_ratio(mid)
+    return f"{fmt_ratio(mid)} ({fmt_value(lo)}–{fmt_value(hi)})"
+
+
+def seeds_cell(g: Group) -> str:
+    seeds = g.seeds()
+    missed = sum(not reached_row(r) for r in seeds)
+    return f"{len(seeds)}" + (f" ({missed} missed)" if missed else "")
+
+
+def measured(g: Group, column: str) -> float | None:
+    """A measurement that does not depend on reaching the target (peak memory): the median over the winner's
+    seeds, else the winner's own."""
+    values = [v for v in (num(r, column) for r in g.seeds()) if v is not None]
+    if values:
+        return statistics.median(values)
+    return num(g.winner, column) if g.winner else None
 
 
 HEAD = [
@@ -142,12 +105,16 @@ HEAD = [
     "reached (search)",
     "seeds",
     "steps",
+    "steps known within",
+    "forward passes",
+    "GFLOP",
     "timed s",
     "wall s",
     "peak MiB",
     "excess MiB",
     "MiB·s",
-    "steps ×",
+    "steps × (range)",
+    "forward passes ×",
     "wall ×",
     "peak ×",
     "MiB·s ×",
@@ -155,52 +122,56 @@ HEAD = [
 
 
 def ordered(groups: dict[tuple[str, str], Group]) -> list[Group]:
-    first = lambda g: (g.search or g.repeats)[0]  # noqa: E731
-    return sorted(groups.values(), key=lambda g: (framework_order(g.framework), mode_order(first(g)), g.label))
-
-
-COSTS = ("steps_to_target", "seconds_to_target", "wall_to_target_s")
+    return sorted(groups.values(), key=lambda g: (framework_order(g.framework), mode_order(g.rows[0]), g.label))
 
 
 def cost_table(groups: dict[tuple[str, str], Group]) -> str:
     body = []
     for g in ordered(groups):
-        w, any_row = g.winner, (g.search or g.repeats)[0]
-        ref = groups.get((g.framework, reference_label(any_row)))
+        w, ref = g.winner, reference(groups, g)
         reached = sum(reached_row(r) for r in g.search)
+        bracket = g.steps_bracket()
         row = [
             FRAMEWORK_NAMES.get(g.framework, g.framework),
             g.label,
-            f"{num(w or any_row, 'n_trainable') or 0:,.0f}",
+            f"{num(w or g.rows[0], 'n_trainable') or 0:,.0f}",
             point_label(w) if w else "-",
-            f"{reached}/{len(g.search)}",
-            str(len(g.seeds())),
+            f"{reached}/{len(g.search)}" if g.search else "no search",
+            seeds_cell(g),
+            fmt_spread(g.cost("steps_to_target"), fmt=count),
+            "-" if bracket is None or math.isinf(bracket[1]) else f"{bracket[0]:.0f}–{bracket[1]:.0f}",
+            fmt_spread(g.cost("forwards_to_target"), fmt=count),
+            fmt_spread(g.cost("flops_to_target"), 1e-9),
+            fmt_spread(g.cost("seconds_to_target")),
+            fmt_spread(g.cost("wall_to_target_s")),
+            fmt_value(measured(g, "peak_mem_mb")),
+            fmt_value(measured(g, "excess_mem_mb")),
+            fmt_spread(g.cost("mib_s_to_target")),
+            fmt_range(ratio(g, ref, "steps_to_target")),
+            fmt_ratio(ratio(g, ref, "forwards_to_target")[0]),
+            fmt_ratio(ratio(g, ref, "wall_to_target_s")[0]),
+            fmt_ratio(peak_ratio(g, ref)),
+            fmt_ratio(ratio(g, ref, "mib_s_to_target")[0]),
         ]
-        row += [fmt_spread(g.cost(c)) for c in COSTS]
-        row += ["-" if w is None else fmt_value(num(w, c)) for c in ("peak_mem_mb", "excess_mem_mb")]
-        row.append(fmt_spread(g.cost("mib_s_to_target")))
-        for column in ("steps_to_target", "wall_to_target_s", "peak_mem_mb", "mib_s_to_target"):
-            row.append(fmt_ratio(relative(g, ref, column)))
         body.append(row)
     return md_table(HEAD, body, "ll" + "r" * (len(HEAD) - 2))
 
 
-def relative(g: Group, ref: Group | None, column: str) -> float | None:
-    """The group's median cost over the reference's (backprop's, same framework and scope); peak memory is the
-    winner's own."""
+def peak_ratio(g: Group, ref: Group | None) -> float | None:
     if ref is None or g.winner is None or ref.winner is None:
         return None
-    if column == "peak_mem_mb":
-        a, b = num(g.winner, column), num(ref.winner, column)
-    else:
-        a, b = g.cost(column)[0], ref.cost(column)[0]
-    return None if a is None or b is None or b <= 0 or math.isinf(a) or math.isinf(b) else a / b
+    a, b = measured(g, "peak_mem_mb"), measured(ref, "peak_mem_mb")
+    return None if a is None or not b else a / b
+
+
+KIND_ORDER = {"search": 0, "repeat": 1, "": 2, "rerun": 3}
 
 
 def trials_table(groups: dict[tuple[str, str], Group]) -> str:
     body = []
     for g in ordered(groups):
-        for r in sorted(g.search + g.repeats, key=lambda r: (r.get("tuning") == "repeat", point(r), r.get("seed"))):
+        kind = lambda r: KIND_ORDER.get(r.get("tuning") or "", len(KIND_ORDER))  # noqa: E731
+        for r in sorted(g.rows, key=lambda r: (kind(r), point(r), str(r.get("seed")))):
             ok = r.get("status") == "ok"
             outcome = (r.get("target_status") or "ok") if ok else f"**{r.get('status')}**"
             final = num(r, r.get("target_metric") or "eval_accuracy")
@@ -223,31 +194,70 @@ def trials_table(groups: dict[tuple[str, str], Group]) -> str:
 
 
 def matched_memory(groups: dict[tuple[str, str], Group]) -> list[list[str]]:
-    """For each memory budget a tuned mode needs (its winner's peak), the fastest mode (median wall time to the
-    target) that fits in it, per framework: the answer to "which method reaches my accuracy fastest within my
-    memory?"."""
+    """Per framework and trained scope, for each memory budget a tuned mode needs (its peak), the fastest mode
+    (median wall time to the target) that fits in it: the answer to "which method reaches my accuracy fastest
+    within my memory?", for the parameters a user trains."""
+    cells: dict = defaultdict(list)
+    for g in groups.values():
+        cells[(g.framework, g.scope)].append(g)
+    # scopes in the order of their trained parameters, as the steps-against-parameters plot reads
+    size = lambda c: min(num(g.rows[0], "n_trainable") or 0 for g in cells[c])  # noqa: E731
+    order = lambda c: (framework_order(c[0]), size(c), min(mode_order(g.rows[0])[1] for g in cells[c]))  # noqa: E731
     rows = []
-    for fw in sorted({g.framework for g in groups.values()}, key=framework_order):
-        wall = {g: g.cost("wall_to_target_s")[0] for g in groups.values() if g.framework == fw and g.winner}
-        tuned = {g: w for g, w in wall.items() if w is not None and math.isfinite(w)}
-        for budget in sorted({num(g.winner, "peak_mem_mb") for g in tuned} - {None}):
-            fits = [g for g in tuned if (num(g.winner, "peak_mem_mb") or math.inf) <= budget]
-            best = min(fits, key=tuned.get)
+    for fw, scope in sorted(cells, key=order):
+        wall = {g: g.cost("wall_to_target_s") for g in cells[(fw, scope)]}
+        tuned = {g: c for g, c in wall.items() if c.finite and measured(g, "peak_mem_mb") is not None}
+        for budget in sorted({measured(g, "peak_mem_mb") for g in tuned}):
+            best = min((g for g in tuned if measured(g, "peak_mem_mb") <= budget), key=lambda g: tuned[g].median)
             rows.append(
-                [FRAMEWORK_NAMES.get(fw, fw), fmt_value(budget), best.label, fmt_spread(best.cost("wall_to_target_s"))]
+                [
+                    FRAMEWORK_NAMES.get(fw, fw),
+                    scope,
+                    fmt_value(budget),
+                    best.label,
+                    fmt_spread(tuned[best]),
+                    str(tuned[best].seeds),
+                ]
             )
     return rows
+
+
+PROFILED = (("wall_to_target_s", "wall s"), ("steps_to_target", "steps"), ("forwards_to_target", "forward passes"))
+
+
+def mode_rank(label: str) -> int:
+    """A mode label's estimator in the registry's order (backprop, jvp, jacfwd, mezo, ...)."""
+    names = estimators.names()
+    base = label.split("+")[0].split("(")[0].split("[")[0]
+    return names.index(base) if base in names else len(names)
+
+
+def profile_table(found: dict[Context, dict]) -> str:
+    """The performance profile at a few tau, per cost: a row per framework and mode."""
+    body = []
+    for column, name in PROFILED:
+        costs = problems(found, column)
+        solved = sum(any(math.isfinite(v) for v in c.values()) for c in costs.values())
+        if not solved:
+            continue
+        profile = performance_profile(costs)
+        for fw, mode in sorted(profile, key=lambda s: (framework_order(s[0]), mode_rank(s[1]), s[1])):
+            fractions = profile[(fw, mode)]
+            body.append([FRAMEWORK_NAMES.get(fw, fw), mode, f"{name} (of {solved})", *(f"{f:.0%}" for f in fractions)])
+    head = ["framework", "mode", "cost (problems)", *(f"τ = {t}" for t in TAUS)]
+    return md_table(head, body, "lll" + "r" * len(TAUS)) if body else ""
 
 
 # ---------------------------------------------------------------------------------------------------- plots
 
 
 def curve_charts(key: Context, groups: dict[tuple[str, str], Group]) -> list[Chart]:
-    """Held-out accuracy (or loss) against wall time and against steps, a line per mode: each winner's first seed."""
-    metric = dict(key)["target"].split()[0]
+    """Held-out accuracy (or loss) against wall time and against steps, a line per mode: its winner's first fresh
+    seed (the winning search trial where it has none; the first trial where nothing won)."""
+    metric = dict(dict(key)["target"])["target_metric"]
     by_time, by_step = [], []
     for g in groups.values():
-        w = g.winner or (g.search[0] if g.search else None)
+        w = next(iter(g.seeds()), None) or g.winner or (g.rows[0] if g.rows else None)
         history = read_history(w) if w else None
         if not history or not history.get(metric):
             continue
@@ -273,14 +283,13 @@ def params_chart(key: Context, groups: dict[tuple[str, str], Group]) -> Chart | 
     lines: dict = defaultdict(dict)
     missed: dict = {}  # trained parameters -> the cap a mode did not reach the target within
     for g in groups.values():
-        steps = g.cost("steps_to_target")[0]
+        steps = g.cost("steps_to_target").median
         if g.winner is None or steps is None or math.isinf(steps):
-            row = (g.search or g.repeats)[0]
+            row = g.rows[0]
             if num(row, "n_trainable") and num(row, "target_max_steps"):
                 missed[num(row, "n_trainable")] = num(row, "target_max_steps")
             continue
-        mode = g.label.split("[")[0] if g.label.endswith("]") else g.label
-        lines[(g.framework, mode)][num(g.winner, "n_trainable")] = steps
+        lines[(g.framework, g.mode)][num(g.winner, "n_trainable")] = steps
     series = [
         Series(fw, mode, sorted(pts), [pts[x] for x in sorted(pts)])
         for (fw, mode), pts in lines.items()
@@ -334,30 +343,59 @@ class CostSection(Section):
             "",
             "What each way of differentiating costs to reach the same held-out target, each tuned with the same "
             "budget of trials (a grid per mode: `+experiment=cost_to_target`, docs/cost-to-target.md). **tuned "
-            "point**: the search trial that reached the target fastest (wall time); its costs are the median "
-            "[lowest–highest] over the seeds it ran with, a seed that missed counting as infinite. **steps** "
-            "include the warm-up steps (they train too); **timed s** is the steps' own time; **wall s** counts "
-            "from the compilation to the evaluation that met the target, compilation and evaluations included "
-            "(AlgoPerf's clock); **MiB·s** is the excess memory held for the timed seconds. The × columns divide "
-            "by backprop's in the same framework and scope.",
+            "point**: the search trial that reached the target with the lowest value of the sweep's objective "
+            "(its rows' `tune_objective`; wall time before rows named it). Its costs come only from fresh seeds: "
+            "the median [lowest–highest] over its repeats at seeds the search did not use (**seeds**: how many; a "
+            "seed that missed counts as infinite), never the search trial that chose it; a target trial run "
+            "without a sweep is its own point, every trial of it a seed. **steps** include the warm-up steps "
+            "(they train too); the target is checked only every `eval_every` steps, so each seed's count is the "
+            "evaluation that met it and its first step at the target lies after the evaluation before: **steps "
+            "known within** is where the median lies, and **steps ×** gives in brackets the range of the ratio "
+            "that allows. **forward passes** are the step's counted FLOPs over one forward pass of the model, "
+            "times the steps (a MeZO step is about two, backprop's about three), **GFLOP** the counted FLOPs to "
+            "the target; **timed s** is the steps' own time; **wall s** counts from the compilation to the "
+            "evaluation that met the target, compilation and evaluations included (AlgoPerf's clock); **MiB·s** "
+            "is the excess memory held for the timed seconds. The × columns divide medians by backprop's in the "
+            "same framework and scope. Reruns (`python -m bench rerun`) are listed with the trials, never "
+            "counted.",
             "",
         ]
         for key in sorted(found, key=context_order):
-            out += [f"### {context_label(key[:-1])} · target {dict(key)['target']}", "", cost_table(found[key]), ""]
+            out += [f"### {context_label(key[:-1])} · target {target_label(key)}", "", cost_table(found[key]), ""]
             fits = matched_memory(found[key])
             if fits:
                 out += [
-                    "At matched memory: the fastest tuned mode within each mode's peak memory.",
+                    "At matched memory, per trained scope: the fastest tuned mode within each mode's peak memory "
+                    "(wall s: median [lowest–highest] over its seeds).",
                     "",
-                    md_table(["framework", "memory budget MiB", "fastest within it", "wall s"], fits, "lrll"),
+                    md_table(
+                        ["framework", "trained scope", "memory budget MiB", "fastest within it", "wall s", "seeds"],
+                        fits,
+                        "llrllr",
+                    ),
                     "",
                 ]
             out += [
-                "<details><summary>Every trial of the search and its repeats</summary>",
+                "<details><summary>Every trial of the search, its repeats and reruns</summary>",
                 "",
                 trials_table(found[key]),
                 "",
                 "</details>",
+                "",
+            ]
+        profile = profile_table(found)
+        if profile:
+            fewest, most = seed_counts(found)
+            seeds = f"{fewest}" if fewest == most else f"{fewest} to {most}"
+            out += [
+                "### Performance profile",
+                "",
+                "As AlgoPerf scores submissions: a problem is a (context, target, trained scope); per cost, the "
+                "share of the problems some mode reached on which each framework and mode reached the target "
+                f"within τ times the best mode's cost there (medians over {seeds} fresh seeds per winner). τ = 1: "
+                "how often it was the cheapest.",
+                "",
+                profile,
                 "",
             ]
         for plot in cost_plots(found):

@@ -12,9 +12,11 @@ Rows carry, per step of the traced steps (bench/measure/timeline.py; docs/time.m
     time_overhead_ms     no operation ran: Python, dispatch, the runtime
 
 summing to profile_step_ms, and flops_per_step (counted by the framework), flops_predicted (the analytical model),
-flops_per_s (at the timed median step) and utilisation (of matmul_peak_flops_per_s, this host's measured matmul
-rate; on a GPU also mfu, of the device's published peak). Rows without a trace are left out; the section appears
-only when some ok row has one.
+flops_forward (the model's one forward pass) and flops_per_s (at the timed median step). Against one peak per host
+(a GPU's published peak, else the highest of the host's trials' matmul probes: a slower probe met a busy host), the
+table gives HFU, the counted FLOPs' rate, and MFU, the model's useful FLOPs' rate: 3x a forward pass per training
+step whatever the mode (PaLM's and torchtitan's definition), 1x for inference. Rows without a trace are left out;
+the section appears only when some ok row has one.
 """
 
 from __future__ import annotations
@@ -87,14 +89,64 @@ HEAD = [
     *[f"{c} ms" for c in CATEGORIES],
     "GFLOP / step (counted / model)",
     "GFLOP/s",
-    "of matmul peak",
-    "MFU",
+    "HFU (counted FLOPs)",
+    "MFU (model FLOPs, 3× forward)",
 ]
 
 
-def time_table(cells: Cells) -> str:
+def host(row: dict) -> str:
+    return row.get("hostname") or row.get("device_name") or row.get("device") or "?"
+
+
+def host_peaks(rows) -> dict[str, float]:
+    """One matmul peak per host: the highest of its trials' probes (each probe keeps its fastest matmul; one slower
+    than another on the same host met a busy host)."""
+    peaks: dict[str, float] = {}
+    for r in rows:
+        probe = num(r, "matmul_peak_flops_per_s")
+        if probe:
+            peaks[host(r)] = max(probe, peaks.get(host(r), 0.0))
+    return peaks
+
+
+def peak_of(row: dict, peaks: dict[str, float]) -> float | None:
+    """What a row's utilisation divides by: its GPU's published peak, else its host's measured one."""
+    return num(row, "peak_flops_per_s") or peaks.get(host(row))
+
+
+def useful_flops(row: dict) -> float | None:
+    """The model's FLOPs a step is credited with: 3 forward passes for every training mode, as backprop's forward
+    and backward (MFU as PaLM and torchtitan define it), 1 for inference."""
+    forward = num(row, "flops_forward")
+    return None if forward is None else forward * (1 if row.get("mode") == "inference" else 3)
+
+
+def utilisations(row: dict, peaks: dict[str, float]) -> tuple[float | None, float | None]:
+    """(HFU, MFU) of a row: the counted FLOPs' rate, and the model's useful FLOPs' rate, over its peak."""
+    peak, step = peak_of(row, peaks), num(row, "step_time_median_s")
+    if not peak or not step:
+        return None, None
+    counted, useful = num(row, "flops_per_step"), useful_flops(row)
+    return (None if counted is None else counted / step / peak), (None if useful is None else useful / step / peak)
+
+
+def peaks_line(cells: Cells, peaks: dict[str, float]) -> str:
+    """Which peak each host's rows divide by."""
+    parts = []
+    for name in dict.fromkeys(host(r) for r in cells.values()):
+        published = {num(r, "peak_flops_per_s") for r in cells.values() if host(r) == name} - {None}
+        if published:
+            parts.append(f"{name}: {_g(max(published))} GFLOP/s, published")
+        elif name in peaks:
+            parts.append(f"{name}: {_g(peaks[name])} GFLOP/s, the highest of its trials' matmul probes")
+    return f"Peak: {'; '.join(parts)}." if parts else ""
+
+
+def time_table(cells: Cells, peaks: dict[str, float] | None = None) -> str:
+    peaks = host_peaks(cells.values()) if peaks is None else peaks
     body = []
     for (fw, label), r in sorted(cells.items(), key=cell_order):
+        hfu, mfu = utilisations(r, peaks)
         step = num(r, "profile_step_ms") or 0.0
         parts = [f"{ms(r, c):.1f} ({ms(r, c) / step:.0%})" if step else "-" for c in CATEGORIES]
         flops = f"{_g(num(r, 'flops_per_step'))} / {_g(num(r, 'flops_predicted'))}"
@@ -108,8 +160,8 @@ def time_table(cells: Cells) -> str:
                 *parts,
                 flops,
                 _g(num(r, "flops_per_s")),
-                _share(num(r, "utilisation")),
-                _share(num(r, "mfu")),
+                _share(hfu),
+                _share(mfu),
             ]
         )
     return md_table(HEAD, body)
@@ -158,19 +210,14 @@ def across_frameworks(cells: Cells) -> list[str]:
     return out
 
 
-def peak_sentence(cells: Cells) -> list[str]:
-    rows = [
-        (variant(r), r.get("framework", ""), num(r, "utilisation"), num(r, "matmul_peak_flops_per_s"))
-        for r in cells.values()
-        if num(r, "utilisation") is not None
-    ]
+def peak_sentence(cells: Cells, peaks: dict[str, float]) -> list[str]:
+    rows = [(variant(r), r.get("framework", ""), utilisations(r, peaks)[0]) for r in cells.values()]
+    rows = [x for x in rows if x[2] is not None]
     if not rows:
         return []
     lo, hi = min(rows, key=lambda x: x[2]), max(rows, key=lambda x: x[2])
-    peak = max(p for *_, p in rows if p is not None) if any(p for *_, p in rows) else None
-    at = f" ({peak / 1e9:.3g} GFLOP/s, measured by a matmul probe in the trial's process)" if peak else ""
     return [
-        f"Of this host's matmul peak{at}, the steps reach from {lo[2]:.1%} ({lo[1]} {lo[0]}) to {hi[2]:.1%} "
+        f"Of the peak, the steps' counted FLOPs reach (HFU) from {lo[2]:.1%} ({lo[1]} {lo[0]}) to {hi[2]:.1%} "
         f"({hi[1]} {hi[0]})."
     ]
 
@@ -216,15 +263,20 @@ def section(contexts: dict[Context, Cells], plot: Plot) -> list[str]:
         "step, so the categories add up to the traced step (*traced ms*: with the profiler on, above the "
         "*timed* median by the profiler's cost per operation, most where a step runs many small ones). "
         "FLOPs per step are the matmuls', counted by the framework (torch's FlopCounterMode; the compiled JAX "
-        "programs' dots) beside the analytical model's (bench/measure/flop_model.py); "
-        "*of matmul peak* is the achieved FLOP/s at the timed median step over this host's measured matmul "
-        "rate, *MFU* the same over a GPU's published peak.",
+        "programs' dots) beside the analytical model's (bench/measure/flop_model.py). Both utilisations divide "
+        "by one peak per host (a GPU's published peak, else the highest of the host's trials' matmul probes), "
+        "at the timed median step: *HFU* the FLOPs the framework counted (torch's forward mode includes its zero "
+        "tangents' products), *MFU* the model's useful FLOPs, 3 forward passes per training step whatever the "
+        "mode (PaLM's and torchtitan's definition: every mode is credited backprop's useful work, so MeZO's 2 "
+        "forwards count as 3 and torch's zero-tangent products not at all).",
         "",
     ]
+    peaks = host_peaks(r for cells in contexts.values() for r in cells.values())
     for key in richest_first(contexts):
         cells = contexts[key]
-        out += [*context_heading(key, cells.values()), time_table(cells), ""]
-        said = jvp_against_backprop(cells) + across_frameworks(cells) + peak_sentence(cells)
+        line = peaks_line(cells, peaks)
+        out += [*context_heading(key, cells.values()), time_table(cells, peaks), "", *([line, ""] if line else [])]
+        said = jvp_against_backprop(cells) + across_frameworks(cells) + peak_sentence(cells, peaks)
         out += [*(f"- {s}" for s in said), ""] if said else []
     if plot.drawn:
         out += [f"![{plot.title}]({PLOT_DIR}/{plot.name}.png)", "", f"*How to read it:* {plot.how_to_read}", ""]
