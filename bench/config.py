@@ -242,7 +242,8 @@ class BenchConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     tuning: str | None = _f(
         None,
-        "set by the tuning sweeper: search (a point of a mode's search space) | repeat (its winner at another seed)",
+        "set by the tuning sweeper: search (a point of a mode's search space) | repeat (its winner at another seed) "
+        "| rerun (python -m bench rerun)",
     )
     tune_group: str | None = _f(None, "set by the tuning sweeper: what is tuned together (the sweep's fixed choices)")
     divergence_factor: float = _f(

@@ -295,7 +295,7 @@ def flop_columns(cfg: BenchConfig, trainer, batches, step_s: float, device, kind
     # one forward pass over the step's samples, the model's (no tangents, no backward): the unit of forward-pass
     # equivalents, and 3x it the useful FLOPs of a training step that MFU counts (PaLM's, torchtitan's)
     forward = predict_flops(
-        bert_spec(cfg.model), replace(step_spec(cfg), mode="inference"), cfg.batch_size, cfg.seq_len
+        bert_spec(cfg.model), replace(step_spec(cfg), mode=estimators.BASELINE), cfg.batch_size, cfg.seq_len
     )
     rate = counted["flops_per_step"] / step_s
     published = (

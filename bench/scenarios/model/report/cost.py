@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from dataclasses import fields
 from pathlib import Path
 
 from bench import estimators
@@ -48,13 +49,12 @@ from bench.store.read import read_history
 
 
 def point_label(row: dict) -> str:
-    parts = [f"lr {knob(row, 'lr')}"]
-    for column, option in estimators.setting_columns().items():  # the row's own estimator's settings
-        name, key = option.split(".")
-        if name == row.get("mode") and (column in estimators.moved() or non_default(row, column)):
-            parts.append(f"{key} {knob(row, column)}")
-    if row.get("mode") == "jvp" and str(row.get("num_tangents")) not in ("", "1"):
-        parts.append(f"K={row.get('num_tangents')}")
+    parts, mode = [f"lr {knob(row, 'lr')}"], row.get("mode", "")
+    if mode in estimators.settings_nodes():  # the row's own estimator's settings
+        columns = estimators.columns_of(mode)
+        for f in fields(estimators.get(mode).settings):
+            if isinstance(f.default, float) or non_default(row, columns[f.name]):  # a scale (eps) always
+                parts.append(f"{f.name} {knob(row, columns[f.name])}")
     return ", ".join(parts)
 
 

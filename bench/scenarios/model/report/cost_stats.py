@@ -38,9 +38,9 @@ from bench.scenarios.model.select import (
 )
 
 # What a tuning search may vary (the sweeper's points set them); which of them a search did vary is read from its rows
-TUNABLE = (*OPTIMIZER_KNOBS, *estimators.setting_columns(), "num_tangents")
+TUNABLE = (*OPTIMIZER_KNOBS, *estimators.setting_columns())
 TARGET_COLUMNS = ("target_metric", "target_value", "target_max_steps", "eval_every", "warmup_steps")
-REFERENCE = "backprop"  # costs are given relative to backprop's, in the same framework, scope and context
+REFERENCE = estimators.EXACT  # costs are given relative to backprop's, in the same framework, scope and context
 DEFAULT_OBJECTIVE = "wall_to_target_s"  # the sweeper's default: what picked winners before rows named it
 INF = math.inf
 

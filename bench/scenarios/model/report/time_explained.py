@@ -118,7 +118,8 @@ def useful_flops(row: dict) -> float | None:
     """The model's FLOPs a step is credited with: 3 forward passes for every training mode, as backprop's forward
     and backward (MFU as PaLM and torchtitan define it), 1 for inference."""
     forward = num(row, "flops_forward")
-    return None if forward is None else forward * (1 if row.get("mode") == "inference" else 3)
+    trains = row.get("mode") not in estimators.names() or estimators.get(row["mode"]).updates
+    return None if forward is None else forward * (3 if trains else 1)
 
 
 def utilisations(row: dict, peaks: dict[str, float]) -> tuple[float | None, float | None]:
