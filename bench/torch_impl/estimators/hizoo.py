@@ -35,6 +35,24 @@ def gradient(trainer, micro_batches, tangents=None, in_step=False):
     )
 
 
+def hizoo_passes(loss_of, move, micro_batches, *, eps: float) -> list[torch.Tensor]:
+    """HiZOO's three passes per micro-batch: [L0, the projection (L+ - L-) / (2 eps), the second difference
+    L+ + L- - 2 L0], perturbing in place by +eps, -2eps, +eps with `move(scale)`."""
+    total = proj = second = 0.0
+    m = len(micro_batches)
+    for batch in micro_batches:
+        loss0 = loss_of(batch)
+        move(+eps)
+        loss_plus = loss_of(batch)
+        move(-2 * eps)
+        loss_minus = loss_of(batch)
+        move(+eps)
+        total = total + loss0 / m
+        proj = proj + (loss_plus - loss_minus) / (2 * eps) / m
+        second = second + (loss_plus + loss_minus - 2 * loss0) / m
+    return [torch.as_tensor(x) for x in (total, proj, second)]
+
+
 @torch.no_grad()
 def hizoo_gradient(
     loss_of,
@@ -65,19 +83,7 @@ def hizoo_gradient(
         for i, (name, p) in enumerate(params.items()):
             p.add_(z_of(i, name, p) * hessian[name].rsqrt(), alpha=scale)
 
-    total = proj = second = 0.0
-    m = len(micro_batches)
-    for batch in micro_batches:
-        loss0 = loss_of(batch)
-        move(+eps)
-        loss_plus = loss_of(batch)
-        move(-2 * eps)
-        loss_minus = loss_of(batch)
-        move(+eps)
-        total = total + loss0 / m
-        proj = proj + (loss_plus - loss_minus) / (2 * eps) / m
-        second = second + (loss_plus + loss_minus - 2 * loss0) / m
-    total, proj, second = reduce(torch.stack([torch.as_tensor(x) for x in (total, proj, second)]))
+    total, proj, second = reduce(torch.stack(hizoo_passes(loss_of, move, micro_batches, eps=eps)))
     curvature = abs(float(second)) / (2 * eps * eps)
     return total, HessianScaledGradient(
         params, hessian, float(proj), curvature, alpha, seed, step, kind, commit, tangents
