@@ -33,6 +33,7 @@ class TrialContext:
     framework: str
     parallel: str  # none | ddp | fsdp
     n: int  # trainable parameters
+    forwards: float | None = None  # the FLOP model's step in forward passes' FLOPs (None: not modelled)
 
 
 @dataclass(frozen=True)

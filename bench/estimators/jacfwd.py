@@ -28,6 +28,12 @@ class JacfwdSettings:
     max_params: int = setting(
         2_000_000, "refuse more trainable parameters (one forward-mode pass each) than this, integer >= 1"
     )
+    max_forwards: int = setting(
+        2_000,
+        "refuse a step the FLOP model prices above this many forward passes (a pass per trained parameter through "
+        "every layer after it: LoRA's adapters and BitFit's biases cross them all, the head scopes only the "
+        "head), integer >= 1",
+    )
 
 
 def chunk_for(chunk: int | str, framework: str, device_kind: str) -> int:
@@ -50,7 +56,7 @@ class Jacfwd(Estimator):
     def check(self, s: JacfwdSettings) -> str | None:
         if s.chunk != "auto" and integer("jacfwd.chunk", s.chunk, 1):
             return f"jacfwd.chunk={s.chunk}: accepted auto | an integer >= 1"
-        return integer("jacfwd.max_params", s.max_params, 1)
+        return integer("jacfwd.max_params", s.max_params, 1) or integer("jacfwd.max_forwards", s.max_forwards, 1)
 
     def refuses(self, c: TrialContext) -> str | None:
         s = self.settings_of(c.step)
@@ -63,8 +69,16 @@ class Jacfwd(Estimator):
         if c.n > s.max_params:
             return (
                 f"mode=jacfwd with trainable={c.step.trainable}: {c.n:,} trainable parameters, one forward-mode pass "
-                f"each (> jacfwd.max_params={s.max_params:,}); accepted: trainable=head|bias|last_k with fewer "
+                f"each (> jacfwd.max_params={s.max_params}); accepted: trainable=head|bias|last_k with fewer "
                 "parameters, or a larger jacfwd.max_params"
+            )
+        if c.forwards is not None and c.forwards > s.max_forwards:
+            # a step that costs thousands of forward passes runs minutes on a CPU and looks hung: asked for, or not run
+            return (
+                f"mode=jacfwd with trainable={c.step.trainable}: {c.n:,} trainable parameters, one forward-mode pass "
+                f"each through every layer after it: the FLOP model prices a step at {c.forwards:,.0f} forward "
+                f"passes (> jacfwd.max_forwards={s.max_forwards}); accepted: trainable=head|classifier (the trunk "
+                f"runs once), or jacfwd.max_forwards={math.ceil(c.forwards)} or more to run it"
             )
         return None
 

@@ -57,6 +57,14 @@ from tests.support import FAST, REPO, bench_here, whole_rows
         (["-m", "framework=torch,jax", "compile=true"], "compile=true with framework=jax mode=backprop: torch.compile"),
         (["framework=torch", "case=jvp", "compile=true"], "compile=true with framework=torch mode=jvp"),
         (["mode=jacfwd", "model=bert_base"], "109,485,316 trainable parameters, one forward-mode pass each"),
+        # the command of the issue on jacfwd over LoRA: a step priced at thousands of forward passes, refused
+        (
+            ["mode=jacfwd", "model=tiny", "trainable=lora"],
+            "mode=jacfwd with trainable=lora: 2,180 trainable parameters, one forward-mode pass each through every "
+            "layer after it: the FLOP model prices a step at 2,867 forward passes (> jacfwd.max_forwards=2000); "
+            "accepted: trainable=head|classifier (the trunk runs once), or jacfwd.max_forwards=2867 or more to run it",
+        ),
+        (["jacfwd.max_forwards=0"], "jacfwd.max_forwards=0: accepted an integer >= 1"),
         (["data=ag_news", "data.path=/no/such.csv"], "data.path=/no/such.csv: no such file"),
         (["trainable=lora", "lora.rank=0"], "lora.rank=0: must be an integer >= 1"),
         (["trainable=lora", "lora.alpha=0"], "lora.alpha=0.0: accepted a finite number > 0"),

@@ -6,7 +6,7 @@ the launcher can start by bench.harness.launch.check_launch."""
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from bench import data, estimators
@@ -26,6 +26,7 @@ from bench.config import (
 )
 from bench.errors import ConfigError
 from bench.estimators.base import TrialContext
+from bench.measure.flop_model import predict as predict_flops
 from bench.parallel import STRATEGIES, global_batch_size, timed_steps, world_size
 from bench.spec import (
     ATTN_IMPLEMENTATIONS,
@@ -104,8 +105,8 @@ def validate(cfg: BenchConfig) -> None:
         )
     if cfg.framework == "jax" and cfg.attn_implementation != "eager":
         raise ConfigError(f"attn_implementation={cfg.attn_implementation}: torch only; framework=jax accepts eager")
-    n = count_params(spec, cfg.trainable, cfg.last_k, lora_spec(cfg.lora))
-    if why := estimator.refuses(TrialContext(step_spec(cfg), cfg.framework, cfg.parallel, n)):
+    n, step = count_params(spec, cfg.trainable, cfg.last_k, lora_spec(cfg.lora)), step_spec(cfg)
+    if why := estimator.refuses(TrialContext(step, cfg.framework, cfg.parallel, n, forward_passes(cfg, spec, step))):
         raise ConfigError(why)
     validate_parallel(cfg)
     validate_target(cfg)
@@ -116,6 +117,15 @@ def validate(cfg: BenchConfig) -> None:
             check_checkpoint(m.checkpoint, spec)
         except WeightsError as e:
             raise ConfigError(str(e)) from e
+
+
+def forward_passes(cfg: BenchConfig, spec, step) -> float | None:
+    """The FLOP model's price of the trial's step in forward passes (None where the mode has no FLOP term)."""
+    resolved = estimators.get(cfg.mode).resolved(step, cfg.framework, "cuda" if cfg.device == "cuda" else "cpu")
+    full = predict_flops(spec, resolved, cfg.batch_size, cfg.seq_len, framework=cfg.framework)
+    forward = replace(step, mode=estimators.BASELINE, settings=None)
+    one = predict_flops(spec, forward, cfg.batch_size, cfg.seq_len, framework=cfg.framework)
+    return full.total / one.total if full is not None and one is not None and one.total else None
 
 
 def validate_lora(cfg: BenchConfig) -> None:
