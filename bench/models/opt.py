@@ -226,9 +226,9 @@ def adapter_weights(spec: OptSpec, lora: LoraSpec, seed: int) -> dict[str, np.nd
 
 def with_adapters(weights: dict[str, np.ndarray], spec: OptSpec, lora: LoraSpec | None, seed: int):
     """`weights` with the adapters of `lora` added where it lacks them (adapter_weights), or unchanged without."""
-    if lora is None:
+    if lora is None or all(k in weights for k in lora_shapes(spec, lora)):
         return weights
-    return {**adapter_weights(spec, lora, seed), **weights}
+    return {**weights, **{k: v for k, v in adapter_weights(spec, lora, seed).items() if k not in weights}}
 
 
 def check_weights(weights: dict[str, np.ndarray], spec: OptSpec, lora: LoraSpec | None = None) -> None:
