@@ -1,0 +1,250 @@
+"""OPT (Zhang et al. 2022) for sequence classification: the framework-neutral facts of the family.
+
+The architecture both frameworks build (HF OPTConfig semantics, the pre-LayerNorm variant of opt-125m and every
+size from 1.3b up), its parameters by HF's names for OPTForSequenceClassification in torch layout, which of them
+each trainable scope selects, PEFT's OPT LoRA targets, and HF's initialisation. torch_impl/models/opt.py builds
+it through transformers, jax_impl/models/opt.py as our own Flax NNX model; neither defines its own copy of these.
+
+What a trainer must know beyond BERT: no token_type_ids; positions come from the attention mask (HF: cumsum - 1,
+plus an offset of 2, so embed_positions has max_position_embeddings + 2 rows); the logits are read at the last
+token that is not pad_token_id (transformers 5.x: the rightmost such token), so batches are right-padded with
+pad_token_id, not 0.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from bench.spec import TRAINABLE_SCOPES, LoraSpec
+
+# trainable=lora: the linear layers of a decoder layer an adapter may wrap (HF's module names inside a layer).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2")
+LORA_DEFAULT_TARGETS = ("q_proj", "v_proj")  # PEFT's default targets for OPT (TRANSFORMERS_MODELS_TO_LORA_...)
+# BERT's target names (bench.spec.LORA_TARGETS) for the same roles: a LoraSpec written for BERT (its default,
+# query and value; all_linear) picks the same layers of OPT, so one lora config serves both families.
+_BERT_ROLES = {
+    "query": "q_proj",
+    "key": "k_proj",
+    "value": "v_proj",
+    "attention.output.dense": "out_proj",
+    "intermediate.dense": "fc1",
+    "output.dense": "fc2",
+}
+
+
+@dataclass(frozen=True)
+class OptSpec:
+    """OPT for sequence classification: the architecture both frameworks build (HF OPTConfig semantics, with
+    do_layer_norm_before=True, ReLU, word_embed_proj_dim == hidden_size, elementwise-affine LayerNorms)."""
+
+    vocab_size: int = 50272
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    ffn_dim: int = 3072
+    max_position_embeddings: int = 2048
+    num_labels: int = 4  # the suite's classification task (BertSpec's default too)
+    dropout: float = 0.1  # residual dropout after attention and after the MLP (HF OPTConfig default)
+    attention_dropout: float = 0.0  # on the attention probabilities (HF OPTConfig default)
+    init_std: float = 0.02  # std of the normal init (HF OPTConfig default)
+    pad_token_id: int = 1  # <pad> in OPT's GPT-2 BPE vocab (HF OPTConfig default)
+    enable_bias: bool = True  # biases of q/k/v/out_proj, fc1 and fc2 (LayerNorms always have theirs)
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def layer_norm_eps(self) -> float:
+        # HF's OPT builds nn.LayerNorm without eps, so torch's default; not a config field there, nor here.
+        return 1e-5
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+OPT_125M = OptSpec()  # facebook/opt-125m's shapes (OPTConfig's defaults are that model's)
+# 2 layers, hidden 32, an odd ffn_dim so a transposed fc1/fc2 cannot pass for the right one: tests only.
+OPT_TINY = OptSpec(vocab_size=1000, hidden_size=32, num_layers=2, num_heads=4, ffn_dim=37, max_position_embeddings=512)
+
+# HF OPTLearnedPositionalEmbedding: positions (cumsum of the mask - 1) are shifted by 2 rows, a fairseq legacy.
+POSITION_OFFSET = 2
+
+
+def lora_targets(lora: LoraSpec) -> tuple[str, ...]:
+    """The OPT layers `lora` wraps, in HF's order: its targets as OPT names, BERT's names read as their roles."""
+    named = set()
+    for t in lora.targets:
+        if t not in LORA_TARGETS and t not in _BERT_ROLES:
+            raise ValueError(f"lora.targets: {t!r} is no OPT layer; accepted {', '.join(LORA_TARGETS)}")
+        named.add(_BERT_ROLES.get(t, t))
+    return tuple(t for t in LORA_TARGETS if t in named)
+
+
+def lora_module(target: str) -> str:
+    """A LORA_TARGETS name as the module's path inside a decoder layer (HF naming)."""
+    return f"self_attn.{target}" if target.endswith("_proj") else target
+
+
+def lora_shapes(spec: OptSpec, lora: LoraSpec) -> dict[str, tuple[int, ...]]:
+    """The adapters' parameters with their torch-layout shapes, as PEFT names them (its ".default" adapter name
+    dropped): model.decoder.layers.0.self_attn.q_proj.lora_A.weight (rank, in), ...lora_B.weight (out, rank)."""
+    H, F = spec.hidden_size, spec.ffn_dim
+    dims = {"q_proj": (H, H), "k_proj": (H, H), "v_proj": (H, H), "out_proj": (H, H), "fc1": (H, F), "fc2": (F, H)}
+    shapes = {}
+    for i in range(spec.num_layers):
+        for target in lora_targets(lora):
+            n_in, n_out = dims[target]
+            name = f"model.decoder.layers.{i}.{lora_module(target)}"
+            shapes[name + ".lora_A.weight"] = (lora.rank, n_in)
+            shapes[name + ".lora_B.weight"] = (n_out, lora.rank)
+    return shapes
+
+
+def param_shapes(spec: OptSpec, lora: LoraSpec | None = None) -> dict[str, tuple[int, ...]]:
+    """Every parameter of HF OPTForSequenceClassification, in HF's order, with its torch-layout shape; with
+    `lora`, the adapters' parameters after them (lora_shapes)."""
+    H, F = spec.hidden_size, spec.ffn_dim
+    d = "model.decoder."
+    shapes: dict[str, tuple[int, ...]] = {
+        d + "embed_tokens.weight": (spec.vocab_size, H),
+        d + "embed_positions.weight": (spec.max_position_embeddings + POSITION_OFFSET, H),
+        d + "final_layer_norm.weight": (H,),  # HF's OPTDecoder registers it before its layers
+        d + "final_layer_norm.bias": (H,),
+    }
+    for i in range(spec.num_layers):
+        p = f"{d}layers.{i}."
+        linears = {"self_attn.k_proj": (H, H), "self_attn.v_proj": (H, H), "self_attn.q_proj": (H, H)}
+        linears["self_attn.out_proj"] = (H, H)
+        for name, shape in linears.items():  # HF builds k, v, q, out in that order
+            shapes[p + name + ".weight"] = shape
+            if spec.enable_bias:
+                shapes[p + name + ".bias"] = shape[:1]
+        shapes[p + "self_attn_layer_norm.weight"] = (H,)
+        shapes[p + "self_attn_layer_norm.bias"] = (H,)
+        for name, shape in (("fc1", (F, H)), ("fc2", (H, F))):
+            shapes[p + name + ".weight"] = shape
+            if spec.enable_bias:
+                shapes[p + name + ".bias"] = shape[:1]
+        shapes[p + "final_layer_norm.weight"] = (H,)
+        shapes[p + "final_layer_norm.bias"] = (H,)
+    shapes["score.weight"] = (spec.num_labels, H)  # no bias in HF's score head
+    return shapes if lora is None else {**shapes, **lora_shapes(spec, lora)}
+
+
+_LAYER = re.compile(r"model\.decoder\.layers\.(\d+)\.")
+# trainable=head: OPT has no pooler. What stands between the last decoder layer and the score is the decoder's
+# final LayerNorm, applied once on top of the stack as BERT's pooler is: the head is that LayerNorm and the score.
+# It keeps BERT's contract for head-only scopes (nothing before the head trains, so the trunk runs once,
+# untangented) and last_k's (the last k layers and everything after them).
+_HEAD_PREFIXES = ("model.decoder.final_layer_norm.", "score.")
+
+
+def is_trainable(name: str, scope: str, num_layers: int, last_k: int = 1) -> bool:
+    """Whether the parameter `name` (HF naming) is trained under `scope`.
+
+    all     every parameter
+    head    the decoder's final LayerNorm + score (see _HEAD_PREFIXES)
+    classifier  the score alone: a linear probe on the last token's final hidden state
+    bias    BitFit (Ben Zaken et al. 2022): every bias vector (LayerNorm betas included) plus the score, which has
+            no bias of its own, as BERT's scope trains its whole classifier
+    last_k  the last `last_k` decoder layers, plus the head
+    lora    the LoRA adapters plus the score (PEFT's sequence-classification recipe)
+    """
+    if scope == "lora":
+        return ".lora_" in name or name.startswith("score.")
+    if scope == "all":
+        return True
+    head = name.startswith(_HEAD_PREFIXES)
+    if scope == "head":
+        return head
+    if scope == "classifier":
+        return name.startswith("score.")
+    if scope == "bias":
+        return name.endswith(".bias") or name.startswith("score.")
+    if scope == "last_k":
+        m = _LAYER.match(name)
+        return head or (m is not None and int(m.group(1)) >= num_layers - last_k)
+    raise ValueError(f"trainable={scope!r}: accepted {', '.join(TRAINABLE_SCOPES)}")
+
+
+def count_params(spec: OptSpec, scope: str = "all", last_k: int = 1, lora: LoraSpec | None = None) -> int:
+    """The parameters `scope` trains (trainable=lora: over the adapters `lora` describes, LoraSpec() if None)."""
+    shapes = param_shapes(spec, (lora or LoraSpec()) if scope == "lora" else None)
+    return sum(int(np.prod(s)) for n, s in shapes.items() if is_trainable(n, scope, spec.num_layers, last_k))
+
+
+def _generator(seed: int, name: str) -> np.random.Generator:
+    # One generator per tensor, seeded by (seed, crc32(name)) as bench.weights draws BERT's: a tensor's values do
+    # not depend on which others are drawn, and are the same on every platform.
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
+def init_weights(spec: OptSpec, seed: int, names: list[str] | None = None) -> dict[str, np.ndarray]:
+    """HF OPT's init (PreTrainedModel._init_weights with init_std): Linear and Embedding weights ~ N(0, init_std)
+    (embed_positions included), biases 0, LayerNorm weight 1 / bias 0, the pad_token_id row of embed_tokens 0."""
+    shapes = param_shapes(spec)
+    out = {}
+    for name in names if names is not None else shapes:
+        shape = shapes[name]
+        if "layer_norm." in name:
+            out[name] = (np.ones if name.endswith(".weight") else np.zeros)(shape, np.float32)
+        elif name.endswith(".bias"):
+            out[name] = np.zeros(shape, np.float32)
+        else:
+            w = _generator(seed, name).standard_normal(shape, dtype=np.float32)
+            w *= np.float32(spec.init_std)
+            if name == "model.decoder.embed_tokens.weight":
+                w[spec.pad_token_id] = 0.0  # nn.Embedding(padding_idx=pad_token_id)
+            out[name] = w
+    return out
+
+
+def adapter_weights(spec: OptSpec, lora: LoraSpec, seed: int) -> dict[str, np.ndarray]:
+    """LoRA adapters as PEFT initialises them: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform(a=sqrt(5))), B = 0,
+    so the adapted model starts as its base; drawn as bench.weights.adapter_weights draws BERT's."""
+    out = {}
+    for name, shape in lora_shapes(spec, lora).items():
+        if ".lora_B." in name:
+            out[name] = np.zeros(shape, np.float32)
+        else:
+            bound = 1.0 / np.sqrt(shape[1])  # fan_in of A (rank, in)
+            out[name] = _generator(seed, name).uniform(-bound, bound, shape).astype(np.float32)
+    return out
+
+
+def with_adapters(weights: dict[str, np.ndarray], spec: OptSpec, lora: LoraSpec | None, seed: int):
+    """`weights` with the adapters of `lora` added where it lacks them (adapter_weights), or unchanged without."""
+    if lora is None or all(k in weights for k in lora_shapes(spec, lora)):
+        return weights
+    return {**weights, **{k: v for k, v in adapter_weights(spec, lora, seed).items() if k not in weights}}
+
+
+def check_weights(weights: dict[str, np.ndarray], spec: OptSpec, lora: LoraSpec | None = None) -> None:
+    """Raise one ValueError naming every unexpected, missing and mis-shaped key together."""
+    shapes = param_shapes(spec, lora)
+    missing = [k for k in shapes if k not in weights]
+    unexpected = sorted(set(weights) - set(shapes))
+    mismatched = [
+        f"{k} {tuple(weights[k].shape)} != {s}"
+        for k, s in shapes.items()
+        if k in weights and tuple(weights[k].shape) != s
+    ]
+    problems = [
+        f"{what} {len(keys)}: {', '.join(keys)}"
+        for what, keys in (("missing", missing), ("unexpected", unexpected), ("shape mismatch", mismatched))
+        if keys
+    ]
+    if problems:
+        raise ValueError("weights do not fit the OPT model: " + " | ".join(problems))

@@ -1,0 +1,118 @@
+"""PyTorch OPT: HF transformers' OPTForSequenceClassification, loaded from the shared numpy weights; with LoRA
+adapters injected by HF PEFT under trainable=lora. Mirror of jax_impl/models/opt.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from transformers import OPTConfig, OPTForSequenceClassification
+
+from bench.models.opt import OptSpec, check_weights, lora_module, lora_targets, param_shapes, with_adapters
+from bench.spec import ATTN_IMPLEMENTATIONS, LoraSpec
+
+
+def hf_config(spec: OptSpec, attn_implementation: str = "eager") -> OPTConfig:
+    # Eager attention by default: PyTorch's fused SDPA kernels have no forward-mode AD rule, and the same
+    # attention math in both frameworks keeps parity exact.
+    if attn_implementation not in ATTN_IMPLEMENTATIONS:
+        raise ValueError(f"attn_implementation={attn_implementation!r}: accepted {', '.join(ATTN_IMPLEMENTATIONS)}")
+    return OPTConfig(
+        vocab_size=spec.vocab_size,
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        ffn_dim=spec.ffn_dim,
+        max_position_embeddings=spec.max_position_embeddings,
+        do_layer_norm_before=True,  # pre-LN, as every OPT but 350m
+        word_embed_proj_dim=spec.hidden_size,  # no project_in / project_out
+        dropout=spec.dropout,
+        attention_dropout=spec.attention_dropout,
+        activation_function="relu",
+        layerdrop=0.0,
+        init_std=spec.init_std,
+        pad_token_id=spec.pad_token_id,
+        enable_bias=spec.enable_bias,
+        layer_norm_elementwise_affine=True,
+        num_labels=spec.num_labels,
+        problem_type="single_label_classification",
+        use_cache=False,  # a classifier's forward: no KV cache
+        attn_implementation=attn_implementation,
+    )
+
+
+def build_model(
+    spec: OptSpec,
+    weights: dict[str, np.ndarray],
+    device: str | torch.device = "cpu",
+    attn_implementation: str = "eager",
+    lora: LoraSpec | None = None,
+    seed: int = 0,
+):
+    """HF OPTForSequenceClassification with exactly `weights` (HF names, torch layout); with `lora`, PEFT's LoRA
+    layers around its targets, A and B from `weights` where it has them, else drawn from `seed` (with_adapters)."""
+    # Build on the meta device: HF's own random init would be thrown away immediately.
+    with torch.device("meta"):
+        model = OPTForSequenceClassification(hf_config(spec, attn_implementation))
+    if lora is not None:
+        add_adapters(model, spec, lora)
+    load_weights(model, with_adapters(weights, spec, lora, seed), device, lora)
+    return model
+
+
+def add_adapters(model, spec: OptSpec, lora: LoraSpec) -> None:
+    """PEFT's LoRA layers (peft.LoraConfig) around every target of every decoder layer, in place, the model staying
+    HF's OPTForSequenceClassification (inject_adapter_in_model: get_peft_model without the PeftModel wrapper)."""
+    from peft import LoraConfig, inject_adapter_in_model  # only trainable=lora needs PEFT
+
+    modules = [f"model.decoder.layers.{i}.{lora_module(t)}" for i in range(spec.num_layers) for t in lora_targets(lora)]
+    config = LoraConfig(
+        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=modules, bias="none"
+    )
+    inject_adapter_in_model(config, model)
+
+
+def hf_name(name: str) -> str:
+    """The HF parameter name of a torch parameter or state_dict key: PEFT's wrapped layer keeps its weight under
+    .base_layer and names its adapters lora_A.default / lora_B.default. Mirror of jax_impl's hf_name."""
+    return name.replace(".base_layer.", ".").replace(".default.", ".")
+
+
+def load_weights(
+    model, weights: dict[str, np.ndarray], device: str | torch.device = "cpu", lora: LoraSpec | None = None
+) -> None:
+    """Copy the numpy weights into the model (strict: every key checked, all problems reported together, and every
+    parameter of the model must be given one)."""
+    spec = _spec_of(model)
+    check_weights(weights, spec, lora=lora)
+    names = {hf_name(k): k for k in model.state_dict()}  # HF name -> the model's own key (PEFT's, with lora)
+    if set(names) != set(param_shapes(spec, lora)):  # OPT has no buffers: every key is a parameter
+        raise ValueError(
+            f"HF's OPT and bench.models.opt disagree: {sorted(set(names) ^ set(param_shapes(spec, lora)))}"
+        )
+    state = {names[k]: torch.tensor(weights[k], device=device) for k in param_shapes(spec, lora)}
+    model.load_state_dict(state, strict=True, assign=True)
+
+
+def _spec_of(model) -> OptSpec:
+    c = model.config
+    return OptSpec(
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        num_layers=c.num_hidden_layers,
+        num_heads=c.num_attention_heads,
+        ffn_dim=c.ffn_dim,
+        max_position_embeddings=c.max_position_embeddings,
+        num_labels=c.num_labels,
+        dropout=c.dropout,
+        attention_dropout=c.attention_dropout,
+        init_std=c.init_std,
+        pad_token_id=c.pad_token_id,
+        enable_bias=c.enable_bias,
+    )
+
+
+def export_weights(model) -> dict[str, np.ndarray]:
+    """The model's parameters as the shared {hf_name: numpy} dict in HF order (the inverse of load_weights). FSDP2's
+    sharded parameters (DTensors) are gathered whole: a collective, which every rank must call."""
+    whole = lambda v: v.full_tensor() if hasattr(v, "full_tensor") else v
+    return {hf_name(k): whole(v).detach().cpu().float().numpy().copy() for k, v in model.state_dict().items()}
