@@ -88,14 +88,14 @@ def _linear(
     return nnx.Linear(n_in, n_out, kernel_init=init, dtype=p.linear, param_dtype=p.params, rngs=rngs)
 
 
-def _project(linear: nnx.Linear, x, deterministic, rngs):
+def project(linear: nnx.Linear, x, deterministic, rngs):
     """A linear layer's output; a LoRALinear is also told the mode, for its adapter's dropout."""
     if isinstance(linear, LoRALinear):
         return linear(x, deterministic=deterministic, rngs=rngs)
     return linear(x)
 
 
-def _layer_norm(spec: BertSpec, rngs: nnx.Rngs, p: Precision) -> nnx.LayerNorm:
+def layer_norm(spec: BertSpec, rngs: nnx.Rngs, p: Precision) -> nnx.LayerNorm:
     # use_fast_variance=False: E[x^2] - E[x]^2 loses digits against torch's two-pass variance when |mean| >>
     # std.
     return nnx.LayerNorm(
@@ -118,7 +118,7 @@ class BertEmbeddings(nnx.Module):
         self.word_embeddings = _embed(spec.vocab_size, spec, rngs, p)
         self.position_embeddings = _embed(spec.max_position_embeddings, spec, rngs, p)
         self.token_type_embeddings = _embed(spec.type_vocab_size, spec, rngs, p)
-        self.LayerNorm = _layer_norm(spec, rngs, p)
+        self.LayerNorm = layer_norm(spec, rngs, p)
         self.dropout = nnx.Dropout(spec.dropout)
 
     def __call__(self, input_ids, token_type_ids, *, deterministic, rngs):
@@ -148,8 +148,8 @@ class BertSelfAttention(nnx.Module):
         def heads(t):  # (B, T, H) -> (B, nh, T, hd)
             return t.reshape(B, T, nh, hd).transpose(0, 2, 1, 3)
 
-        project = lambda linear: heads(_project(linear, x, deterministic, rngs))
-        q, k, v = project(self.query), project(self.key), project(self.value)
+        split = lambda linear: heads(project(linear, x, deterministic, rngs))
+        q, k, v = split(self.query), split(self.key), split(self.value)
         # HF eager attention: scale after the matmul, add the mask, softmax in float32, dropout on the
         # probabilities.
         scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * (hd**-0.5)  # (B, nh, T, T)
@@ -166,11 +166,11 @@ class BertSelfOutput(nnx.Module):
 
     def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32, lora: LoraSpec | None = None):
         self.dense = _linear(spec.hidden_size, spec.hidden_size, spec, rngs, p, lora, "attention.output.dense")
-        self.LayerNorm = _layer_norm(spec, rngs, p)
+        self.LayerNorm = layer_norm(spec, rngs, p)
         self.dropout = nnx.Dropout(spec.dropout)
 
     def __call__(self, x, residual, *, deterministic, rngs):
-        x = self.dropout(_project(self.dense, x, deterministic, rngs), deterministic=deterministic, rngs=rngs)
+        x = self.dropout(project(self.dense, x, deterministic, rngs), deterministic=deterministic, rngs=rngs)
         return self.LayerNorm(x + residual)  # (B, T, H)
 
 
@@ -191,7 +191,7 @@ class BertIntermediate(nnx.Module):
 
     def __call__(self, x, *, deterministic, rngs):
         # (B, T, I); BERT's exact erf GELU (HF "gelu")
-        return jax.nn.gelu(_project(self.dense, x, deterministic, rngs), approximate=False)
+        return jax.nn.gelu(project(self.dense, x, deterministic, rngs), approximate=False)
 
 
 class BertFeedForwardOutput(nnx.Module):
@@ -200,11 +200,11 @@ class BertFeedForwardOutput(nnx.Module):
 
     def __init__(self, spec: BertSpec, *, rngs: nnx.Rngs, p: Precision = FP32, lora: LoraSpec | None = None):
         self.dense = _linear(spec.intermediate_size, spec.hidden_size, spec, rngs, p, lora, "output.dense")
-        self.LayerNorm = _layer_norm(spec, rngs, p)
+        self.LayerNorm = layer_norm(spec, rngs, p)
         self.dropout = nnx.Dropout(spec.dropout)
 
     def __call__(self, x, residual, *, deterministic, rngs):
-        x = self.dropout(_project(self.dense, x, deterministic, rngs), deterministic=deterministic, rngs=rngs)
+        x = self.dropout(project(self.dense, x, deterministic, rngs), deterministic=deterministic, rngs=rngs)
         return self.LayerNorm(x + residual)  # (B, T, H)
 
 
@@ -270,7 +270,7 @@ def _stacked_layers(n: int, spec: BertSpec, rngs: nnx.Rngs, p: Precision, lora: 
 LayerHook = Callable[[str, nnx.State, jax.Array], nnx.State]
 
 
-def _scan_stack(
+def scan_stack(
     stack: BertLayer,
     x,
     mask_bias,
@@ -336,7 +336,7 @@ class BertEncoder(nnx.Module):
         hidden_states = [x]
         if self.scan:
             for name, stack in self.stacks.items():  # in layer order (built in that order)
-                x, ys = _scan_stack(stack, x, mask_bias, rngs, deterministic, self.remat, all_hidden, layer_hook, name)
+                x, ys = scan_stack(stack, x, mask_bias, rngs, deterministic, self.remat, all_hidden, layer_hook, name)
                 hidden_states += ys
         else:
             forward = _remat_layer_forward if self.remat else _layer_forward

@@ -31,11 +31,11 @@ from bench.spec import LORA_TARGETS, is_trainable, lora_module, param_shapes
 from bench.weights import WeightsError, check_weights
 
 
-def _identity(w: np.ndarray) -> np.ndarray:
+def identity(w: np.ndarray) -> np.ndarray:
     return w
 
 
-def _transpose(w: np.ndarray) -> np.ndarray:
+def transpose(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(w.T)
 
 
@@ -44,33 +44,33 @@ def _transpose(w: np.ndarray) -> np.ndarray:
 _L = "bert.encoder.layer.{L}."
 _E = "bert.embeddings."
 TABLE: tuple[tuple[str, str, object], ...] = (
-    (_E + "word_embeddings.weight", _E + "word_embeddings.embedding", _identity),
-    (_E + "position_embeddings.weight", _E + "position_embeddings.embedding", _identity),
-    (_E + "token_type_embeddings.weight", _E + "token_type_embeddings.embedding", _identity),
-    (_E + "LayerNorm.weight", _E + "LayerNorm.scale", _identity),
-    (_E + "LayerNorm.bias", _E + "LayerNorm.bias", _identity),
-    (_L + "attention.self.query.weight", _L + "attention.self.query.kernel", _transpose),
-    (_L + "attention.self.query.bias", _L + "attention.self.query.bias", _identity),
-    (_L + "attention.self.key.weight", _L + "attention.self.key.kernel", _transpose),
-    (_L + "attention.self.key.bias", _L + "attention.self.key.bias", _identity),
-    (_L + "attention.self.value.weight", _L + "attention.self.value.kernel", _transpose),
-    (_L + "attention.self.value.bias", _L + "attention.self.value.bias", _identity),
-    (_L + "attention.output.dense.weight", _L + "attention.output.dense.kernel", _transpose),
-    (_L + "attention.output.dense.bias", _L + "attention.output.dense.bias", _identity),
-    (_L + "attention.output.LayerNorm.weight", _L + "attention.output.LayerNorm.scale", _identity),
-    (_L + "attention.output.LayerNorm.bias", _L + "attention.output.LayerNorm.bias", _identity),
-    (_L + "intermediate.dense.weight", _L + "intermediate.dense.kernel", _transpose),
-    (_L + "intermediate.dense.bias", _L + "intermediate.dense.bias", _identity),
-    (_L + "output.dense.weight", _L + "output.dense.kernel", _transpose),
-    (_L + "output.dense.bias", _L + "output.dense.bias", _identity),
-    (_L + "output.LayerNorm.weight", _L + "output.LayerNorm.scale", _identity),
-    (_L + "output.LayerNorm.bias", _L + "output.LayerNorm.bias", _identity),
-    ("bert.pooler.dense.weight", "bert.pooler.dense.kernel", _transpose),
-    ("bert.pooler.dense.bias", "bert.pooler.dense.bias", _identity),
-    ("classifier.weight", "classifier.kernel", _transpose),
-    ("classifier.bias", "classifier.bias", _identity),
+    (_E + "word_embeddings.weight", _E + "word_embeddings.embedding", identity),
+    (_E + "position_embeddings.weight", _E + "position_embeddings.embedding", identity),
+    (_E + "token_type_embeddings.weight", _E + "token_type_embeddings.embedding", identity),
+    (_E + "LayerNorm.weight", _E + "LayerNorm.scale", identity),
+    (_E + "LayerNorm.bias", _E + "LayerNorm.bias", identity),
+    (_L + "attention.self.query.weight", _L + "attention.self.query.kernel", transpose),
+    (_L + "attention.self.query.bias", _L + "attention.self.query.bias", identity),
+    (_L + "attention.self.key.weight", _L + "attention.self.key.kernel", transpose),
+    (_L + "attention.self.key.bias", _L + "attention.self.key.bias", identity),
+    (_L + "attention.self.value.weight", _L + "attention.self.value.kernel", transpose),
+    (_L + "attention.self.value.bias", _L + "attention.self.value.bias", identity),
+    (_L + "attention.output.dense.weight", _L + "attention.output.dense.kernel", transpose),
+    (_L + "attention.output.dense.bias", _L + "attention.output.dense.bias", identity),
+    (_L + "attention.output.LayerNorm.weight", _L + "attention.output.LayerNorm.scale", identity),
+    (_L + "attention.output.LayerNorm.bias", _L + "attention.output.LayerNorm.bias", identity),
+    (_L + "intermediate.dense.weight", _L + "intermediate.dense.kernel", transpose),
+    (_L + "intermediate.dense.bias", _L + "intermediate.dense.bias", identity),
+    (_L + "output.dense.weight", _L + "output.dense.kernel", transpose),
+    (_L + "output.dense.bias", _L + "output.dense.bias", identity),
+    (_L + "output.LayerNorm.weight", _L + "output.LayerNorm.scale", identity),
+    (_L + "output.LayerNorm.bias", _L + "output.LayerNorm.bias", identity),
+    ("bert.pooler.dense.weight", "bert.pooler.dense.kernel", transpose),
+    ("bert.pooler.dense.bias", "bert.pooler.dense.bias", identity),
+    ("classifier.weight", "classifier.kernel", transpose),
+    ("classifier.bias", "classifier.bias", identity),
 ) + tuple(  # trainable=lora's adapters (model.LoRALinear): the wrapped layer's path, then PEFT's / nnx.LoRA's
-    (_L + f"{lora_module(t)}.lora_{m.upper()}.weight", _L + f"{lora_module(t)}.lora.lora_{m}", _transpose)
+    (_L + f"{lora_module(t)}.lora_{m.upper()}.weight", _L + f"{lora_module(t)}.lora.lora_{m}", transpose)
     for t in LORA_TARGETS
     for m in ("a", "b")
 )
@@ -178,15 +178,15 @@ def _entry(path: tuple, x) -> tuple[list[str], bool, object]:
     return layer_names(path, x.shape[0] if stacked else 1), stacked, transform
 
 
-def _from(names: list[str], stacked: bool, transform, arrays) -> np.ndarray:
+def stacked_from(names: list[str], stacked: bool, transform, arrays) -> np.ndarray:
     """One parameter from {hf_name: array in torch layout}: stacked along a new leading axis where it is."""
     if not stacked:
         return transform(np.asarray(arrays[names[0]]))
     return np.stack([transform(np.asarray(arrays[n])) for n in names])
 
 
-def _to(names: list[str], stacked: bool, transform, x) -> dict[str, np.ndarray]:
-    """The inverse of _from: {hf_name: array in torch layout}, one per slice of a stacked parameter."""
+def stacked_to(names: list[str], stacked: bool, transform, x) -> dict[str, np.ndarray]:
+    """The inverse of stacked_from: {hf_name: array in torch layout}, one per slice of a stacked parameter."""
     x = np.asarray(x)
     if not stacked:
         return {names[0]: transform(x)}
@@ -210,7 +210,7 @@ def load_weights(model, weights: dict[str, np.ndarray]) -> None:
     if names != set(shapes):
         raise WeightsError(f"model.py and spec.param_shapes disagree: {sorted(names ^ set(shapes))}")
     for var, ns, stacked, transform in params:
-        w = _from(ns, stacked, transform, weights)
+        w = stacked_from(ns, stacked, transform, weights)
         if w.shape != tuple(var.shape):  # unreachable while the table and model.py agree; cheap to be sure
             raise WeightsError(f"{ns[0]}: {w.shape} after transform != NNX {tuple(var.shape)}")
         var.set_value(jnp.asarray(w, dtype=var.dtype))
@@ -222,7 +222,7 @@ def export_weights(model) -> dict[str, np.ndarray]:
     out = {}
     for var, ns, stacked, transform in _params(model):
         # np.array copies: never aliases the model's arrays; bf16 parameters leave as fp32, as torch_impl's do
-        out.update(_to(ns, stacked, transform, np.array(var.get_value(), dtype=np.float32)))
+        out.update(stacked_to(ns, stacked, transform, np.array(var.get_value(), dtype=np.float32)))
     return {name: out[name] for name in param_shapes(model.spec, model.lora)}
 
 
@@ -232,7 +232,7 @@ def to_hf(tree) -> dict[str, np.ndarray]:
     array gives one entry per layer)."""
     out = {}
     for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        out.update(_to(*_entry(path, x), x))
+        out.update(stacked_to(*_entry(path, x), x))
     return out
 
 
@@ -240,6 +240,6 @@ def from_hf(tree, arrays: dict[str, np.ndarray]):
     """The inverse of to_hf: a pytree like `tree` whose leaves come from {hf_name: array in torch layout}."""
 
     def leaf(path, x):
-        return jnp.asarray(_from(*_entry(path, x), arrays), dtype=x.dtype)
+        return jnp.asarray(stacked_from(*_entry(path, x), arrays), dtype=x.dtype)
 
     return jax.tree_util.tree_map_with_path(leaf, tree)

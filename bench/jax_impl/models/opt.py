@@ -26,11 +26,11 @@ from bench.jax_impl.model import (
     LayerHook,
     LoRALinear,
     Precision,
-    _layer_norm,
-    _project,
-    _scan_stack,
+    layer_norm,
+    project,
+    scan_stack,
 )
-from bench.jax_impl.params import _from, _identity, _to, _transpose, keys_of
+from bench.jax_impl.params import identity, keys_of, stacked_from, stacked_to, transpose
 from bench.models.opt import (
     POSITION_OFFSET,
     OptSpec,
@@ -75,16 +75,16 @@ class OPTAttention(nnx.Module):
         def heads(t):  # (B, T, H) -> (B, nh, T, hd)
             return t.reshape(B, T, nh, hd).transpose(0, 2, 1, 3)
 
-        project = lambda linear, t: _project(linear, t, deterministic, rngs)
+        proj = lambda linear, t: project(linear, t, deterministic, rngs)
         # HF scales the query before the matmul (and the attention itself by 1.0): the same order of rounding.
-        q = heads(project(self.q_proj, x) * (hd**-0.5))
-        k, v = heads(project(self.k_proj, x)), heads(project(self.v_proj, x))
+        q = heads(proj(self.q_proj, x) * (hd**-0.5))
+        k, v = heads(proj(self.k_proj, x)), heads(proj(self.v_proj, x))
         scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) + mask_bias  # (B, nh, T, T), mask (B, 1, T, T)
         with jax.named_scope("softmax"):  # named in the compiled program: the trace's attention (jax_impl/profile)
             probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)  # fp32 softmax, back to the matmuls' dtype
         probs = self.dropout(probs, deterministic=deterministic, rngs=rngs)
         out = jnp.einsum("bhqk,bhkd->bhqd", probs, v).transpose(0, 2, 1, 3).reshape(B, T, H)  # (B, T, H)
-        return project(self.out_proj, out)
+        return proj(self.out_proj, out)
 
 
 class OPTDecoderLayer(nnx.Module):
@@ -93,18 +93,18 @@ class OPTDecoderLayer(nnx.Module):
     def __init__(self, spec: OptSpec, *, rngs: nnx.Rngs, p: Precision = FP32, lora: LoraSpec | None = None):
         H, F, b = spec.hidden_size, spec.ffn_dim, spec.enable_bias
         self.self_attn = OPTAttention(spec, rngs=rngs, p=p, lora=lora)
-        self.self_attn_layer_norm = _layer_norm(spec, rngs, p)
+        self.self_attn_layer_norm = layer_norm(spec, rngs, p)
         self.fc1 = _linear(H, F, spec, rngs, p, lora, "fc1", b)
         self.fc2 = _linear(F, H, spec, rngs, p, lora, "fc2", b)
-        self.final_layer_norm = _layer_norm(spec, rngs, p)
+        self.final_layer_norm = layer_norm(spec, rngs, p)
         self.dropout = nnx.Dropout(spec.dropout)
 
     def __call__(self, x, mask_bias, *, deterministic, rngs):
         kw = dict(deterministic=deterministic, rngs=rngs)
         a = self.self_attn(self.self_attn_layer_norm(x), mask_bias, **kw)  # (B, T, H)
         x = x + self.dropout(a, **kw)
-        h = jax.nn.relu(_project(self.fc1, self.final_layer_norm(x), deterministic, rngs))  # (B, T, F)
-        return x + self.dropout(_project(self.fc2, h, deterministic, rngs), **kw)  # (B, T, H)
+        h = jax.nn.relu(project(self.fc1, self.final_layer_norm(x), deterministic, rngs))  # (B, T, F)
+        return x + self.dropout(project(self.fc2, h, deterministic, rngs), **kw)  # (B, T, H)
 
 
 def _stacked_layers(n: int, spec: OptSpec, rngs: nnx.Rngs, p: Precision, lora: LoraSpec | None) -> OPTDecoderLayer:
@@ -131,7 +131,7 @@ class OPTDecoder(nnx.Module):
         self.remat = remat
         self.embed_tokens = _embed(spec.vocab_size, spec, rngs, p)
         self.embed_positions = _embed(spec.max_position_embeddings + POSITION_OFFSET, spec, rngs, p)
-        self.final_layer_norm = _layer_norm(spec, rngs, p)
+        self.final_layer_norm = layer_norm(spec, rngs, p)
         starts = np.cumsum((0, *stacks[:-1]))
         self.stacks = nnx.Dict({str(s): _stacked_layers(n, spec, rngs, p, lora) for s, n in zip(starts, stacks)})
 
@@ -149,7 +149,7 @@ class OPTDecoder(nnx.Module):
         mask_bias = jnp.where(keep, 0.0, MASK_VALUE).astype(jnp.float32)
         hidden = [x]
         for name, stack in self.stacks.items():  # in layer order (built in that order)
-            x, ys = _scan_stack(stack, x, mask_bias, rngs, deterministic, self.remat, all_hidden, layer_hook, name)
+            x, ys = scan_stack(stack, x, mask_bias, rngs, deterministic, self.remat, all_hidden, layer_hook, name)
             hidden += ys
         return x, (tuple(hidden) if all_hidden else ())
 
@@ -241,12 +241,12 @@ def build_model(
 
 # NNX leaf (the end of a parameter's path) -> HF leaf, with the transform from torch layout (its own inverse).
 _LEAVES = (
-    ("kernel", "weight", _transpose),  # nn.Linear.weight (out, in) <-> nnx.Linear.kernel (in, out)
-    ("bias", "bias", _identity),
-    ("scale", "weight", _identity),  # nn.LayerNorm.weight <-> nnx.LayerNorm.scale
-    ("embedding", "weight", _identity),  # nn.Embedding.weight <-> nnx.Embed.embedding, both (n, H)
-    ("lora.lora_a", "lora_A.weight", _transpose),  # PEFT (rank, in) <-> nnx.LoRA (in, rank)
-    ("lora.lora_b", "lora_B.weight", _transpose),  # PEFT (out, rank) <-> nnx.LoRA (rank, out)
+    ("kernel", "weight", transpose),  # nn.Linear.weight (out, in) <-> nnx.Linear.kernel (in, out)
+    ("bias", "bias", identity),
+    ("scale", "weight", identity),  # nn.LayerNorm.weight <-> nnx.LayerNorm.scale
+    ("embedding", "weight", identity),  # nn.Embedding.weight <-> nnx.Embed.embedding, both (n, H)
+    ("lora.lora_a", "lora_A.weight", transpose),  # PEFT (rank, in) <-> nnx.LoRA (in, rank)
+    ("lora.lora_b", "lora_B.weight", transpose),  # PEFT (out, rank) <-> nnx.LoRA (rank, out)
 )
 
 
@@ -293,7 +293,7 @@ def load_weights(model, weights: dict[str, np.ndarray]) -> None:
     if names != set(shapes):  # a bug in this module, not in the weights
         raise ValueError(f"JAX's OPT and bench.models.opt disagree: {sorted(names ^ set(shapes))}")
     for var, ns, stacked, transform in params:
-        w = _from(ns, stacked, transform, weights)
+        w = stacked_from(ns, stacked, transform, weights)
         if w.shape != tuple(var.shape):
             raise ValueError(f"{ns[0]}: {w.shape} after transform != NNX {tuple(var.shape)}")
         var.set_value(jnp.asarray(w, dtype=var.dtype))
@@ -304,7 +304,7 @@ def export_weights(model) -> dict[str, np.ndarray]:
     load_weights); bf16 parameters leave as fp32, as torch_impl's do."""
     out = {}
     for var, ns, stacked, transform in _params(model):
-        out.update(_to(ns, stacked, transform, np.array(var.get_value(), dtype=np.float32)))
+        out.update(stacked_to(ns, stacked, transform, np.array(var.get_value(), dtype=np.float32)))
     return {name: out[name] for name in param_shapes(model.spec, model.lora)}
 
 
@@ -322,7 +322,7 @@ def to_hf(tree) -> dict[str, np.ndarray]:
     """A pytree of parameter-shaped arrays (parameters, gradients, tangents) as {hf_name: numpy, torch layout}."""
     out = {}
     for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        out.update(_to(*_entry(path, _stack_size(path, x)), x))
+        out.update(stacked_to(*_entry(path, _stack_size(path, x)), x))
     return out
 
 
@@ -330,6 +330,6 @@ def from_hf(tree, arrays: dict[str, np.ndarray]):
     """The inverse of to_hf: a pytree like `tree` whose leaves come from {hf_name: array in torch layout}."""
 
     def leaf(path, x):
-        return jnp.asarray(_from(*_entry(path, _stack_size(path, x)), arrays), dtype=x.dtype)
+        return jnp.asarray(stacked_from(*_entry(path, _stack_size(path, x)), arrays), dtype=x.dtype)
 
     return jax.tree_util.tree_map_with_path(leaf, tree)
