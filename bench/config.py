@@ -31,7 +31,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from bench import estimators
+from bench import estimators, models
 from bench.errors import ConfigError
 from bench.measure.system import cuda_device_count
 from bench.ops_spec import OP_NAMES
@@ -66,6 +66,7 @@ def _f(default, help: str):  # noqa: A002 (help is the natural name here)
 @dataclass
 class ModelConfig:
     name: str = _f("bert_base", "preset name (conf/model; choose with model=NAME)")
+    family: str = _f("bert", f"the model family: {' | '.join(models.FAMILIES)} (a preset sets it; bench/models/)")
     checkpoint: str | None = _f(
         None,
         "null: seeded random init | an HF checkpoint folder or .safetensors file (never pickles) "
@@ -75,12 +76,12 @@ class ModelConfig:
     hidden_size: int = _f(768, "hidden width H, integer >= 1, a multiple of num_heads")
     num_layers: int = _f(12, "encoder layers L, integer >= 1")
     num_heads: int = _f(12, "attention heads, integer >= 1")
-    intermediate_size: int = _f(3072, "feed-forward width, integer >= 1")
+    intermediate_size: int = _f(3072, "feed-forward width (OPT's ffn_dim), integer >= 1")
     max_position_embeddings: int = _f(512, "maximum sequence length the model supports, integer >= 2")
-    type_vocab_size: int = _f(2, "token type (segment) vocabulary, integer >= 1")
+    type_vocab_size: int = _f(2, "BERT: token type (segment) vocabulary, integer >= 1")
     num_labels: int = _f(4, "classes of the classifier head, integer >= 2")
     dropout: float = _f(0.1, "hidden and attention dropout probability in [0, 1), active in the training modes")
-    layer_norm_eps: float = _f(1e-12, "LayerNorm epsilon, > 0")
+    layer_norm_eps: float = _f(1e-12, "BERT: LayerNorm epsilon, > 0 (OPT's is torch's default, 1e-5)")
 
 
 @dataclass
@@ -407,15 +408,14 @@ def model_preset(name: str, **overrides) -> tuple[BertSpec, str | None]:
         raise ConfigError(f"model={name}: unknown preset; accepted: {', '.join(available('model'))}")
     cfg = {**OmegaConf.to_container(OmegaConf.load(path)), **overrides}
     cfg.pop("defaults", None)
-    return bert_spec(cfg), cfg.get("checkpoint")
+    return model_spec(cfg), cfg.get("checkpoint")
 
 
-def bert_spec(model: ModelConfig | dict) -> BertSpec:
-    """The BertSpec fields of a model config (other fields such as name and checkpoint are ignored)."""
+def model_spec(model: ModelConfig | dict):
+    """The architecture a model config describes, as its family's spec (BertSpec, OptSpec: bench/models/)."""
     values = asdict(model) if is_dataclass(model) else dict(model)
-    names = {f.name for f in fields(BertSpec)}
     try:
-        return BertSpec(**{k: v for k, v in values.items() if k in names})
+        return models.get(values.get("family", "bert")).spec_from(values)
     except ValueError as e:
         raise ConfigError(str(e)) from e
 

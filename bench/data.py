@@ -548,12 +548,19 @@ def _load_checked(spec: DataSpec, stamp: tuple) -> Dataset:
 
 
 def make_batches(
-    data_spec: DataSpec, batch_size: int, seq_len: int, seed: int, split: str = "train", epochs: int = 1
+    data_spec: DataSpec,
+    batch_size: int,
+    seq_len: int,
+    seed: int,
+    split: str = "train",
+    epochs: int = 1,
+    pad_id: int = PAD_ID,
 ) -> list[Batch]:
     """The numpy batches a trial uses: `epochs` passes over the split, len(split) // batch_size batches each.
 
     train: reshuffled every epoch from (seed, epoch). test: in dataset order on every pass (seed unused), for
-    accuracy; its last num_eval % batch_size samples are left out.
+    accuracy; its last num_eval % batch_size samples are left out. `pad_id`: the model's padding token (OPT's is
+    1, and its head reads the last token that is not it), written where the attention mask is 0.
     """
     validate(data_spec, batch_size=batch_size, seq_len=seq_len, split=split)
     if not _is_int(seed) or seed < 0:
@@ -566,6 +573,8 @@ def make_batches(
             f"batch_size={batch_size}: the {split} split has {len(samples)} samples; accepted: 1 to {len(samples)}"
         )
     encoded = encode(load_tokenizer(seq_len), samples.texts, seq_len)
+    if pad_id != PAD_ID:
+        encoded["input_ids"] = np.where(encoded["attention_mask"] == 1, encoded["input_ids"], pad_id).astype(np.int32)
     shuffle = split == "train"
     return [b for epoch in range(epochs) for b in batches(encoded, samples.labels, batch_size, seed, epoch, shuffle)]
 

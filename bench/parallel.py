@@ -22,10 +22,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bench import estimators
-from bench.config import BenchConfig, bert_spec, step_spec
+from bench import estimators, models
+from bench.config import BenchConfig, model_spec, step_spec
 from bench.estimators.base import CommContext
-from bench.spec import Batch, is_trainable, param_shapes
+from bench.spec import Batch
 
 STRATEGIES = ("none", "ddp", "fsdp")
 FP32_BYTES = 4
@@ -105,11 +105,12 @@ def expected_comm_bytes(cfg: BenchConfig, n_trainable: int, n_sharded: int) -> i
 def padded_params(cfg: BenchConfig, trainable: bool = False) -> int:
     """Parameters as FSDP2 gathers them: each tensor's first axis padded up to a multiple of the devices (the
     trainable scope's alone with `trainable`, as its reduce-scatter carries them)."""
-    spec = bert_spec(cfg.model)
+    spec = model_spec(cfg.model)
     n = world_size(cfg)
     total = 0
-    for name, shape in param_shapes(spec).items():
-        if trainable and not is_trainable(name, cfg.trainable, spec.num_layers, cfg.last_k):
+    family = models.of(spec)
+    for name, shape in family.param_shapes(spec).items():
+        if trainable and not family.is_trainable(name, cfg.trainable, spec.num_layers, cfg.last_k):
             continue
         rows = -(-shape[0] // n) * n
         total += rows * (math.prod(shape) // shape[0])

@@ -1,7 +1,8 @@
 """One initialisation feeds both frameworks.
 
 Weights are a flat {hf_name: float32 numpy array} dict in torch layout (Linear weights are (out, in)). They come
-from a seeded numpy init that follows HF BERT's `_init_weights`, optionally overlaid with a safetensors checkpoint.
+from a seeded numpy init that follows HF's `_init_weights` for the model's family (bench/models/<family>.py),
+optionally overlaid with a safetensors checkpoint.
 Both frameworks load the same dict (torch_impl/model.py, jax_impl/params.py), so no run ever starts the two
 frameworks from different weights. No torch or jax here: a JAX trial never imports torch to make its weights.
 """
@@ -11,74 +12,28 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import zlib
 from pathlib import Path
 
 import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
-from bench.spec import BertSpec, LoraSpec, lora_shapes, param_shapes
-
-# Buffers HF keeps in checkpoints that are not parameters.
-_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
-# Keys a BertModel (encoder-only) checkpoint may lack, the classification head and the pooler: they are
-# initialised from the seed instead.
-HEAD_KEYS = ("classifier.weight", "classifier.bias", "bert.pooler.dense.weight", "bert.pooler.dense.bias")
+from bench import models
+from bench.spec import LoraSpec
 
 
 class WeightsError(ValueError):
     """Checkpoint does not fit the model; the message lists every offending key at once."""
 
 
-def init_weights(spec: BertSpec, seed: int, names: list[str] | None = None) -> dict[str, np.ndarray]:
-    """HF BERT's init (`BertPreTrainedModel._init_weights`): Linear/Embedding weights ~ N(0, initializer_range),
-    biases 0, LayerNorm weight 1 / bias 0, the [PAD] row of the word embeddings 0.
-
-    Each tensor draws from its own generator seeded by (seed, crc32(name)), so a tensor's values do not depend on
-    which other tensors are generated (a checkpoint can supply the rest) and are identical on every platform.
-    """
-    shapes = param_shapes(spec)
-    out = {}
-    for name in names if names is not None else shapes:
-        shape = shapes[name]
-        if ".LayerNorm." in name:
-            out[name] = (np.ones if name.endswith(".weight") else np.zeros)(shape, np.float32)
-        elif name.endswith(".bias"):
-            out[name] = np.zeros(shape, np.float32)
-        else:
-            rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-            w = rng.standard_normal(shape, dtype=np.float32)
-            w *= np.float32(spec.initializer_range)
-            if name == "bert.embeddings.word_embeddings.weight":
-                w[spec.pad_token_id] = 0.0
-            out[name] = w
-    return out
+def init_weights(spec, seed: int, names: list[str] | None = None) -> dict[str, np.ndarray]:
+    """The seeded init of `spec`'s family, as HF initialises it (bench/models/<family>.py); `names`: those only."""
+    return models.of(spec).init_weights(spec, seed, names)
 
 
-def adapter_weights(spec: BertSpec, lora: LoraSpec, seed: int) -> dict[str, np.ndarray]:
-    """LoRA adapters as PEFT initialises them (LoraConfig's init_lora_weights=True): A ~ kaiming_uniform(a=sqrt(5)),
-    i.e. U(-1/sqrt(in), 1/sqrt(in)), B = 0, so the adapted model computes exactly its base at the start. Drawn
-    per tensor from (seed, crc32(name)) as init_weights draws, the same numbers for both frameworks."""
-    out = {}
-    for name, shape in lora_shapes(spec, lora).items():
-        if ".lora_B." in name:
-            out[name] = np.zeros(shape, np.float32)
-            continue
-        bound = 1.0 / np.sqrt(shape[1])  # fan_in of A (rank, in)
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-        out[name] = rng.uniform(-bound, bound, shape).astype(np.float32)
-    return out
-
-
-def with_adapters(weights: dict[str, np.ndarray], spec: BertSpec, lora: LoraSpec | None, seed: int):
-    """`weights` with the adapters of `lora` added where it lacks them (drawn by adapter_weights; a test may give
-    its own), or unchanged without adapters."""
-    if lora is None:
-        return weights
-    if all(k in weights for k in lora_shapes(spec, lora)):
-        return weights
-    return {**weights, **{k: v for k, v in adapter_weights(spec, lora, seed).items() if k not in weights}}
+def with_adapters(weights: dict[str, np.ndarray], spec, lora: LoraSpec | None, seed: int):
+    """`weights` with the adapters of `lora` added where it lacks them (its family's draw), or unchanged."""
+    return models.of(spec).with_adapters(weights, spec, lora, seed)
 
 
 # The pip packages `package:<module>` may name: each ships a model directory and says where (get_model_path()).
@@ -136,27 +91,21 @@ def _safetensors_files(path: Path) -> list[Path]:
     return files
 
 
-def normalize_name(name: str) -> str:
-    """Map checkpoint key spellings onto HF BertForSequenceClassification names."""
-    if name.startswith(("embeddings.", "encoder.", "pooler.")):  # a BertModel checkpoint (no "bert." prefix)
-        name = "bert." + name
-    # TF-converted BERT checkpoints spell LayerNorm parameters gamma/beta.
-    return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
-
-
-def load_checkpoint(checkpoint: str) -> dict[str, np.ndarray]:
-    """Read every tensor of a safetensors checkpoint as float32 numpy, keys normalised to HF names."""
+def load_checkpoint(checkpoint: str, spec) -> dict[str, np.ndarray]:
+    """Read every tensor of a safetensors checkpoint as float32 numpy, keys normalised to the HF names of `spec`'s
+    family (its checkpoint_name), its buffers left out."""
+    family = models.of(spec)
     out = {}
     for f in _safetensors_files(resolve_checkpoint(checkpoint)):
         for k, v in load_file(str(f)).items():
-            k = normalize_name(k)
-            if k in _BUFFERS:
+            k = family.checkpoint_name(k)
+            if k in family.CHECKPOINT_BUFFERS:
                 continue
             out[k] = np.ascontiguousarray(v, dtype=np.float32)
     return out
 
 
-def check_checkpoint(checkpoint: str, spec: BertSpec) -> None:
+def check_checkpoint(checkpoint: str, spec) -> None:
     """Before any trial runs: the checkpoint's files are safetensors (never a pickle) and their tensors fit the
     model (names and shapes from the files' headers, no tensor read): one WeightsError naming every problem."""
     shapes = {}
@@ -164,13 +113,14 @@ def check_checkpoint(checkpoint: str, spec: BertSpec) -> None:
         try:
             with safe_open(str(f), framework="numpy") as st:
                 for k in st.keys():  # noqa: SIM118 (safe_open has keys(), not iteration)
-                    if normalize_name(k) not in _BUFFERS:
-                        shapes[normalize_name(k)] = _Shaped(tuple(st.get_slice(k).get_shape()))
+                    name = models.of(spec).checkpoint_name(k)
+                    if name not in models.of(spec).CHECKPOINT_BUFFERS:
+                        shapes[name] = _Shaped(tuple(st.get_slice(k).get_shape()))
         except Exception as e:  # noqa: BLE001 (a damaged file: safetensors raises its own error types)
             raise WeightsError(
                 f"model.checkpoint={checkpoint!r}: {f.name} is not a readable safetensors file ({e})"
             ) from e
-    check_weights(shapes, spec, allow_missing=HEAD_KEYS)
+    check_weights(shapes, spec, allow_missing=models.of(spec).CHECKPOINT_OPTIONAL)
 
 
 class _Shaped(tuple):
@@ -181,10 +131,10 @@ class _Shaped(tuple):
         return tuple(self)
 
 
-def check_weights(weights: dict[str, np.ndarray], spec: BertSpec, allow_missing=(), lora: LoraSpec | None = None):
+def check_weights(weights: dict[str, np.ndarray], spec, allow_missing=(), lora: LoraSpec | None = None):
     """Raise one WeightsError naming every unexpected, missing and mis-shaped key together (with `lora`, the
     adapters' keys are expected too)."""
-    shapes = param_shapes(spec, lora)
+    shapes = models.of(spec).param_shapes(spec, lora)
     unexpected = sorted(set(weights) - set(shapes))
     missing = [k for k in shapes if k not in weights and k not in allow_missing]
     mismatched = [
@@ -203,14 +153,15 @@ def check_weights(weights: dict[str, np.ndarray], spec: BertSpec, allow_missing=
         raise WeightsError("weights do not fit the model: " + " | ".join(problems))
 
 
-def build_weights(spec: BertSpec, seed: int, checkpoint: str | None = None) -> dict[str, np.ndarray]:
+def build_weights(spec, seed: int, checkpoint: str | None = None) -> dict[str, np.ndarray]:
     """The weights of a run: the checkpoint's tensors where it has them, the seeded init for the rest (the
     classification head of an encoder-only checkpoint). Returned in HF parameter order."""
-    shapes = param_shapes(spec)
+    family = models.of(spec)
+    shapes = family.param_shapes(spec)
     if checkpoint is None:
         return init_weights(spec, seed)
-    loaded = load_checkpoint(checkpoint)
-    check_weights(loaded, spec, allow_missing=HEAD_KEYS)
+    loaded = load_checkpoint(checkpoint, spec)
+    check_weights(loaded, spec, allow_missing=family.CHECKPOINT_OPTIONAL)
     fresh = init_weights(spec, seed, [k for k in shapes if k not in loaded])
     return {k: loaded[k] if k in loaded else fresh[k] for k in shapes}
 

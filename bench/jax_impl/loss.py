@@ -1,5 +1,6 @@
 """The classifier's loss, for every estimator: whole, or in two halves when only the head trains, and the dropout
-key of a step. Mirror of torch_impl/loss.py."""
+key of a step. Mirror of torch_impl/loss.py. A batch on the device holds the model's inputs and its labels
+(Trainer.to_device keeps its family's INPUT_KEYS), so the loss passes the model what the batch holds."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
+from bench import models
 
 
 def whole(tree):
@@ -23,7 +24,7 @@ def make_loss_fn(graphdef, frozen, train: bool, gather=whole):
     def loss_of(params, batch, key, layer_hook=None):
         model = nnx.merge(graphdef, *gather((params, frozen)))
         logits = model(
-            *(batch[k] for k in INPUT_KEYS),
+            **{k: v for k, v in batch.items() if k != "labels"},  # the family's inputs (Trainer.to_device)
             deterministic=not train,
             rngs=nnx.Rngs(dropout=key) if train else None,
             layer_hook=layer_hook,  # directions.displaced's, for a stack's tangents
@@ -41,13 +42,18 @@ def make_trunk_head_fns(graphdef, frozen, train: bool, gather=whole):
     def features_of(params, batch, key):
         model = nnx.merge(graphdef, *gather((params, frozen)))
         return model.features(
-            *(batch[k] for k in INPUT_KEYS), deterministic=not train, rngs=nnx.Rngs(dropout=key) if train else None
+            **{k: v for k, v in batch.items() if k != "labels"},
+            deterministic=not train,
+            rngs=nnx.Rngs(dropout=key) if train else None,
         )
 
     def head_loss_of(params, hidden, batch, key):
         model = nnx.merge(graphdef, *gather((params, frozen)))
         logits = model.head(
-            hidden, deterministic=not train, rngs=nnx.Rngs(dropout=jax.random.fold_in(key, 1)) if train else None
+            hidden,
+            **{k: batch[k] for k in models.of(model.spec).HEAD_KEYS},  # OPT's: the last token that is not padding
+            deterministic=not train,
+            rngs=nnx.Rngs(dropout=jax.random.fold_in(key, 1)) if train else None,
         )
         return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), batch["labels"]).mean()
 

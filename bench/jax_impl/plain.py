@@ -13,25 +13,24 @@ import jax
 import optax
 from flax import nnx
 
+from bench import models
 from bench.jax_impl.device import resolve_device, use_fp32
-from bench.jax_impl.model import build_model
-from bench.spec import Batch, BertSpec
+from bench.spec import Batch
 
 
-def plain_loop(spec: BertSpec, weights: dict, batches: list[Batch], lr: float, warmup: int, seed: int) -> list[float]:
+def plain_loop(spec, weights: dict, batches: list[Batch], lr: float, warmup: int, seed: int) -> list[float]:
     """Train on `batches` with plain SGD; the times of the steps after the first `warmup`, in seconds."""
     use_fp32()  # true fp32 matmuls on a GPU, as the suite's (XLA would take TF32)
     device = resolve_device("auto")  # the device the suite's device=auto takes
-    graphdef, params = nnx.split(build_model(spec, weights))
+    graphdef, params = nnx.split(models.implementation("jax", spec).build_model(spec, weights))
+    keys = models.of(spec).INPUT_KEYS
     params = jax.device_put(params, device)
     tx = optax.sgd(lr)
     opt_state = tx.init(params)
 
     def loss_of(params, batch, key):
         logits = nnx.merge(graphdef, params)(
-            batch["input_ids"],
-            batch["token_type_ids"],
-            batch["attention_mask"],
+            **{k: batch[k] for k in keys},
             deterministic=False,
             rngs=nnx.Rngs(dropout=key),
         )

@@ -28,15 +28,15 @@ import numpy as np
 import optax
 from flax import nnx
 
-from bench import estimators
+from bench import estimators, models
+from bench.jax_impl import models as model_modules
 from bench.jax_impl.device import resolve_device, use_fp32
 from bench.jax_impl.estimators import implementation
 from bench.jax_impl.estimators.backprop import backprop_gradient
-from bench.jax_impl.loss import INPUT_KEYS, dropout_key, make_loss_fn, make_trunk_head_fns, whole
+from bench.jax_impl.loss import dropout_key, make_loss_fn, make_trunk_head_fns, whole
 from bench.jax_impl.memory import per_device_bytes
-from bench.jax_impl.model import build_model, layer_stacks
-from bench.jax_impl.params import export_weights, is_trained
-from bench.spec import HEAD_ONLY, BertSpec, StepSpec
+from bench.jax_impl.model import layer_stacks
+from bench.spec import HEAD_ONLY, StepSpec
 
 # ---------------------------------------------------------------------------------------------------------------
 # optimizer
@@ -92,6 +92,10 @@ class Trainer:
         # the estimator's settings resolved for this device (jacfwd.chunk=auto): what its module and the models read
         platform = "cuda" if self.device.platform == "gpu" else "cpu"
         self.spec = s = self.estimator.resolved(step_spec, "jax", platform)
+        # the model's family: its parameters' HF names, the batch keys it reads (bench/models/)
+        self.family = model_modules.of(model)
+        self.inputs = (*models.of(model.spec).INPUT_KEYS, "labels")
+        is_trained = self.family.is_trained
         trainable = lambda path, x: (
             isinstance(x, nnx.Param) and is_trained(path, x, s.trainable, model.spec.num_layers, s.last_k)
         )
@@ -169,6 +173,7 @@ class Trainer:
     # -- data ------------------------------------------------------------------------------------------------
     def to_device(self, micro_batches):
         """numpy micro-batches -> device arrays (int32 ids); in a world, this process's rows of global arrays."""
+        micro_batches = [{k: v for k, v in b.items() if k in self.inputs} for b in micro_batches]  # what it reads
         if self.world is not None:
             return self.world.place_batches(micro_batches)
         return jax.device_put([{k: np.asarray(v, np.int32) for k, v in b.items()} for b in micro_batches], self.device)
@@ -251,7 +256,7 @@ class Trainer:
         }
 
     def weights(self) -> dict[str, np.ndarray]:
-        return export_weights(nnx.merge(self.graphdef, self.params, self.frozen))
+        return self.family.export_weights(nnx.merge(self.graphdef, self.params, self.frozen))
 
     # -- after the measurements: accuracy and gradient quality (never on the timed path) ----------------------
     def evaluate(self, micro_batches) -> tuple[float, float]:
@@ -261,7 +266,8 @@ class Trainer:
 
             def eval_batch(params, batch):
                 model = nnx.merge(graphdef, params, frozen)
-                logits = model(*(batch[k] for k in INPUT_KEYS), deterministic=True, rngs=None).astype(jnp.float32)
+                inputs = {k: v for k, v in batch.items() if k != "labels"}
+                logits = model(**inputs, deterministic=True, rngs=None).astype(jnp.float32)
                 loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).sum()
                 return loss, (logits.argmax(-1) == batch["labels"]).sum()
 
@@ -291,7 +297,7 @@ class Trainer:
 
 
 def make_trainer(
-    spec: BertSpec, weights, step_spec: StepSpec, device="cpu", *, attn_implementation: str = "eager", world=None
+    spec, weights, step_spec: StepSpec, device="cpu", *, attn_implementation: str = "eager", world=None
 ) -> Trainer:
     """The one way to build a trainer, for the runner and the tests alike (torch_impl.steps.make_trainer mirrors
     it): the model with exactly `weights` on `device` (auto | cpu | cuda, or a jax.Device), fp32 numerics
@@ -302,7 +308,7 @@ def make_trainer(
     device = resolve_device(device)
     use_fp32()
     s, remat = step_spec, estimators.get(step_spec.mode).backward and step_spec.remat
-    model = build_model(
+    model = models.implementation("jax", spec).build_model(  # the model's family (bench/jax_impl/models/)
         spec,
         weights,
         remat=remat,

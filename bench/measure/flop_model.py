@@ -76,7 +76,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench import estimators
+from bench import estimators, models
 from bench.estimators.base import FlopContext
 from bench.measure.timing import timed
 from bench.spec import (
@@ -212,6 +212,8 @@ def predict(
     modelled). The mode's terms are its estimator's (bench/estimators/); None where it has none."""
     if framework is not None and framework not in FRAMEWORKS:
         raise ValueError(f"framework={framework!r}: accepted None, {', '.join(FRAMEWORKS)}")
+    if not models.of(spec).MODELLED:  # its matmuls are BERT's so far: another family's cells stay empty
+        return None
     mm = matmuls(spec, step.trainable, batch_size, seq_len, step.last_k, step.adapters)
     every = sum(m.flops for m in mm)
     derivative = sum(m.flops * m.carrying for m in mm)

@@ -1,12 +1,13 @@
 """The classifier's loss, for every estimator: whole, or in two halves when only the head trains. Mirror of
-jax_impl/loss.py."""
+jax_impl/loss.py. A batch on the device holds the model's inputs and its labels (Trainer.to_device keeps its
+family's INPUT_KEYS), so the loss passes the model what the batch holds."""
 
 from __future__ import annotations
 
 import torch.nn.functional as F
 from torch.func import functional_call
 
-INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
+from bench.torch_impl import models
 
 
 def identity(values):
@@ -17,7 +18,7 @@ def identity(values):
 def loss_fn(model, batch, params=None):
     """Mean cross-entropy of the classifier; `params` (name -> tensor) override the module's own parameters.
     The loss is computed in fp32 whatever the model computes in (bf16: autocast's logits are bf16)."""
-    inputs = {k: batch[k] for k in INPUT_KEYS}
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
     if params is None:
         logits = model(**inputs).logits
     else:
@@ -26,14 +27,11 @@ def loss_fn(model, batch, params=None):
 
 
 def features(model, batch):
-    """The trunk (embeddings + encoder) -> last hidden state (B, T, H): for trainable=head, where it is frozen."""
-    return model.bert(**{k: batch[k] for k in INPUT_KEYS}).last_hidden_state
+    """The trunk -> its last hidden state (B, T, H): for the head scopes, where it is frozen."""
+    return models.of(model).features(model, batch)
 
 
 def head_loss(model, hidden, batch, params):
-    """The loss from the trunk's output through pooler, dropout and classifier; `params` (HF names) are the
-    head's parameters, passed functionally as loss_fn does."""
-    sub = lambda prefix: {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
-    pooled = functional_call(model.bert.pooler, sub("bert.pooler."), (hidden,))  # (B, H)
-    logits = functional_call(model.classifier, sub("classifier."), (model.dropout(pooled),))  # (B, C)
-    return F.cross_entropy(logits.float(), batch["labels"])
+    """The loss from the trunk's output through the head; `params` (HF names) are the head's parameters, passed
+    functionally as loss_fn does."""
+    return F.cross_entropy(models.of(model).head_logits(model, hidden, batch, params).float(), batch["labels"])

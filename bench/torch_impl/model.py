@@ -7,8 +7,9 @@ import numpy as np
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
+from bench.models.bert import checkpoint_name
 from bench.spec import ATTN_IMPLEMENTATIONS, BertSpec, LoraSpec, lora_module, param_shapes
-from bench.weights import check_weights, normalize_name, with_adapters
+from bench.weights import check_weights, with_adapters
 
 
 def hf_config(spec: BertSpec, attn_implementation: str = "eager"):
@@ -124,9 +125,9 @@ def export_weights(model) -> dict[str, np.ndarray]:
 def weights_from_state_dict(state_dict) -> dict[str, np.ndarray]:
     """A torch state_dict (tensors, HF names) as the shared numpy dict, e.g. to feed jax_impl.params."""
     return {
-        normalize_name(k): v.detach().cpu().float().numpy().copy()
+        checkpoint_name(k): v.detach().cpu().float().numpy().copy()
         for k, v in state_dict.items()
-        if not _is_buffer(normalize_name(k))
+        if not _is_buffer(checkpoint_name(k))
     }
 
 

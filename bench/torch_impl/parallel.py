@@ -47,6 +47,7 @@ from bench.config import BenchConfig
 from bench.measure.trackers import MemoryTracker
 from bench.parallel import shard_batches, world_size
 from bench.spec import Batch
+from bench.torch_impl import models
 from bench.torch_impl.device import memory_trackers, resolve_device
 from bench.weights import weights_digest
 
@@ -230,7 +231,7 @@ def shard_model(model: torch.nn.Module, world: World, backward: bool) -> None:
     reshard = world.reshard_after_forward or not backward
     # pinned host memory needs an accelerator (offload is refused on CPU hosts anyway)
     offload = CPUOffloadPolicy(pin_memory=world.device.type == "cuda") if world.offload else OffloadPolicy()
-    units = [*model.bert.encoder.layer, model]
+    units = [*models.of(model).layers(model), model]  # each layer of the model's family, then the rest
     for unit in units:
         fully_shard(unit, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload)
     for unit in units:

@@ -12,19 +12,20 @@ import time
 
 import torch
 
-from bench.spec import Batch, BertSpec
+from bench import models
+from bench.spec import Batch
 from bench.torch_impl.device import resolve_device
-from bench.torch_impl.model import build_model
 
 
-def plain_loop(spec: BertSpec, weights: dict, batches: list[Batch], lr: float, warmup: int, seed: int) -> list[float]:
+def plain_loop(spec, weights: dict, batches: list[Batch], lr: float, warmup: int, seed: int) -> list[float]:
     """Train on `batches` with plain SGD; the times of the steps after the first `warmup`, in seconds."""
     torch.manual_seed(seed)  # dropout: a seeded run, as the suite's
     device = resolve_device("auto")  # the device the suite's device=auto takes
-    net = build_model(spec, weights, device, "eager")
+    net = models.implementation("torch", spec).build_model(spec, weights, device, "eager")
     net.train()
     opt = torch.optim.SGD(net.parameters(), lr=lr)
-    inputs = [{k: torch.from_numpy(v).long().to(device) for k, v in b.items()} for b in batches]
+    keys = (*models.of(spec).INPUT_KEYS, "labels")
+    inputs = [{k: torch.from_numpy(v).long().to(device) for k, v in b.items() if k in keys} for b in batches]
     times = []
     for i, b in enumerate(inputs):
         t0 = time.perf_counter()

@@ -21,13 +21,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench import estimators
-from bench.spec import BertSpec, StepSpec, is_trainable
+from bench import estimators, models
+from bench.spec import StepSpec
+from bench.torch_impl import models as model_modules
 from bench.torch_impl.device import resolve_device, use_fp32
 from bench.torch_impl.estimators import implementation
 from bench.torch_impl.estimators.backprop import backprop_gradient
-from bench.torch_impl.loss import INPUT_KEYS, identity
-from bench.torch_impl.model import build_model, export_weights, hf_name
+from bench.torch_impl.loss import identity
 from bench.torch_impl.parallel import World, like_param, local, sharded
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -77,9 +77,15 @@ class Trainer:
         self.estimator, self.impl = estimators.get(step_spec.mode), implementation(step_spec.mode)
         # the estimator's settings resolved for this device (jacfwd.chunk=auto): what its module and the models read
         self.spec = s = self.estimator.resolved(step_spec, "torch", self.device.type)
+        # the model's family: its parameters' HF names, the batch keys it reads (bench/models/)
+        self.family = model_modules.of(model)
+        self.inputs = (*models.get(model.config.model_type).INPUT_KEYS, "labels")
+        is_trainable = models.get(model.config.model_type).is_trainable
         num_layers = model.config.num_hidden_layers
         trainable = [
-            n for n, _ in model.named_parameters() if is_trainable(hf_name(n), s.trainable, num_layers, s.last_k)
+            n
+            for n, _ in model.named_parameters()
+            if is_trainable(self.family.hf_name(n), s.trainable, num_layers, s.last_k)
         ]
         # Only a backward pass (and the naive jvp) needs autograd to track anything. Everything else runs with every
         # parameter detached, so no graph is ever recorded (frozen parameters never get a gradient either way).
@@ -120,7 +126,10 @@ class Trainer:
     # -- data ------------------------------------------------------------------------------------------------
     def to_device(self, micro_batches):
         """numpy micro-batches -> device tensors (ids as int64, as HF expects)."""
-        return [{k: torch.from_numpy(v).long().to(self.device) for k, v in b.items()} for b in micro_batches]
+        return [
+            {k: torch.from_numpy(v).long().to(self.device) for k, v in b.items() if k in self.inputs}
+            for b in micro_batches
+        ]
 
     def sync(self, value=None) -> None:
         if self.device.type == "cuda":
@@ -164,7 +173,7 @@ class Trainer:
         return loss
 
     def weights(self) -> dict[str, np.ndarray]:
-        return export_weights(self.model)  # FSDP2: a collective, every rank calls it
+        return self.family.export_weights(self.model)  # FSDP2: a collective, every rank calls it
 
     def state_bytes(self) -> dict[str, int]:
         """Parameters and optimizer state held by this process's device, from the tensors themselves; the
@@ -186,7 +195,7 @@ class Trainer:
         try:
             with torch.inference_mode():
                 for b in micro_batches:
-                    logits = self.model(**{k: b[k] for k in INPUT_KEYS}).logits.float()  # (B, C)
+                    logits = self.model(**{k: v for k, v in b.items() if k != "labels"}).logits.float()  # (B, C)
                     loss_sum += float(F.cross_entropy(logits, b["labels"], reduction="sum"))
                     correct += int((logits.argmax(-1) == b["labels"]).sum())
                     n += len(b["labels"])
@@ -224,7 +233,7 @@ class Trainer:
 
 
 def make_trainer(
-    spec: BertSpec, weights, step_spec: StepSpec, device="cpu", *, attn_implementation: str = "eager", world=None
+    spec, weights, step_spec: StepSpec, device="cpu", *, attn_implementation: str = "eager", world=None
 ) -> Trainer:
     """The one way to build a trainer, for the runner and the tests alike (jax_impl.steps.make_trainer mirrors
     it): the model with exactly `weights` on `device` (auto | cpu | cuda, or a torch.device), fp32 numerics
@@ -235,7 +244,8 @@ def make_trainer(
     # Dropout draws from torch's global generator, which torch seeds at random in each process: seeded from the
     # trial's seed and the rank (each rank its own masks, as one device drawing them for the global batch would).
     torch.manual_seed(int(np.random.SeedSequence([step_spec.seed, world.rank if world else 0]).generate_state(1)[0]))
-    model = build_model(spec, weights, device, attn_implementation, step_spec.adapters, step_spec.seed)
+    build = models.implementation("torch", spec).build_model  # the model's family (bench/torch_impl/models/)
+    model = build(spec, weights, device, attn_implementation, step_spec.adapters, step_spec.seed)
     if step_spec.dtype == "bf16_pure":
         model = model.to(torch.bfloat16)
     return Trainer(model, step_spec, device, world)

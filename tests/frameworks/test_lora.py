@@ -22,6 +22,7 @@ from bench.config import model_preset
 from bench.jax_impl import params as jax_params
 from bench.jax_impl.model import build_model as jax_build_model
 from bench.measure import flop_model, memory_model
+from bench.models.bert import adapter_weights
 from bench.spec import (
     FRAMEWORKS,
     LORA_TARGETS,
@@ -35,7 +36,7 @@ from bench.spec import (
     param_shapes,
 )
 from bench.torch_impl import model as torch_model
-from bench.weights import adapter_weights, build_weights
+from bench.weights import build_weights
 from tests.frameworks.test_steps import BATCH, as_hf, params_hf
 from tests.support import FAST, rows, run_here, start_ranks
 

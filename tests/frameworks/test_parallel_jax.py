@@ -178,7 +178,7 @@ def test_the_compiled_steps_exchange_what_each_mode_needs(sweeps):
 # count is fixed when JAX starts).
 DIRECTIONS = """
 import json, sys
-from bench.config import bert_spec, resolve, step_spec
+from bench.config import model_spec, resolve, step_spec
 from bench.harness.preflight import compose_trials
 from bench.jax_impl import parallel, steps
 from bench.weights import build_weights
@@ -186,7 +186,7 @@ from bench.weights import build_weights
 trials, _ = compose_trials(sys.argv[1:], multirun=False)
 cfg = resolve(trials[0][1])
 world = parallel.start(cfg)
-spec = bert_spec(cfg.model)
+spec = model_spec(cfg.model)
 trainer = steps.make_trainer(spec, build_weights(spec, 0, None), step_spec(cfg), world.device, world=world)
 batch = {"input_ids": [[101] * 8] * 4, "token_type_ids": [[0] * 8] * 4, "attention_mask": [[1] * 8] * 4,
          "labels": [0] * 4}

@@ -88,13 +88,13 @@ def one_device_trial(row: dict) -> dict:
     and the losses of its timed steps, by the same pieces a trial is made of, here in the test process (a trial
     process of its own per mode would double this file's time, most of it spent importing torch)."""
     from bench import data
-    from bench.config import bert_spec, step_spec
+    from bench.config import model_spec, step_spec
     from bench.torch_impl.steps import make_trainer
     from bench.weights import build_weights, weights_digest
 
     case = {"jacfwd": ["case=jacfwd_head"], "jvp": ["mode=jvp", f"jvp.num_tangents={row['num_tangents']}"]}
     cfg = composed(*TINY, *case.get(row["mode"], [f"mode={row['mode']}"]), "batch_size=8")
-    spec = bert_spec(cfg.model)
+    spec = model_spec(cfg.model)
     weights = build_weights(spec, cfg.seed, cfg.model.checkpoint)
     n = cfg.warmup_steps + cfg.steps
     batches = data.make_batches(data.data_spec(cfg.data), cfg.batch_size, cfg.seq_len, cfg.seed, "train")[:n]

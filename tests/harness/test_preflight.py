@@ -23,7 +23,10 @@ from tests.support import FAST, REPO, bench_here, whole_rows
 @pytest.mark.parametrize(
     "args,expected",
     [
-        (["model=nope"], "model=nope: unknown option; accepted: bert_base, bert_large, minilm_l6, tiny"),
+        (
+            ["model=nope"],
+            "model=nope: unknown option; accepted: bert_base, bert_large, minilm_l6, opt_125m, opt_tiny, tiny",
+        ),
         (["mode=backward"], "mode=backward: accepted inference | backprop | jvp | jacfwd | mezo"),
         (["dtype=fp16"], "dtype=fp16: accepted fp32 | bf16 | bf16_pure"),
         (["mode=mezo", "dtype=bf16_pure"], "mode=mezo with dtype=bf16_pure: MeZO's in-place +eps, -2eps, +eps"),

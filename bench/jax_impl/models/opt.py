@@ -34,13 +34,13 @@ from bench.jax_impl.params import identity, keys_of, stacked_from, stacked_to, t
 from bench.models.opt import (
     POSITION_OFFSET,
     OptSpec,
-    check_weights,
     is_trainable,
     lora_targets,
     param_shapes,
     with_adapters,
 )
 from bench.spec import LoraSpec
+from bench.weights import check_weights
 
 
 def _linear(n_in: int, n_out: int, spec: OptSpec, rngs, p: Precision, lora=None, target="", bias=True) -> nnx.Linear:

@@ -70,6 +70,8 @@ def settings_identity(cfg: BenchConfig) -> dict:
     }
 
 
+# model.* keys added after rows were recorded, with the value every earlier trial had (left out at that value)
+ADDED_MODEL_KEYS = {"family": "bert"}
 # Keys that mean something to one framework alone: left out of the other's identity (torch ignores scan_layers).
 FRAMEWORK_KEYS = {"scan_layers": "jax"}
 
@@ -94,7 +96,10 @@ class ModelScenario(Scenario):
             and not (f in ADDED_KEYS and getattr(cfg, f) == ADDED_KEYS[f])
             and FRAMEWORK_KEYS.get(f, cfg.framework) == cfg.framework
         ]
-        return identity_of(cfg, keys) | settings_identity(cfg)
+        identity = identity_of(cfg, keys) | settings_identity(cfg)
+        if identity["model"].get("family") == ADDED_MODEL_KEYS["family"]:  # BERT's trials hash as before families
+            identity["model"] = {k: v for k, v in identity["model"].items() if k != "family"}
+        return identity
 
     def kind(self, cfg: BenchConfig) -> str:
         return cfg.mode

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from bench import data, estimators
-from bench.config import TRACES, BenchConfig, bert_spec, step_spec
+from bench import data, estimators, models
+from bench.config import TRACES, BenchConfig, model_spec, step_spec
 from bench.harness.scenario import RUN_ID_ENV
 from bench.harness.signals import maybe_inject_fault
 from bench.measure.flop_model import predict as predict_flops
@@ -67,7 +67,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     kind = dev.device_kind(device)
     dev.limit_memory(device, cfg.budget_mb)
     dev.deterministic(cfg.deterministic)
-    spec = bert_spec(m)
+    spec = model_spec(m)
     weights = build_weights(spec, cfg.seed, m.checkpoint)
     digest = weights_digest(weights)
 
@@ -81,7 +81,10 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     n_timed = timed_steps(cfg)
     n_micro = (cfg.warmup_steps + n_timed) * cfg.grad_accum
     per_epoch = max(1, (dspec.num_train or n_micro * batch) // batch)
-    micro = data.make_batches(dspec, batch, cfg.seq_len, cfg.seed, "train", epochs=math.ceil(n_micro / per_epoch))
+    pad = spec.pad_token_id  # the model family's (OPT's head reads the last token that is not padding)
+    micro = data.make_batches(
+        dspec, batch, cfg.seq_len, cfg.seed, "train", epochs=math.ceil(n_micro / per_epoch), pad_id=pad
+    )
     micro = micro[:n_micro]
     if len(micro) < n_micro:
         raise ValueError(f"data gave {len(micro)} batches, {n_micro} needed")
@@ -98,7 +101,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     del micro
     # held-out batches (in dataset order, as every framework sees them) resident before the baseline, like the rest
     held_out = (
-        trainer.to_device(data.make_batches(dspec, cfg.batch_size, cfg.seq_len, cfg.seed, "test"))
+        trainer.to_device(data.make_batches(dspec, cfg.batch_size, cfg.seq_len, cfg.seed, "test", pad_id=pad))
         if cfg.evaluate
         else []
     )
@@ -286,7 +289,7 @@ def flop_columns(cfg: BenchConfig, trainer, batches, step_s: float, device, kind
     except Exception as e:  # noqa: BLE001 (the measurements are made: a failed count must not lose them)
         return {"flops_method": f"missing: {type(e).__name__}: {e}"[:300]}
     predicted = predict_flops(
-        bert_spec(cfg.model),
+        model_spec(cfg.model),
         trainer.spec,
         cfg.batch_size,
         cfg.seq_len,
@@ -295,7 +298,7 @@ def flop_columns(cfg: BenchConfig, trainer, batches, step_s: float, device, kind
     # one forward pass over the step's samples, the model's (no tangents, no backward): the unit of forward-pass
     # equivalents, and 3x it the useful FLOPs of a training step that MFU counts (PaLM's, torchtitan's)
     forward = predict_flops(
-        bert_spec(cfg.model), replace(step_spec(cfg), mode=estimators.BASELINE), cfg.batch_size, cfg.seq_len
+        model_spec(cfg.model), replace(step_spec(cfg), mode=estimators.BASELINE), cfg.batch_size, cfg.seq_len
     )
     rate = counted["flops_per_step"] / step_s
     published = (
@@ -450,7 +453,7 @@ def predicted_columns(cfg: BenchConfig, main: dict, world: int) -> dict:
     category the breakdown measures."""
     step = estimators.get(cfg.mode).resolved(step_spec(cfg), cfg.framework, main["device"])  # as the trainer's
     p = predict(
-        bert_spec(cfg.model),
+        model_spec(cfg.model),
         step,
         cfg.batch_size,
         cfg.seq_len,
@@ -480,8 +483,11 @@ def unmodelled(cfg: BenchConfig, row: dict) -> str | None:
     ]  # one device: 0 bytes expected, not None
     if not missing:
         return None
-    models = " and ".join(missing) + (" models" if len(missing) > 1 else " model")
-    return f"mode={cfg.mode}: no term in the {models}; those cells are empty, the measurements stand"
+    which = " and ".join(missing) + (" models" if len(missing) > 1 else " model")
+    family = models.of(model_spec(cfg.model))
+    # a family the models do not know yet (bench/models/<family>.py), or a mode they do not
+    what = f"mode={cfg.mode}" if family.MODELLED else f"model.family={family.NAME}"
+    return f"{what}: no term in the {which}; those cells are empty, the measurements stand"
 
 
 def cosine(a, b) -> float:

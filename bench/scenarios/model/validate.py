@@ -9,18 +9,18 @@ import importlib.util
 from dataclasses import fields, replace
 from pathlib import Path
 
-from bench import data, estimators
+from bench import data, estimators, models
 from bench.config import (
     TRACES,
     BenchConfig,
     LoraConfig,
     above,
     at_least,
-    bert_spec,
     choice,
     in_unit,
     is_number,
     lora_spec,
+    model_spec,
     shown,
     step_spec,
 )
@@ -35,7 +35,6 @@ from bench.spec import (
     LORA_TARGETS,
     OPTIMIZERS,
     TRAINABLE_SCOPES,
-    count_params,
 )
 from bench.store.csv import unwritable
 from bench.weights import WeightsError, check_checkpoint
@@ -80,7 +79,7 @@ def validate(cfg: BenchConfig) -> None:
     above("divergence_factor", cfg.divergence_factor, 1)
     if cfg.max_timed_s is not None:
         at_least("max_timed_s", cfg.max_timed_s, 0)
-    spec = bert_spec(m)
+    spec = model_spec(m)
     data.check_seq_len(cfg.seq_len, spec.max_position_embeddings, m.name)
     if cfg.trainable == "last_k" and not 1 <= cfg.last_k <= spec.num_layers:
         raise ConfigError(f"last_k={cfg.last_k}: accepted 1..{spec.num_layers} (model.num_layers)")
@@ -105,7 +104,9 @@ def validate(cfg: BenchConfig) -> None:
         )
     if cfg.framework == "jax" and cfg.attn_implementation != "eager":
         raise ConfigError(f"attn_implementation={cfg.attn_implementation}: torch only; framework=jax accepts eager")
-    n, step = count_params(spec, cfg.trainable, cfg.last_k, lora_spec(cfg.lora)), step_spec(cfg)
+    if why := models.of(spec).refuses(cfg.framework, cfg.parallel, cfg.scan_layers):
+        raise ConfigError(why)
+    n, step = models.of(spec).count_params(spec, cfg.trainable, cfg.last_k, lora_spec(cfg.lora)), step_spec(cfg)
     if why := estimator.refuses(TrialContext(step, cfg.framework, cfg.parallel, n, forward_passes(cfg, spec, step))):
         raise ConfigError(why)
     validate_parallel(cfg)

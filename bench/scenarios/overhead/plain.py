@@ -10,7 +10,7 @@ import signal
 import sys
 
 from bench import data
-from bench.config import bert_spec, resolve
+from bench.config import model_spec, resolve
 from bench.harness.launch import adopt
 from bench.harness.preflight import compose_trials
 from bench.spec import implementation
@@ -33,7 +33,7 @@ def main(
     framework: str, model: str, batch_size: int, seq_len: int, steps: int, warmup: int, lr: float, seed: int
 ) -> list[float]:
     micro, cfg = batches(model, batch_size, seq_len, warmup + steps, seed)
-    spec = bert_spec(cfg.model)
+    spec = model_spec(cfg.model)
     return implementation(framework, "plain").plain_loop(spec, build_weights(spec, seed, None), micro, lr, warmup, seed)
 
 

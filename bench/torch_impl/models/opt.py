@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch.func import functional_call
 from transformers import OPTConfig, OPTForSequenceClassification
 
-from bench.models.opt import OptSpec, check_weights, lora_module, lora_targets, param_shapes, with_adapters
+from bench.models.opt import OptSpec, lora_module, lora_targets, param_shapes, with_adapters
 from bench.spec import ATTN_IMPLEMENTATIONS, LoraSpec
+from bench.weights import check_weights
 
 
 def hf_config(spec: OptSpec, attn_implementation: str = "eager") -> OPTConfig:
@@ -116,3 +118,32 @@ def export_weights(model) -> dict[str, np.ndarray]:
     sharded parameters (DTensors) are gathered whole: a collective, which every rank must call."""
     whole = lambda v: v.full_tensor() if hasattr(v, "full_tensor") else v
     return {hf_name(k): whole(v).detach().cpu().float().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def features(model, batch):
+    """The decoder's layers -> their output before the final LayerNorm (B, T, H): for the head scopes, where the
+    final LayerNorm belongs to the head (bench.models.opt.is_trainable), as JAX's features stops there too."""
+    decoder, norm = model.model.decoder, model.model.decoder.final_layer_norm
+    decoder.final_layer_norm = None  # HF's decoder skips a None final LayerNorm
+    try:
+        return decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    finally:
+        decoder.final_layer_norm = norm
+
+
+def head_logits(model, hidden, batch, params):
+    """The last non-padding token's hidden state (transformers 5.x's rule) through the final LayerNorm and the
+    score; `params` (HF names) are the head's parameters, passed functionally."""
+    sub = lambda prefix: {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
+    ids = batch["input_ids"]
+    positions = torch.arange(ids.shape[-1], device=ids.device)
+    last = (positions * (ids != model.config.pad_token_id)).argmax(-1)  # (B,)
+    token = hidden[torch.arange(ids.shape[0], device=ids.device), last]  # (B, H)
+    norm = model.model.decoder.final_layer_norm
+    token = functional_call(norm, sub("model.decoder.final_layer_norm."), (token,))
+    return functional_call(model.score, sub("score."), (token,))  # (B, C)
+
+
+def layers(model) -> list:
+    """The decoder's layers: FSDP's units, one each."""
+    return list(model.model.decoder.layers)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import models
 from bench.config import model_preset
 from bench.estimators import BASELINE, EXACT, FORWARD_GRADIENT, ZEROTH_ORDER
 from bench.harness.command import OneLineParser, run
@@ -47,7 +48,6 @@ from bench.scenarios.model.select import (
     variant,
     view,
 )
-from bench.spec import param_shapes
 
 OVERHEAD_CSV = "overhead.csv"  # bench/scenarios/overhead/: the harness against a plain loop, beside runs.csv
 
@@ -74,7 +74,7 @@ class Check:
 def model_sizes(row: dict) -> tuple[float, float]:
     """(one encoder layer's tangent MiB, the largest parameter tensor MiB) for the row's model, in fp32."""
     spec, _ = model_preset(row["model"], hidden_size=int(row["hidden_size"]), num_layers=int(row["num_layers"]))
-    sizes = {name: int(np.prod(shape)) for name, shape in param_shapes(spec).items()}
+    sizes = {name: int(np.prod(shape)) for name, shape in models.of(spec).param_shapes(spec).items()}
     layer = sum(n for name, n in sizes.items() if name.startswith("bert.encoder.layer.0."))
     return layer * FP32_BYTES / MiB, max(sizes.values()) * FP32_BYTES / MiB
 

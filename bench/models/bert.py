@@ -1,0 +1,117 @@
+"""BERT (Devlin et al. 2019) for sequence classification: the framework-neutral facts of the family.
+
+The architecture (bench.spec.BertSpec, HF BertConfig semantics), its parameters by HF's names for
+BertForSequenceClassification (bench.spec.param_shapes) and what each trainable scope selects
+(bench.spec.is_trainable) still live in bench/spec.py, where every layer reads them; this module is the family's
+face to the registry, and holds HF's initialisation. torch_impl/model.py builds it through transformers,
+jax_impl/model.py as our own Flax NNX model.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import fields
+
+import numpy as np
+
+from bench.spec import (
+    LORA_TARGETS,
+    BertSpec,
+    LoraSpec,
+    count_params,
+    is_trainable,
+    lora_shapes,
+    param_shapes,
+)
+
+NAME, SPEC = "bert", BertSpec
+INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
+HEAD_KEYS = ()  # the pooler reads the first token's hidden state: nothing of the batch
+MODELLED = True
+# Buffers HF keeps in checkpoints that are not parameters.
+CHECKPOINT_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
+# Keys a BertModel (encoder-only) checkpoint may lack, the classification head and the pooler: they are
+# initialised from the seed instead.
+CHECKPOINT_OPTIONAL = ("classifier.weight", "classifier.bias", "bert.pooler.dense.weight", "bert.pooler.dense.bias")
+
+__all__ = [
+    "LORA_TARGETS",
+    "count_params",
+    "is_trainable",
+    "param_shapes",
+    "spec_from",
+    "refuses",
+    "checkpoint_name",
+    "init_weights",
+    "adapter_weights",
+    "with_adapters",
+]
+
+
+def refuses(framework: str, parallel: str, scan_layers: bool) -> str | None:
+    """Why BERT cannot run a trial so set up (None: it can: every strategy and layout is measured)."""
+    return None
+
+
+def spec_from(values: dict) -> BertSpec:
+    """BertSpec from the config's model.* values (the keys it has; family, name and checkpoint are not its)."""
+    names = {f.name for f in fields(BertSpec)}
+    return BertSpec(**{k: v for k, v in values.items() if k in names})
+
+
+def checkpoint_name(name: str) -> str:
+    """A checkpoint's key spelt as BertForSequenceClassification names it."""
+    if name.startswith(("embeddings.", "encoder.", "pooler.")):  # a BertModel checkpoint (no "bert." prefix)
+        name = "bert." + name
+    # TF-converted BERT checkpoints spell LayerNorm parameters gamma/beta.
+    return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+
+
+def init_weights(spec: BertSpec, seed: int, names: list[str] | None = None) -> dict[str, np.ndarray]:
+    """HF BERT's init (`BertPreTrainedModel._init_weights`): Linear/Embedding weights ~ N(0, initializer_range),
+    biases 0, LayerNorm weight 1 / bias 0, the [PAD] row of the word embeddings 0.
+
+    Each tensor draws from its own generator seeded by (seed, crc32(name)), so a tensor's values do not depend on
+    which other tensors are generated (a checkpoint can supply the rest) and are identical on every platform.
+    """
+    shapes = param_shapes(spec)
+    out = {}
+    for name in names if names is not None else shapes:
+        shape = shapes[name]
+        if ".LayerNorm." in name:
+            out[name] = (np.ones if name.endswith(".weight") else np.zeros)(shape, np.float32)
+        elif name.endswith(".bias"):
+            out[name] = np.zeros(shape, np.float32)
+        else:
+            rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+            w = rng.standard_normal(shape, dtype=np.float32)
+            w *= np.float32(spec.initializer_range)
+            if name == "bert.embeddings.word_embeddings.weight":
+                w[spec.pad_token_id] = 0.0
+            out[name] = w
+    return out
+
+
+def adapter_weights(spec: BertSpec, lora: LoraSpec, seed: int) -> dict[str, np.ndarray]:
+    """LoRA adapters as PEFT initialises them (LoraConfig's init_lora_weights=True): A ~ kaiming_uniform(a=sqrt(5)),
+    i.e. U(-1/sqrt(in), 1/sqrt(in)), B = 0, so the adapted model computes exactly its base at the start. Drawn
+    per tensor from (seed, crc32(name)) as init_weights draws, the same numbers for both frameworks."""
+    out = {}
+    for name, shape in lora_shapes(spec, lora).items():
+        if ".lora_B." in name:
+            out[name] = np.zeros(shape, np.float32)
+            continue
+        bound = 1.0 / np.sqrt(shape[1])  # fan_in of A (rank, in)
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+        out[name] = rng.uniform(-bound, bound, shape).astype(np.float32)
+    return out
+
+
+def with_adapters(weights: dict[str, np.ndarray], spec: BertSpec, lora: LoraSpec | None, seed: int):
+    """`weights` with the adapters of `lora` added where it lacks them (drawn by adapter_weights; a test may give
+    its own), or unchanged without adapters."""
+    if lora is None:
+        return weights
+    if all(k in weights for k in lora_shapes(spec, lora)):
+        return weights
+    return {**weights, **{k: v for k, v in adapter_weights(spec, lora, seed).items() if k not in weights}}
