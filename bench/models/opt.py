@@ -246,11 +246,6 @@ def checkpoint_name(name: str) -> str:
 
 def refuses(framework: str, parallel: str, scan_layers: bool) -> str | None:
     """Why OPT cannot run a trial so set up, in one line (None: it can)."""
-    if parallel != "none":
-        return (
-            f"model.family=opt with parallel={parallel}: not measured beyond one device yet (its replicated and "
-            "sharded steps are untested against one device's); accepted: parallel=none"
-        )
     if framework == "jax" and not scan_layers:
         return "scan_layers=false: JAX's OPT runs its decoder layers as one scan only; accepted: scan_layers=true"
     return None

@@ -4,10 +4,13 @@ thing from the same weights and batch (CPU, OPT's architecture at the tiny size,
   gradient (or estimate) in torch and JAX;
 - a batch padded with OPT's pad id reaches the model with its inputs only (no token_type_ids);
 - a trial of every way of differentiating runs end to end and its row is ok, its model cells empty with a note;
+- through the CLI, SGD steps give one loss curve in both frameworks, on one device and on two (ddp, fsdp);
 - what OPT cannot run yet is refused in one line before anything starts.
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -143,10 +146,25 @@ def test_every_way_of_differentiating_runs_on_opt_and_its_model_cells_say_why_th
         assert r["model_note"].startswith("model.family=opt: no term in the memory and FLOP models")
 
 
+@pytest.mark.slow
+def test_sgd_steps_give_the_same_losses_in_both_frameworks_on_one_device_and_on_two(tmp_path):
+    """Through the CLI, as a user runs it: three SGD steps from the same weights and batches (dropout off), on one
+    device and split over two (ddp and fsdp, batch_size per device): one loss curve for all ten trials."""
+    common = ["model=opt_tiny", "model.dropout=0", "framework=torch,jax", "mode=backprop", "steps=3"]
+    common += ["warmup_steps=1", "seq_len=32", "logger=none", "device=cpu"]
+    for args in (["parallel=none,ddp,fsdp", "batch_size=8"], ["parallel=ddp,fsdp", "devices=2", "batch_size=4"]):
+        proc = bench_here("-m", *common, *args, results=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = recorded(tmp_path)
+    assert len(rows) == 10 and {r["status"] for r in rows} == {"ok"}
+    curves = [json.loads((tmp_path / "history" / f"{r['run_id']}.json").read_text())["loss"] for r in rows]
+    for curve in curves[1:]:
+        np.testing.assert_allclose(curve, curves[0], rtol=2e-6)
+
+
 @pytest.mark.parametrize(
     "args,expected",
     [
-        (["parallel=ddp", "devices=2"], "model.family=opt with parallel=ddp: not measured beyond one device yet"),
         (["framework=jax", "scan_layers=false"], "scan_layers=false: JAX's OPT runs its decoder layers as one scan"),
         (["model.family=gpt"], "model.family=gpt: accepted bert | opt"),
     ],
