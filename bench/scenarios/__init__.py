@@ -16,7 +16,17 @@ from __future__ import annotations
 from bench.harness.scenario import Registry
 from bench.report.section import Section
 from bench.scenarios.capacity.report import CapacitySection
-from bench.scenarios.model.report import cost, memory, modes, parallel, plots, targets, time_explained, zo_family
+from bench.scenarios.model.report import (
+    cost,
+    families,
+    memory,
+    modes,
+    parallel,
+    plots,
+    targets,
+    time_explained,
+    zo_family,
+)
 from bench.scenarios.model.scenario import MODEL
 from bench.scenarios.ops.report import OpsSection
 from bench.scenarios.ops.scenario import OPS
@@ -29,6 +39,7 @@ COLUMNS: tuple[str, ...] = tuple(dict.fromkeys(c for s in SCENARIOS.values() for
 REPORT_SECTIONS: tuple[Section, ...] = (
     modes.ModesSection(),
     zo_family.ZoFamilySection(),
+    families.FamiliesSection(),
     cost.CostSection(),
     modes.StudySection(),
     modes.PathologySection(),
