@@ -79,15 +79,11 @@ from typing import Any
 from bench import estimators, models
 from bench.estimators.base import FlopContext
 from bench.measure.timing import timed
+from bench.models import Matmul
 from bench.spec import (
     FRAMEWORKS,
-    BertSpec,
     LoraSpec,
     StepSpec,
-    count_params,
-    is_trainable,
-    lora_module,
-    param_shapes,
 )
 
 TFLOPS = 1e12
@@ -128,56 +124,11 @@ def published_peak(device_name: str, dtype: str) -> float | None:
     return None
 
 
-@dataclass(frozen=True)
-class Matmul:
-    """One matmul of the forward pass: its FLOPs, and how many of its operands carry a derivative (0, 1, 2)."""
-
-    name: str
-    flops: int  # 2 M N K
-    carrying: int  # operands that are a trainable weight or an activation downstream of one
-    layer: int | None  # its encoder layer; None for the pooler and the classifier
-
-
 def matmuls(
-    spec: BertSpec, trainable: str, batch_size: int, seq_len: int, last_k: int = 1, lora: LoraSpec | None = None
+    spec, trainable: str, batch_size: int, seq_len: int, last_k: int = 1, lora: LoraSpec | None = None, framework=None
 ) -> list[Matmul]:
-    """Every matmul of one forward pass of BERT for sequence classification, in the order the pass runs them;
-    with `lora`, each adapted layer's two adapter matmuls after its own (A x, then B (A x): both carry, A and B
-    being trained)."""
-    H, I, C, L = spec.hidden_size, spec.intermediate_size, spec.num_labels, spec.num_layers  # noqa: E741
-    B, T = batch_size, seq_len
-    tokens = B * T
-    train = lambda name: is_trainable(name, trainable, L, last_k)
-    norm = lambda prefix: train(prefix + ".weight") or train(prefix + ".bias")  # a LayerNorm's scale or shift
-    flows = any(train(n) for n in param_shapes(spec) if n.startswith("bert.embeddings."))  # the layers' input
-    adapted = {f"bert.encoder.layer.{i}.{lora_module(t)}" for i in range(L) for t in (lora.targets if lora else ())}
-    out: list[Matmul] = []
-
-    def linear(name: str, rows: int, n_in: int, n_out: int, x_carries: bool, layer: int | None) -> bool:
-        """Y = X W^T + b (+ B A X); returns whether Y carries a derivative."""
-        w = train(name + ".weight")
-        out.append(Matmul(name, 2 * rows * n_in * n_out, x_carries + w, layer))
-        if name in adapted:
-            out.append(Matmul(name + ".lora_A", 2 * rows * n_in * lora.rank, x_carries + 1, layer))
-            out.append(Matmul(name + ".lora_B", 2 * rows * lora.rank * n_out, 2, layer))
-            return True
-        return x_carries or w or train(name + ".bias")
-
-    for i in range(L):
-        p = f"bert.encoder.layer.{i}."
-        q, k, v = (linear(p + f"attention.self.{n}", tokens, H, H, flows, i) for n in ("query", "key", "value"))
-        out.append(Matmul(p + "attention.scores", 2 * B * T * T * H, q + k, i))  # Q K^T, (B, A, T, T)
-        probs = q or k
-        out.append(Matmul(p + "attention.context", 2 * B * T * T * H, probs + v, i))  # probs @ V, (B, A, T, H/A)
-        context = probs or v
-        o = linear(p + "attention.output.dense", tokens, H, H, context, i)
-        a = o or flows or norm(p + "attention.output.LayerNorm")  # the residual carries the layer's input
-        g = linear(p + "intermediate.dense", tokens, H, I, a, i)
-        y = linear(p + "output.dense", tokens, I, H, g, i)
-        flows = y or a or norm(p + "output.LayerNorm")
-    pooled = linear("bert.pooler.dense", B, H, H, flows, None)
-    linear("classifier", B, H, C, pooled, None)
-    return out
+    """Every matmul of one forward pass of `spec`'s family, in the order the pass runs them (its module's)."""
+    return models.of(spec).matmuls(spec, trainable, batch_size, seq_len, last_k, lora, framework)
 
 
 @dataclass(frozen=True)
@@ -195,7 +146,7 @@ class Flops:
 
 
 def predict(
-    spec: BertSpec,
+    spec,
     step: StepSpec,
     batch_size: int,
     seq_len: int,
@@ -212,15 +163,16 @@ def predict(
     modelled). The mode's terms are its estimator's (bench/estimators/); None where it has none."""
     if framework is not None and framework not in FRAMEWORKS:
         raise ValueError(f"framework={framework!r}: accepted None, {', '.join(FRAMEWORKS)}")
-    if not models.of(spec).MODELLED:  # its matmuls are BERT's so far: another family's cells stay empty
+    family = models.of(spec)
+    if "flops" not in family.MODELLED:  # a family whose matmuls are not listed: its cells stay empty
         return None
-    mm = matmuls(spec, step.trainable, batch_size, seq_len, step.last_k, step.adapters)
+    mm = matmuls(spec, step.trainable, batch_size, seq_len, step.last_k, step.adapters, framework)
     every = sum(m.flops for m in mm)
     derivative = sum(m.flops * m.carrying for m in mm)
     # torch's forward mode: where one operand carries a tangent, the other's zero tangent is multiplied as well
     zero_terms = sum(m.flops for m in mm if m.carrying == 1) if framework == "torch" else 0
     trunk = sum(m.flops for m in mm if m.layer is not None)
-    pooler = next(m.flops for m in mm if m.name == "bert.pooler.dense")
+    pooler = sum(m.flops for m in mm if m.name == family.POOLER)  # OPT has none
     hoists = framework == "jax" and not step.scan_layers  # XLA hoists the primal out of the tangents' loop
     with_backward = {m.layer for m in mm if m.carrying and m.layer is not None}  # remat recomputes these layers
     context = FlopContext(
@@ -233,7 +185,7 @@ def predict(
         pooler=pooler,
         recompute=sum(m.flops for m in mm if m.layer in with_backward),
         hoists=hoists,
-        n=count_params(spec, step.trainable, step.last_k, step.lora),
+        n=family.count_params(spec, step.trainable, step.last_k, step.lora),
     )
     terms = estimators.get(step.mode).flops(context)
     if terms is None:

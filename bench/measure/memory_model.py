@@ -79,7 +79,7 @@ def predict(
     say which (each such fact is named where it is used): the dropout mask's bytes, and how a forward-mode pass
     holds its tangent (torch's make_dual copies each tangent onto its parameter; XLA draws each where it is used).
     The mode's own categories are its estimator's terms (bench/estimators/); None where it has none."""
-    if not models.of(spec).MODELLED:  # its terms are BERT's so far: another family's cells stay empty
+    if "memory" not in models.of(spec).MODELLED:  # its terms are BERT's so far: another family's cells stay empty
         return None
     estimator = estimators.get(s.mode)
     mask = mask_bytes(framework, device)

@@ -9,8 +9,10 @@ What a family module defines (the same names in each; tests/contracts/test_model
     INPUT_KEYS, HEAD_KEYS           the batch keys the model reads, and those its head reads beside the trunk's
                                     output (OPT's head finds the last token that is not padding)
     LORA_TARGETS                    the linear layers an adapter may wrap (lora.targets)
-    MODELLED                        whether the memory and FLOP models have its terms (else a row's model cells
-                                    are empty, with a note)
+    MODELLED                        the models that have its terms ({"memory", "flops"}): another's cells of its
+                                    rows are empty, with a note
+    matmuls(spec, ...) -> [Matmul]  every matmul of its forward pass, for the FLOP model; POOLER, the head's matmul
+                                    before the classifier (or None)
     spec_from(values) -> SPEC       its spec from the config's model.* values
     param_shapes, is_trainable, count_params, init_weights, with_adapters, check_weights
 """
@@ -18,9 +20,21 @@ What a family module defines (the same names in each; tests/contracts/test_model
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from types import ModuleType
 
 FAMILIES = ("bert", "opt")
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """One matmul of a family's forward pass: its FLOPs, and how many of its operands carry a derivative (0, 1, 2);
+    what the FLOP model (bench/measure/flop_model.py) sums."""
+
+    name: str
+    flops: int  # 2 M N K
+    carrying: int  # operands that are a trainable weight or an activation downstream of one
+    layer: int | None  # its layer; None for the head's (pooler, classifier)
 
 
 def get(name: str) -> ModuleType:

@@ -14,12 +14,14 @@ from dataclasses import fields
 
 import numpy as np
 
+from bench.models import Matmul
 from bench.spec import (
     LORA_TARGETS,
     BertSpec,
     LoraSpec,
     count_params,
     is_trainable,
+    lora_module,
     lora_shapes,
     param_shapes,
 )
@@ -27,7 +29,8 @@ from bench.spec import (
 NAME, SPEC = "bert", BertSpec
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 HEAD_KEYS = ()  # the pooler reads the first token's hidden state: nothing of the batch
-MODELLED = True
+MODELLED = frozenset({"memory", "flops"})
+POOLER = "bert.pooler.dense"  # the head's matmul before the classifier
 # Buffers HF keeps in checkpoints that are not parameters.
 CHECKPOINT_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
 # Keys a BertModel (encoder-only) checkpoint may lack, the classification head and the pooler: they are
@@ -42,6 +45,7 @@ __all__ = [
     "spec_from",
     "refuses",
     "checkpoint_name",
+    "matmuls",
     "init_weights",
     "adapter_weights",
     "with_adapters",
@@ -115,3 +119,51 @@ def with_adapters(weights: dict[str, np.ndarray], spec: BertSpec, lora: LoraSpec
     if all(k in weights for k in lora_shapes(spec, lora)):
         return weights
     return {**weights, **{k: v for k, v in adapter_weights(spec, lora, seed).items() if k not in weights}}
+
+
+def matmuls(
+    spec: BertSpec,
+    trainable: str,
+    batch_size: int,
+    seq_len: int,
+    last_k: int = 1,
+    lora: LoraSpec | None = None,
+    framework=None,
+) -> list[Matmul]:
+    """Every matmul of one forward pass of BERT for sequence classification, in the order the pass runs them;
+    with `lora`, each adapted layer's two adapter matmuls after its own (A x, then B (A x): both carry, A and B
+    being trained)."""
+    H, I, C, L = spec.hidden_size, spec.intermediate_size, spec.num_labels, spec.num_layers  # noqa: E741
+    B, T = batch_size, seq_len
+    tokens = B * T
+    train = lambda name: is_trainable(name, trainable, L, last_k)
+    norm = lambda prefix: train(prefix + ".weight") or train(prefix + ".bias")  # a LayerNorm's scale or shift
+    flows = any(train(n) for n in param_shapes(spec) if n.startswith("bert.embeddings."))  # the layers' input
+    adapted = {f"bert.encoder.layer.{i}.{lora_module(t)}" for i in range(L) for t in (lora.targets if lora else ())}
+    out: list[Matmul] = []
+
+    def linear(name: str, rows: int, n_in: int, n_out: int, x_carries: bool, layer: int | None) -> bool:
+        """Y = X W^T + b (+ B A X); returns whether Y carries a derivative."""
+        w = train(name + ".weight")
+        out.append(Matmul(name, 2 * rows * n_in * n_out, x_carries + w, layer))
+        if name in adapted:
+            out.append(Matmul(name + ".lora_A", 2 * rows * n_in * lora.rank, x_carries + 1, layer))
+            out.append(Matmul(name + ".lora_B", 2 * rows * lora.rank * n_out, 2, layer))
+            return True
+        return x_carries or w or train(name + ".bias")
+
+    for i in range(L):
+        p = f"bert.encoder.layer.{i}."
+        q, k, v = (linear(p + f"attention.self.{n}", tokens, H, H, flows, i) for n in ("query", "key", "value"))
+        out.append(Matmul(p + "attention.scores", 2 * B * T * T * H, q + k, i))  # Q K^T, (B, A, T, T)
+        probs = q or k
+        out.append(Matmul(p + "attention.context", 2 * B * T * T * H, probs + v, i))  # probs @ V, (B, A, T, H/A)
+        context = probs or v
+        o = linear(p + "attention.output.dense", tokens, H, H, context, i)
+        a = o or flows or norm(p + "attention.output.LayerNorm")  # the residual carries the layer's input
+        g = linear(p + "intermediate.dense", tokens, H, I, a, i)
+        y = linear(p + "output.dense", tokens, I, H, g, i)
+        flows = y or a or norm(p + "output.LayerNorm")
+    pooled = linear("bert.pooler.dense", B, H, H, flows, None)
+    linear("classifier", B, H, C, pooled, None)
+    return out

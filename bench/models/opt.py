@@ -20,12 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from bench.models import Matmul
 from bench.spec import TRAINABLE_SCOPES, LoraSpec
 
 NAME = "opt"
 INPUT_KEYS = ("input_ids", "attention_mask")  # no segments
 HEAD_KEYS = ("input_ids",)  # the score reads the last token that is not padding
-MODELLED = False  # the memory and FLOP models have BERT's terms only, so far
+MODELLED = frozenset({"flops"})  # the memory model's terms are BERT's only, so far
+POOLER = None  # no pooler: the score reads the last token's hidden state
 CHECKPOINT_BUFFERS = ("lm_head.weight",)  # OPTForCausalLM's head: tied to embed_tokens, not a classifier's
 CHECKPOINT_OPTIONAL = ("score.weight",)  # an OPTModel (decoder-only) checkpoint: the score is seeded instead
 
@@ -257,3 +259,53 @@ def spec_from(values: dict) -> OptSpec:
     values = {("ffn_dim" if k == "intermediate_size" else k): v for k, v in values.items()}
     names = {f.name for f in fields(OptSpec)}
     return OptSpec(**{k: v for k, v in values.items() if k in names})
+
+
+def matmuls(
+    spec: OptSpec,
+    trainable: str,
+    batch_size: int,
+    seq_len: int,
+    last_k: int = 1,
+    lora: LoraSpec | None = None,
+    framework: str | None = None,
+) -> list[Matmul]:
+    """Every matmul of one forward pass of OPT for sequence classification, in the order the pass runs them; with
+    `lora`, each adapted layer's two adapter matmuls after its own. The attention's scores and context are full
+    T x T, as HF's eager attention computes them before the causal mask. The score reads one token a row in JAX
+    (jax_impl gathers it first); HF's torch model scores every token and picks one after (`framework="torch"`)."""
+    H, F, C, L = spec.hidden_size, spec.ffn_dim, spec.num_labels, spec.num_layers
+    B, T = batch_size, seq_len
+    tokens = B * T
+    train = lambda name: is_trainable(name, trainable, L, last_k)
+    norm = lambda prefix: train(prefix + ".weight") or train(prefix + ".bias")  # a LayerNorm's scale or shift
+    flows = train("model.decoder.embed_tokens.weight") or train("model.decoder.embed_positions.weight")
+    targets = lora_targets(lora) if lora else ()
+    adapted = {f"model.decoder.layers.{i}.{lora_module(t)}" for i in range(L) for t in targets}
+    out: list[Matmul] = []
+
+    def linear(name: str, rows: int, n_in: int, n_out: int, x_carries: bool, layer: int | None) -> bool:
+        """Y = X W^T + b (+ B A X); returns whether Y carries a derivative."""
+        w = train(name + ".weight")
+        out.append(Matmul(name, 2 * rows * n_in * n_out, x_carries + w, layer))
+        if name in adapted:
+            out.append(Matmul(name + ".lora_A", 2 * rows * n_in * lora.rank, x_carries + 1, layer))
+            out.append(Matmul(name + ".lora_B", 2 * rows * lora.rank * n_out, 2, layer))
+            return True
+        return x_carries or w or train(name + ".bias")
+
+    for i in range(L):
+        p = f"model.decoder.layers.{i}."
+        x = flows or norm(p + "self_attn_layer_norm")  # pre-LayerNorm: the attention reads the normed input
+        q, k, v = (linear(p + f"self_attn.{n}", tokens, H, H, x, i) for n in ("q_proj", "k_proj", "v_proj"))
+        out.append(Matmul(p + "self_attn.scores", 2 * B * T * T * H, q + k, i))  # Q K^T, (B, A, T, T)
+        probs = q or k
+        out.append(Matmul(p + "self_attn.context", 2 * B * T * T * H, probs + v, i))  # probs @ V
+        o = linear(p + "self_attn.out_proj", tokens, H, H, probs or v, i)
+        a = o or flows  # the residual carries the layer's input
+        g = linear(p + "fc1", tokens, H, F, a or norm(p + "final_layer_norm"), i)
+        y = linear(p + "fc2", tokens, F, H, g, i)
+        flows = y or a
+    head = flows or norm("model.decoder.final_layer_norm")
+    linear("score", tokens if framework == "torch" else B, H, C, head, None)
+    return out

@@ -486,7 +486,7 @@ def unmodelled(cfg: BenchConfig, row: dict) -> str | None:
     which = " and ".join(missing) + (" models" if len(missing) > 1 else " model")
     family = models.of(model_spec(cfg.model))
     # a family the models do not know yet (bench/models/<family>.py), or a mode they do not
-    what = f"mode={cfg.mode}" if family.MODELLED else f"model.family={family.NAME}"
+    what = f"model.family={family.NAME}" if {"memory", "flops"} - family.MODELLED else f"mode={cfg.mode}"
     return f"{what}: no term in the {which}; those cells are empty, the measurements stand"
 
 

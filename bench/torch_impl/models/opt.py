@@ -132,16 +132,18 @@ def features(model, batch):
 
 
 def head_logits(model, hidden, batch, params):
-    """The last non-padding token's hidden state (transformers 5.x's rule) through the final LayerNorm and the
-    score; `params` (HF names) are the head's parameters, passed functionally."""
+    """The final LayerNorm and the score over every token, read at the last token that is not padding
+    (transformers 5.x's rule), as HF's forward does; `params` (HF names) are the head's parameters, passed
+    functionally."""
     sub = lambda prefix: {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
+    norm = model.model.decoder.final_layer_norm
+    logits = functional_call(
+        model.score, sub("score."), (functional_call(norm, sub("model.decoder.final_layer_norm."), (hidden,)),)
+    )
     ids = batch["input_ids"]
     positions = torch.arange(ids.shape[-1], device=ids.device)
     last = (positions * (ids != model.config.pad_token_id)).argmax(-1)  # (B,)
-    token = hidden[torch.arange(ids.shape[0], device=ids.device), last]  # (B, H)
-    norm = model.model.decoder.final_layer_norm
-    token = functional_call(norm, sub("model.decoder.final_layer_norm."), (token,))
-    return functional_call(model.score, sub("score."), (token,))  # (B, C)
+    return logits[torch.arange(ids.shape[0], device=ids.device), last]  # (B, C)
 
 
 def layers(model) -> list:
