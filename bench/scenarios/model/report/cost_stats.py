@@ -56,6 +56,14 @@ def value(row: dict, column: str) -> float | None:
     return num(row, column)
 
 
+def ran_dropout(row: dict) -> float:
+    """The dropout a trial trained with: the model's (its `dropout` column, the default for rows without it)
+    where its estimator trains with dropout on, 0 where it runs the model in eval mode (MeZO and its kin)."""
+    mode = row.get("mode", "")
+    on = estimators.get(mode).dropout if mode in estimators.names() else True
+    return float(knob(row, "dropout")) if on else 0.0
+
+
 def reached_row(row: dict) -> bool:
     return row.get("status") == "ok" and row.get("target_status") == "reached"
 
