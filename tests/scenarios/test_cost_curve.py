@@ -9,10 +9,12 @@ import math
 import pytest
 from scipy import stats
 
+from bench.harness.preflight import compose_trials
 from bench.scenarios.model.report.cost import CostSection, dropout_note
 from bench.scenarios.model.report.cost_curve import curve_table, fit_exponent, params_chart, theory
 from bench.scenarios.model.report.cost_stats import cost_groups
 from tests.scenarios.test_cost_report import cost_row, only
+from tests.support import REPO
 
 SCOPES = {  # scope: (trained parameters, its row's columns)
     "classifier": (1_540, {"trainable": "classifier"}),
@@ -120,3 +122,10 @@ def test_a_cost_group_splits_on_differing_dropout():
     found = cost_groups([*rows, *({**r, "dropout": 0.0} for r in rows)])
     assert len(found) == 2 and all(g.winner for groups in found.values() for g in groups.values())
     assert sorted(dict(key)["dropout"] for key in found) == ["0", "0.1"]
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "conf" / "experiment").glob("cost_to_target*.yaml")))
+def test_every_cost_experiment_trains_every_mode_without_dropout(name):
+    """MeZO's recipe runs the model in eval mode: a cost experiment runs every mode so, for an equal function."""
+    trials, _ = compose_trials([f"+experiment={name}"], multirun=True, limit=1_000)
+    assert {cfg.model.dropout for _, cfg in trials} == {0.0} and len({cfg.mode for _, cfg in trials}) >= 3
