@@ -104,6 +104,8 @@ def space_of(name: str, spec) -> Space:
     """A case's space from the config: a list of points, or {points, scale, at} (ConfigError, one line)."""
     if not isinstance(spec, Mapping):
         return Space([dict(p) for p in spec or ()])
+    if unknown := sorted(set(spec) - {"points", "scale", "at"}):
+        raise ConfigError(f"hydra.sweeper.space.{name}.{unknown[0]}: accepted points, scale, at")
     space = Space([dict(p) for p in spec.get("points") or ()], spec.get("scale"), spec.get("at"))
     if space.scale is not None:
         if space.scale not in SCALES:

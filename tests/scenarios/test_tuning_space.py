@@ -61,6 +61,8 @@ def test_a_placed_grid_keeps_its_other_settings_and_needs_its_counts():
         expand({"case": "jvp"}, {"jvp": {**SPACE["jvp"], "scale": "1/sqrt(d)"}}, [], dimension)
     with pytest.raises(ConfigError, match="space.jvp.at=0: accepted a positive number"):
         expand({"case": "jvp"}, {"jvp": {**SPACE["jvp"], "at": 0}}, [], dimension)
+    with pytest.raises(ConfigError, match="space.jvp.scael: accepted points, scale, at"):
+        expand({"case": "jvp"}, {"jvp": {**SPACE["jvp"], "scael": "1/d"}}, [], dimension)
     with pytest.raises(ConfigError, match="budget=3: smaller than the 4 points"):
         expand({"case": "jvp"}, SPACE, ["trainable=bias"], dimension, budget=3)
     with pytest.raises(ConfigError, match="budget=0: accepted a positive integer"):
@@ -94,7 +96,7 @@ def test_a_group_whose_every_point_diverged_is_searched_below_within_its_budget(
 
 
 def test_cost_to_target_curve_searches_every_scope_with_the_same_budget():
-    """The experiment as the sweeper expands it: five scopes per mode, four points each spanning three decades,
+    """The experiment as the sweeper expands it: five scopes per mode, three points each spanning three decades,
     jvp's and MeZO's placed by their trained parameters (the same lr x d at every scope), backprop's not."""
     trials = expand_sweep(["+experiment=cost_to_target_curve"], multirun=True)
     by: dict = defaultdict(list)
@@ -103,7 +105,7 @@ def test_cost_to_target_curve_searches_every_scope_with_the_same_budget():
         by[
             (next(o for o in t if o.startswith("case=")), next(o for o in t if o.startswith("framework=")), scope)
         ].append(lr_of(t))
-    assert len(trials) == 2 * 5 * 3 * 4 and {len(v) for v in by.values()} == {4}
+    assert len(trials) == 2 * 5 * 3 * 3 and {len(v) for v in by.values()} == {3}
     assert all(math.log10(max(v) / min(v)) >= 3 - 1e-9 for v in by.values())
     scopes = {k[2] for k in by}
     for case in ("case=jvp", "case=mezo"):
