@@ -14,6 +14,8 @@ import pytest
 from bench.errors import ConfigError
 from bench.harness.preflight import expand_sweep
 from bench.harness.tuning import below, check_tuning, expand, lr_of
+from bench.store.read import read_rows
+from tests.scenarios.test_cost_to_target import TINY, bench
 
 SIZES = {"classifier": 1_540, "bias": 27_652, "last_k": 1_925_000}  # made-up trained parameters per scope
 GRID = [{"optimizer.lr": 10.0**e} for e in range(-3, 1)]  # four points, three decades
@@ -112,3 +114,33 @@ def test_cost_to_target_curve_searches_every_scope_with_the_same_budget():
         lowest = sorted(min(by[(case, "framework=torch", s)]) for s in scopes)
         assert lowest[-1] / lowest[0] > 1_000  # from the probe's 1,540 parameters to the last layer's ~1.9 M
     assert len({tuple(sorted(by[("case=backprop", "framework=jax", s)])) for s in scopes}) == 1
+
+
+@pytest.mark.slow
+def test_a_sweep_places_its_grid_by_the_composed_scope_and_searches_below_where_it_diverged(tmp_path):
+    """A real sweep on the tiny model's classifier (132 parameters): one point, 1e6 at twice that d, so 2e6 here
+    (the sweeper counted d from the composed config); it diverges, and the budget of 2 buys one point a decade
+    below, which diverges too: two search trials, no winner, nothing repeated."""
+    out = bench(
+        "-m",
+        *TINY,
+        "trainable=classifier",
+        "target.metric=eval_accuracy",
+        "target.value=0.9",
+        "target.max_steps=5",
+        "hydra/sweeper=bench_tuning",
+        "hydra.sweeper.params={framework:torch,case:backprop}",
+        "hydra.sweeper.space={backprop:{points:[{optimizer.lr:1.0e6}],scale:1/d,at:264}}",
+        "hydra.sweeper.budget=2",
+        "hydra.sweeper.repeats=[1]",
+        f"results_dir={tmp_path}",
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]  # a diverged trial is an outcome
+    assert "up to 2 below grids that diverged" not in out.stdout and "up to 1 below grids" in out.stdout
+    rows = read_rows(tmp_path / "runs.csv")
+    assert [(float(r["lr"]), r["status"], r["tuning"]) for r in rows] == [
+        (2e6, "diverged", "search"),
+        (2e5, "diverged", "search"),
+    ]
+    assert len({r["tune_group"] for r in rows}) == 1
+    assert "every point of 1 group(s) diverged: searching below them" in out.stdout
