@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from bench.harness.preflight import compose_trials
-from bench.scenarios.model.report.cost import CostSection, dropout_note
+from bench.scenarios.model.report.cost import CostSection, cost_table, dropout_note
 from bench.scenarios.model.report.cost_curve import curve_table, fit_exponent, params_chart, theory
 from bench.scenarios.model.report.cost_stats import cost_groups
 from tests.scenarios.test_cost_report import cost_row, only
@@ -89,7 +89,12 @@ def test_the_curve_section_renders_from_rows_with_a_missed_target(tmp_path):
     chart = params_chart(key, groups)
     guides = {s.guide: s for s in chart.series if s.guide}
     assert {s.mode for s in chart.series if not s.guide} == {"backprop", "mezo"}
-    assert guides["not reached: the cap"].xs == [1_925_000] and "theory: steps ∝ d" in guides
+    cap = guides["the step cap"]
+    assert (cap.xs, cap.ys) == ([1_540, 1_925_000], [1001, 1001])  # across every scope
+    mezo = next(s for s in chart.series if s.mode == "mezo")
+    assert mezo.xs == [1_540, 10_756, 27_652, 75_268]  # the missed scope skipped
+    theory_line = guides["theory: steps ∝ d"]
+    assert theory_line.ys[-1] / theory_line.ys[0] == pytest.approx(theory_line.xs[-1] / theory_line.xs[0])
 
 
 def test_the_cost_section_shows_the_curve_and_the_dropout(tmp_path):
@@ -129,3 +134,16 @@ def test_every_cost_experiment_trains_every_mode_without_dropout(name):
     """MeZO's recipe runs the model in eval mode: a cost experiment runs every mode so, for an equal function."""
     trials, _ = compose_trials([f"+experiment={name}"], multirun=True, limit=1_000)
     assert {cfg.model.dropout for _, cfg in trials} == {0.0} and len({cfg.mode for _, cfg in trials}) >= 3
+
+
+def test_a_scope_whose_every_learning_rate_diverged_says_so():
+    """The grid never went low enough there: the curve says diverged (not a cap it might have reached), the cost
+    table how many of the search's trials diverged."""
+    rows = [r for r in curve_rows() if not (r["mode"] == "mezo" and r["trainable"] == "bias")]
+    kw = dict(n_trainable=27_652, tune_group="mezo-bias", dropout=0.0, trainable="bias", reached=False)
+    rows += [cost_row("mezo", 0, 0.0, status="diverged", lr=lr, **kw) for lr in (0.1, 1.0)]
+    groups = only(rows)
+    mezo = next(line for line in curve_table(groups).splitlines() if "| mezo |" in line)
+    assert [c.strip() for c in mezo.split("|")[1:-1]][4] == "diverged at every lr"
+    bias = next(line for line in cost_table(groups).splitlines() if "| mezo[bias] |" in line)
+    assert "| 0/2 (2 diverged) |" in bias

@@ -138,7 +138,9 @@ def cost_table(groups: dict[tuple[str, str], Group]) -> str:
             g.label,
             f"{num(w or g.rows[0], 'n_trainable') or 0:,.0f}",
             point_label(w) if w else "-",
-            f"{reached}/{len(g.search)}" if g.search else "no search",
+            (f"{reached}/{len(g.search)}" + (f" ({g.diverged} diverged)" if g.diverged else ""))
+            if g.search
+            else "no search",
             seeds_cell(g),
             fmt_spread(g.cost("steps_to_target"), fmt=count),
             "-" if bracket is None or math.isinf(bracket[1]) else f"{bracket[0]:.0f}–{bracket[1]:.0f}",
@@ -317,9 +319,10 @@ def cost_plots(found: dict[Context, dict]) -> list[Plot]:
             "Log-log, a line per mode over the trainable scopes it reached the target at: a forward gradient's and "
             "MeZO's variance grows with the number of trained parameters, so their steps to the target should "
             "climb with it (theory: as d, the dotted slope-1 line from the smallest scope one reached) while "
-            "backprop's stay flat; where the lines meet, the cheaper step pays. The dotted grey line at the top "
-            "marks the step cap at the scopes where some mode did not reach the target within it; the fitted "
-            "exponents are in the section's curve table.",
+            "backprop's stay flat; where the lines meet, the cheaper step pays. The horizontal dotted line is the "
+            "step cap, drawn where some mode missed a scope: a line that skips a scope, or stops short of the "
+            "largest, did not reach the target there within the cap. The fitted exponents are in the section's "
+            "curve table.",
             "target trials of one mode at >= 2 trainable scopes that reached the target",
             scopes,
         ),
@@ -337,23 +340,23 @@ class CostSection(Section):
         out = [
             "## Cost to target",
             "",
-            "What each way of differentiating costs to reach the same held-out target, each tuned with the same "
-            "budget of trials (a grid per mode: `+experiment=cost_to_target`, docs/cost-to-target.md). **tuned "
-            "point**: the search trial that reached the target with the lowest value of the sweep's objective "
-            "(its rows' `tune_objective`; wall time before rows named it). Its costs come only from fresh seeds: "
-            "the median [lowest–highest] over its repeats at seeds the search did not use (**seeds**: how many; a "
-            "seed that missed counts as infinite), never the search trial that chose it; a target trial run "
-            "without a sweep is its own point, every trial of it a seed. **steps** include the warm-up steps "
-            "(they train too); the target is checked only every `eval_every` steps, so each seed's count is the "
-            "evaluation that met it and its first step at the target lies after the evaluation before: **steps "
-            "known within** is where the median lies, and **steps ×** gives in brackets the range of the ratio "
-            "that allows. **forward passes** are the step's counted FLOPs over one forward pass of the model, "
-            "times the steps (a MeZO step is about two, backprop's about three), **GFLOP** the counted FLOPs to "
-            "the target; **timed s** is the steps' own time; **wall s** counts from the compilation to the "
-            "evaluation that met the target, compilation and evaluations included (AlgoPerf's clock); **MiB·s** "
-            "is the excess memory held for the timed seconds. The × columns divide medians by backprop's in the "
-            "same framework and scope. Reruns (`python -m bench rerun`) are listed with the trials, never "
-            "counted.",
+            "What each way of differentiating costs to reach the same held-out target, each tuned "
+            "with the same budget of trials (a grid per mode: `+experiment=cost_to_target`, docs/cost-to-target.md). "
+            "**tuned point**: the search trial that reached the target with the lowest value of the sweep's objective "
+            "(its rows' `tune_objective`; wall time before rows named it); **reached (search)** counts its search "
+            "trials that reached the target, and those that diverged (where all did, its grid never went low enough). "
+            "Its costs come only from fresh seeds: the median [lowest–highest] over its repeats at seeds the search "
+            "did not use (**seeds**: how many; a seed that missed counts as infinite), never the search trial that "
+            "chose it; a target trial run without a sweep is its own point, every trial of it a seed. **steps** "
+            "include the warm-up steps (they train too); the target is checked only every `eval_every` steps, so each "
+            "seed's count is the evaluation that met it and its first step at the target lies after the evaluation "
+            "before: **steps known within** is where the median lies, and **steps ×** gives in brackets the range of "
+            "the ratio that allows. **forward passes** are the step's counted FLOPs over one forward pass of the "
+            "model, times the steps (a MeZO step is about two, backprop's about three), **GFLOP** the counted FLOPs "
+            "to the target; **timed s** is the steps' own time; **wall s** counts from the compilation to the "
+            "evaluation that met the target, compilation and evaluations included (AlgoPerf's clock); **MiB·s** is "
+            "the excess memory held for the timed seconds. The × columns divide medians by backprop's in the same "
+            "framework and scope. Reruns (`python -m bench rerun`) are listed with the trials, never counted.",
             "",
         ]
         for key in sorted(found, key=context_order):

@@ -67,6 +67,7 @@ class Point:
     scope: str
     steps: Cost  # median [lowest-highest] over the winner's fresh seeds; not finite: missed
     cap: float | None  # the step cap, where the target was missed
+    diverged: bool = False  # every search trial diverged: the grid never reached a stable learning rate
 
     @property
     def reached(self) -> bool:
@@ -81,7 +82,10 @@ def curves(groups: dict[tuple[str, str], Group]) -> dict[tuple[str, str], list[P
         if row is None or not num(row, "n_trainable"):
             continue
         steps = g.cost("steps_to_target") if g.winner else Cost()
-        out[(g.framework, g.mode)].append(Point(num(row, "n_trainable"), g.scope, steps, num(row, "target_max_steps")))
+        every = bool(g.search) and g.diverged == len(g.search)
+        out[(g.framework, g.mode)].append(
+            Point(num(row, "n_trainable"), g.scope, steps, num(row, "target_max_steps"), every)
+        )
     return {k: sorted(v, key=lambda p: p.d) for k, v in out.items()}
 
 
@@ -95,6 +99,8 @@ def _steps_cell(p: Point) -> str:
         return f"{c.median:.0f}" + (
             "" if c.lo == c.hi else f" [{c.lo:.0f}–{'∞' if math.isinf(c.hi) else f'{c.hi:.0f}'}]"
         )
+    if p.diverged:
+        return "diverged at every lr"
     return f"not reached (cap {p.cap:.0f})" if p.cap else "not reached"
 
 
@@ -144,7 +150,7 @@ def _base(label: str) -> str:
 
 def params_chart(key: Context, groups: dict[tuple[str, str], Group]) -> Chart | None:
     """Steps to the target against the trained parameters, log-log, a line per mode over the scopes it reached the
-    target at (its fitted exponent in the table beside), the caps of the scopes a mode missed as a guide, and
+    target at (its fitted exponent in the table beside), the step cap as a guide where a mode missed a scope, and
     theory's slope 1 from the smallest scope a one-direction estimate reached."""
     found = curves(groups)
     series, missed, anchor = [], {}, None
@@ -160,22 +166,24 @@ def params_chart(key: Context, groups: dict[tuple[str, str], Group]) -> Chart | 
             anchor = (reached[0].d, reached[0].steps.median)
     if not series:
         return None
-    if missed:  # a mode that missed the target: at least the cap, drawn at it
-        series.append(Series("", "", sorted(missed), [missed[x] for x in sorted(missed)], guide="not reached: the cap"))
-    if anchor:
-        xs = sorted({p.d for points in found.values() for p in points if p.d >= anchor[0]})
-        if len(xs) >= 2:
-            series.append(Series("", "", xs, [anchor[1] * x / anchor[0] for x in xs], guide="theory: steps ∝ d"))
+    ds = sorted({p.d for points in found.values() for p in points})
+    if missed:  # across every scope, so that one missed scope is a visible line: a mode's line stops short of it
+        cap = max(missed.values())
+        series.append(Series("", "", [ds[0], ds[-1]], [cap, cap], guide="the step cap"))
+    if anchor and ds[-1] > anchor[0]:
+        xs = [d for d in ds if d >= anchor[0]]
+        series.append(Series("", "", xs, [anchor[1] * x / anchor[0] for x in xs], guide="theory: steps ∝ d"))
     return Chart(context_label(key[:-1]), "trained parameters", "steps to the target", series, logx=10, logy=True)
 
 
 CURVE_TEXT = (
     "Per framework and mode, the median steps to the target over its winner's fresh seeds [lowest–highest] at each "
-    "trained scope (its trained parameters d in the heading), and the exponent of steps ∝ d^b: least squares of "
-    "log steps on log d over the scopes it reached the target at, with a 95% interval from the residuals "
-    "(Student's t with n − 2 degrees of freedom; none from two scopes). A scope it missed is shown at its cap and "
-    "not fitted, so a mode that misses its largest scopes has a fitted exponent that is too low. **theory**: 1 for "
-    "a one-direction estimate (a forward gradient's or MeZO's variance grows about as d, so its stable learning "
-    "rate falls as 1/d and its steps grow as d), 0 for an exact gradient. For scale: MeZO's paper runs about 100x "
-    "fine-tuning's steps when it trains all of RoBERTa-large (355 M parameters)."
+    "trained scope (its trained parameters d in the heading), and the exponent of steps ∝ d^b: least squares of log "
+    "steps on log d over the scopes it reached the target at, with a 95% interval from the residuals (Student's t "
+    "with n − 2 degrees of freedom; none from two scopes). A scope it missed is shown at its cap (or as diverged, "
+    "where every learning rate of its search did) and not fitted, so a mode that misses its largest scopes has a "
+    "fitted exponent that is too low. **theory**: 1 for a one-direction estimate (a forward gradient's or MeZO's "
+    "variance grows about as d, so its stable learning rate falls as 1/d and its steps grow as d), 0 for an exact "
+    "gradient. For scale: MeZO's paper runs about 100x fine-tuning's steps when it trains all of RoBERTa-large (355 M "
+    "parameters)."
 )

@@ -160,6 +160,11 @@ class Group:
         return [*self.search, *self.repeats, *self.reruns, *self.fixed]
 
     @property
+    def diverged(self) -> int:
+        """Search trials that diverged: all of them, and the grid did not reach a stable learning rate."""
+        return sum(r.get("status") == "diverged" for r in self.search)
+
+    @property
     def objective(self) -> str:
         """The column the search picked its winner by, as its latest row names it."""
         return next((r["tune_objective"] for r in reversed(self.search) if r.get("tune_objective")), DEFAULT_OBJECTIVE)
