@@ -278,9 +278,10 @@ class TuningSweeperConf:
 
     _target_: str = "hydra_plugins.bench_tuning_sweeper.tuning_sweeper.TuningSweeper"
     params: Any = None  # what is compared, as Hydra's basic sweeper takes it: {key: "a,b"}
-    space: Any = None  # {case or mode: [point, ...]}, a point being a trial's overrides {key: value}
+    space: Any = None  # {case or mode: [point, ...] or {points, scale: 1/d, at}}, a point: overrides {key: value}
     objective: str = "wall_to_target_s"  # a column of the trial's row; lower is better
     repeats: list[int] = field(default_factory=list)  # the seeds each winner runs again with
+    budget: int | None = None  # trials per group: its points, then points below them while all diverged
     max_batch_size: int | None = None
 
 

@@ -22,7 +22,7 @@ from bench.config import CONF_DIR, GROUPS, available, register_configs, resolve,
 from bench.errors import ConfigError
 from bench.harness.launch import check_launch
 from bench.harness.scenario import RUNNER_FOLDERS, Registry, scenario_of, validate
-from bench.harness.tuning import check_tuning, expand
+from bench.harness.tuning import check_tuning, expand, trained_params
 from bench.measure.system import cuda_device_count
 from bench.store.csv import check_folders, check_results_file
 
@@ -146,9 +146,20 @@ def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
             base = _compose(fixed + [opts[0] for opts in sweeps.values()] + hydra_overrides, return_hydra_config=True)
         if base.hydra.sweeper.get("space") is not None:  # the tuning sweeper: a grid of points per case
             sweeper = OmegaConf.to_container(base.hydra.sweeper, resolve=True)
-            check_tuning(sweeper.get("objective", "wall_to_target_s"), sweeper.get("repeats", []))
+            check_tuning(
+                sweeper.get("objective", "wall_to_target_s"), sweeper.get("repeats", []), sweeper.get("budget")
+            )
             arguments = fixed + [f"{k}={','.join(v.split('=', 1)[1] for v in vs)}" for k, vs in sweeps.items()]
-            return [trial for _, trial in expand(sweeper.get("params"), sweeper["space"], arguments)]
+            with _hydra_context():  # a space placed by the trained parameters composes each combination for them
+                compose_one = _composer(_search(overrides))
+                search = expand(
+                    sweeper.get("params"),
+                    sweeper["space"],
+                    arguments,
+                    lambda combo: trained_params(compose_one(combo)),
+                    sweeper.get("budget"),
+                )
+            return [trial for _, trial in search]
         for k, v in (base.hydra.sweeper.get("params") or {}).items():
             (o,) = parser.parse_overrides([f"{k}={v}"])
             if o.key_or_group not in sweeps and not any(f.split("=")[0].lstrip("+~") == k for f in fixed):

@@ -28,7 +28,7 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        repeats = 0
+        repeats = below = 0
         try:
             # the hydra.* overrides too: a sweeper's params and space given on the command line are the sweep's
             overrides = [*config.hydra.overrides.task, *config.hydra.overrides.hydra, *config_dirs(config)]
@@ -37,14 +37,20 @@ class SweepCallback(Callback):
             # the tuning sweeper (bench.harness.tuning) then runs each group's winner again, once per repeat seed
             groups = {o for overrides, _ in trials for o in overrides if o.startswith("tune_group=")}
             repeats = len(groups) * len(config.hydra.sweeper.get("repeats") or ())
-            total += repeats
+            # and searches below a group's grid where every point diverged, up to its budget
+            below = max(0, len(groups) * (config.hydra.sweeper.get("budget") or 0) - total)
+            total += below + repeats
         except Exception:  # noqa: BLE001 (a count is a nicety; never stop a sweep over it)
             total, hashes = None, []
         plan = {"sweep_id": config.sweep_id or launch_id(), "total": total, "config_hashes": hashes}
         write_plan(sweep_dir, plan)
         count = f"{'?' if total is None else total} trials"
         if repeats:  # a group none of whose points reaches the target has no winner to repeat
-            count = f"up to {total} trials ({total - repeats} to search, then up to {repeats} repeating the winners)"
+            extended = f", up to {below} below grids that diverged" if below else ""
+            count = (
+                f"up to {total} trials ({total - repeats - below} to search{extended}, then up to {repeats} "
+                "repeating the winners)"
+            )
         print(f"bench: sweep {plan['sweep_id']}: {count} -> {self.results_path(config)}", flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:

@@ -13,6 +13,17 @@ every submission the same tuning budget:
           mezo: [{optimizer.lr: 1.0e-4, mezo.eps: 1.0e-3}, ...]        # number of points: the budget
         objective: wall_to_target_s                                    # a column of the row: lower is better
         repeats: [1, 2]                                                # seeds the winner runs again with
+        budget: 5                                                      # trials per group, extensions included
+
+A case's space may instead be placed by the trained dimension d (the parameters its combination trains): a
+one-direction estimate's (a forward gradient's, MeZO's) variance grows about as d, so its stable learning rate
+falls about as 1/d, and one grid for every trainable scope misses the larger ones:
+
+          jvp: {points: [{optimizer.lr: 1.0e-3}, ...], scale: 1/d, at: 1540}   # lr x at / d, at each combination
+
+The sweeper counts d from each combination's composed config. And where every point of a group diverged, the
+search goes on below it, a point at a time at the grid's own spacing, while the group has trials left in
+`budget` (the same for every case; its points when not given).
 
 Phase one runs every point of every combination of `params` (`tuning=search`); phase two runs each combination's
 winner, the point with the smallest objective among the trials that reached it, at every seed of `repeats`
@@ -29,23 +40,37 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
 
+from bench.config import bert_spec, lora_spec
 from bench.errors import ConfigError
 from bench.harness.plan import add_trials
-from bench.spec import MAX_SEED
+from bench.spec import MAX_SEED, count_params
 
 # What picks a winner: a cost to the target, lower is better (each a column of scenario=model's rows)
 OBJECTIVES = ("wall_to_target_s", "seconds_to_target", "steps_to_target", "samples_to_target", "mib_s_to_target")
 
 
-def check_tuning(objective, repeats) -> None:
-    """Before any trial: the objective is a cost the rows carry, the repeats are seeds (ConfigError, one line)."""
+LR = "optimizer.lr"  # what a scale rule places and a diverged group's search extends
+# How a case's learning rate moves with the trained dimension d, from `at` where its points were measured to work
+SCALES = {"1/d": lambda at, d: at / d}
+EXTEND_STEP = 0.1  # below a grid of one point, the next is a decade lower
+
+
+def check_tuning(objective, repeats, budget=None) -> None:
+    """Before any trial: the objective is a cost the rows carry, the repeats are seeds, the budget a number of
+    trials (ConfigError, one line)."""
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise ConfigError(
+            f"hydra.sweeper.budget={budget}: accepted a positive integer, the trials each group may run (its "
+            "points, then the points below them while every one diverged)"
+        )
     if objective not in OBJECTIVES:
         raise ConfigError(
             f"hydra.sweeper.objective={objective}: accepted {' | '.join(OBJECTIVES)} (a cost to the "
@@ -59,10 +84,62 @@ def check_tuning(objective, repeats) -> None:
         )
 
 
-def expand(params: Mapping[str, str] | None, space: Mapping, arguments: Sequence[str]) -> list[tuple[str, list[str]]]:
+@dataclass(frozen=True)
+class Space:
+    """One case's search: its points (each a trial's overrides), and how they move with the trained dimension."""
+
+    points: list[dict]
+    scale: str | None = None  # a SCALES rule for the points' learning rates, or None: the points as given
+    at: float | None = None  # the trained dimension the points were measured to work at
+
+    def placed(self, d: int | None) -> list[dict]:
+        """The points at trained dimension d: each learning rate x the rule's factor, to 3 significant digits."""
+        if self.scale is None:
+            return self.points
+        factor = SCALES[self.scale](self.at, d)
+        return [{**p, LR: f"{float(p[LR]) * factor:.3g}"} for p in self.points]
+
+
+def space_of(name: str, spec) -> Space:
+    """A case's space from the config: a list of points, or {points, scale, at} (ConfigError, one line)."""
+    if not isinstance(spec, Mapping):
+        return Space([dict(p) for p in spec or ()])
+    if unknown := sorted(set(spec) - {"points", "scale", "at"}):
+        raise ConfigError(f"hydra.sweeper.space.{name}.{unknown[0]}: accepted points, scale, at")
+    space = Space([dict(p) for p in spec.get("points") or ()], spec.get("scale"), spec.get("at"))
+    if space.scale is not None:
+        if space.scale not in SCALES:
+            raise ConfigError(
+                f"hydra.sweeper.space.{name}.scale={space.scale}: accepted {' | '.join(SCALES)} (how the "
+                "learning rate moves with the trained parameters)"
+            )
+        if isinstance(space.at, bool) or not isinstance(space.at, (int, float)) or space.at <= 0:
+            raise ConfigError(
+                f"hydra.sweeper.space.{name}.at={space.at}: accepted a positive number, the trained parameters "
+                "its points were measured to work at"
+            )
+        if any(LR not in p for p in space.points):
+            raise ConfigError(f"hydra.sweeper.space.{name}: scale={space.scale} needs {LR} in every point")
+    return space
+
+
+def trained_params(cfg) -> int:
+    """The parameters a composed config trains: the dimension a one-direction estimate's variance grows with."""
+    return count_params(bert_spec(cfg.model), cfg.trainable, cfg.last_k, lora_spec(cfg.lora))
+
+
+def expand(
+    params: Mapping[str, str] | None,
+    space: Mapping,
+    arguments: Sequence[str],
+    dimension: Callable[[list[str]], int] | None = None,
+    budget: int | None = None,
+) -> list[tuple[str, list[str]]]:
     """Phase one's trials: (tune_group, overrides) for every combination of `params` and the command line's
-    sweeps, times the points of that combination's case (or mode). ConfigError (one line) for a combination
-    without a space, an empty space, or spaces of different sizes (the budget is the same for every mode)."""
+    sweeps, times the points of that combination's case (or mode), placed by `dimension(combination)` (its
+    trained parameters) where the case's space has a scale rule. ConfigError (one line) for a combination
+    without a space, an empty space, spaces of different sizes (the budget is the same for every mode), or a
+    budget smaller than the points."""
     parser = OverridesParser.create()
     overrides = parser.parse_overrides([*(f"{k}={v}" for k, v in (params or {}).items()), *arguments])
     lists, compared = {}, set(params or {})  # what a group is named by: the keys compared
@@ -72,7 +149,8 @@ def expand(params: Mapping[str, str] | None, space: Mapping, arguments: Sequence
         lists[key] = [f"{key}={v}" for v in values]
         if len(values) > 1:
             compared.add(key)
-    sizes = {name: len(points) for name, points in space.items()}
+    spaces = {name: space_of(name, spec) for name, spec in space.items()}
+    sizes = {name: len(s.points) for name, s in spaces.items()}
     if not sizes or min(sizes.values()) == 0:
         raise ConfigError(
             f"hydra.sweeper.space={dict(sizes)}: a search space is empty; accepted: at least one point per case"
@@ -82,14 +160,22 @@ def expand(params: Mapping[str, str] | None, space: Mapping, arguments: Sequence
             f"hydra.sweeper.space: {sizes} points; accepted: the same number for every case (the "
             "tuning budget is the same for every way of differentiating)"
         )
+    if budget is not None and budget < max(sizes.values()):
+        raise ConfigError(
+            f"hydra.sweeper.budget={budget}: smaller than the {max(sizes.values())} points of each case; accepted: "
+            "at least as many (the points, then any below them)"
+        )
     trials = []
     for combo in itertools.product(*lists.values()):
         choices = dict(o.split("=", 1) for o in combo)
         name = choices.get("case") or choices.get("+case") or choices.get("mode")
-        if name not in space:
+        if name not in spaces:
             raise ConfigError(f"case={name}: no search space in hydra.sweeper.space; accepted: {' | '.join(space)}")
         group = " ".join(o for o in combo if o.split("=", 1)[0] in compared)
-        for point in space[name]:
+        if spaces[name].scale is not None and dimension is None:
+            raise ConfigError(f"hydra.sweeper.space.{name}: scale={spaces[name].scale} needs the trained parameters")
+        d = dimension(list(combo)) if spaces[name].scale is not None else None
+        for point in spaces[name].placed(d):
             trials.append(
                 (
                     group,
@@ -97,6 +183,31 @@ def expand(params: Mapping[str, str] | None, space: Mapping, arguments: Sequence
                 )
             )
     return trials
+
+
+def lr_of(overrides: Sequence[str]) -> float | None:
+    """The learning rate a trial's overrides set (the last one wins, as in Hydra), or None."""
+    values = [o.split("=", 1)[1] for o in overrides if o.startswith(f"{LR}=")]
+    return float(values[-1]) if values else None
+
+
+def below(results: list[tuple[str, list[str], dict]], budget: int | None) -> list[tuple[str, list[str]]]:
+    """The search's next trials: for each group every one of whose trials diverged and that has trials left in
+    `budget`, one point below its lowest learning rate, as far below it as the grid's two lowest points are apart
+    (EXTEND_STEP below a single point), its other overrides the lowest point's. A group where any trial did not
+    diverge has bracketed a stable learning rate: nothing is added."""
+    trials: dict[str, list[tuple[list[str], dict]]] = {}
+    for group, overrides, row in results:
+        trials.setdefault(group, []).append((overrides, row))
+    out = []
+    for group, tried in trials.items():
+        lrs = sorted({lr_of(o) for o, _ in tried if lr_of(o) is not None})
+        if budget is None or len(tried) >= budget or not lrs or any(r.get("status") != "diverged" for _, r in tried):
+            continue
+        lr = lrs[0] * (lrs[0] / lrs[1] if len(lrs) > 1 else EXTEND_STEP)
+        lowest = next(o for o, _ in tried if lr_of(o) == lrs[0])
+        out.append((group, [f"{LR}={lr:.3g}" if o.startswith(f"{LR}=") else o for o in lowest]))
+    return out
 
 
 def winners(results: list[tuple[str, list[str], dict]], objective: str) -> dict[str, list[str]]:
@@ -120,17 +231,19 @@ class TuningSweeper(Sweeper):
         space: Mapping | None = None,
         objective: str = "wall_to_target_s",
         repeats: Sequence[int] = (),
+        budget: int | None = None,
         max_batch_size: int | None = None,
     ) -> None:
         super().__init__()
         self.params = dict(params or {})
-        self.space = {k: [dict(p) for p in v] for k, v in (space or {}).items()}
+        self.space = OmegaConf.to_container(space, resolve=True) if OmegaConf.is_config(space) else dict(space or {})
         self.objective, self.repeats, self.max_batch_size = objective, list(repeats), max_batch_size
+        self.budget = budget
 
     def setup(self, *, hydra_context, task_function, config) -> None:
         from hydra.core.plugins import Plugins  # as Hydra's BasicSweeper: plugins are found when a sweep starts
 
-        self.config = config
+        self.config, self.config_loader = config, hydra_context.config_loader
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
@@ -149,12 +262,19 @@ class TuningSweeper(Sweeper):
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        search = expand(self.params, self.space, arguments)
-        returns = self.launch([overrides for _, overrides in search], 0)
+        dimension = lambda combo: trained_params(self.config_loader.load_sweep_config(self.config, combo))  # noqa: E731
+        search = expand(self.params, self.space, arguments, dimension, self.budget)
+        batches = [self.launch([overrides for _, overrides in search], 0)]
         rows = [
             (group, overrides, (r.return_value or {}).get("row") or {})
-            for (group, overrides), r in zip(search, returns)
+            for (group, overrides), r in zip(search, batches[0])
         ]
+        groups = len({group for group, _ in search})
+        while extra := below(rows, self.budget):  # groups every point of which diverged: the points below
+            print(f"bench: every point of {len(extra)} group(s) diverged: searching below them", flush=True)
+            add_trials(sweep_dir, [o for _, o in extra], len(rows) + len(extra) + groups * len(self.repeats))
+            batches.append(self.launch([o for _, o in extra], len(rows)))
+            rows += [(g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(extra, batches[-1])]
         won = winners(rows, self.objective)
         repeats = [
             [*(o for o in overrides if not o.startswith(("tuning=", "seed="))), "tuning=repeat", f"seed={seed}"]
@@ -162,11 +282,10 @@ class TuningSweeper(Sweeper):
             for seed in self.repeats
         ]
         # the jobs' "i of n" and the summary's trials: exact now that the winners are known
-        add_trials(sweep_dir, repeats, len(search) + len(repeats))
-        groups = len({group for group, _ in search})
+        add_trials(sweep_dir, repeats, len(rows) + len(repeats))
         print(
             f"bench: search done: {len(won)} of {groups} group(s) reached the target; {len(repeats)} trial(s) "
             "repeat the winners",
             flush=True,
         )
-        return [returns, self.launch(repeats, len(search))]
+        return [*batches, self.launch(repeats, len(rows))]

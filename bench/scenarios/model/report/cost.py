@@ -21,6 +21,7 @@ from bench.report.plots import Chart, Plot, Series, save
 from bench.report.section import PLOT_DIR, RUNS_CSV, Results, Section
 from bench.report.tables import fmt_ratio, fmt_value, md_table, num
 from bench.scenarios.model.columns import REQUIRED_COLUMNS
+from bench.scenarios.model.report.cost_curve import CURVE_TEXT, curve_table, params_chart
 from bench.scenarios.model.report.cost_stats import (
     TAUS,
     Cost,
@@ -29,6 +30,7 @@ from bench.scenarios.model.report.cost_stats import (
     performance_profile,
     point,
     problems,
+    ran_dropout,
     ratio,
     reached_row,
     reference,
@@ -136,7 +138,9 @@ def cost_table(groups: dict[tuple[str, str], Group]) -> str:
             g.label,
             f"{num(w or g.rows[0], 'n_trainable') or 0:,.0f}",
             point_label(w) if w else "-",
-            f"{reached}/{len(g.search)}" if g.search else "no search",
+            (f"{reached}/{len(g.search)}" + (f" ({g.diverged} diverged)" if g.diverged else ""))
+            if g.search
+            else "no search",
             seeds_cell(g),
             fmt_spread(g.cost("steps_to_target"), fmt=count),
             "-" if bracket is None or math.isinf(bracket[1]) else f"{bracket[0]:.0f}–{bracket[1]:.0f}",
@@ -162,6 +166,23 @@ def peak_ratio(g: Group, ref: Group | None) -> float | None:
         return None
     a, b = measured(g, "peak_mem_mb"), measured(ref, "peak_mem_mb")
     return None if a is None or not b else a / b
+
+
+def dropout_note(groups: dict[tuple[str, str], Group]) -> str:
+    """The dropout the table's trials trained with, in one line: equal for every mode, or which ran with which
+    (MeZO and its kin run the model in eval mode whatever model.dropout says)."""
+    by: dict = defaultdict(list)
+    for g in ordered(groups):
+        for p in sorted({ran_dropout(r) for r in g.rows}):
+            if g.mode not in by[p]:
+                by[p].append(g.mode)
+    if len(by) == 1:
+        return f"Dropout {next(iter(by)):g} in every mode's trials."
+    parts = "; ".join(f"{p:g} for {', '.join(modes)}" for p, modes in sorted(by.items(), reverse=True))
+    return (
+        f"Dropout differs between the modes: {parts} (the zeroth-order estimators run the model in eval mode, as "
+        "MeZO's recipe does; `model.dropout=0.0` trains every mode without it)."
+    )
 
 
 KIND_ORDER = {"search": 0, "repeat": 1, "": 2, "rerun": 3}
@@ -277,31 +298,6 @@ def curve_charts(key: Context, groups: dict[tuple[str, str], Group]) -> list[Cha
     return charts + ([Chart(title, "training steps (warm-up included)", label, by_step, logx=10)] if by_step else [])
 
 
-def params_chart(key: Context, groups: dict[tuple[str, str], Group]) -> Chart | None:
-    """Steps to the target against the trained parameters, a line per mode over its scopes (head, bias, last_k,
-    all): where forward-mode or zeroth-order training pays."""
-    lines: dict = defaultdict(dict)
-    missed: dict = {}  # trained parameters -> the cap a mode did not reach the target within
-    for g in groups.values():
-        steps = g.cost("steps_to_target").median
-        if g.winner is None or steps is None or math.isinf(steps):
-            row = g.rows[0]
-            if num(row, "n_trainable") and num(row, "target_max_steps"):
-                missed[num(row, "n_trainable")] = num(row, "target_max_steps")
-            continue
-        lines[(g.framework, g.mode)][num(g.winner, "n_trainable")] = steps
-    series = [
-        Series(fw, mode, sorted(pts), [pts[x] for x in sorted(pts)])
-        for (fw, mode), pts in lines.items()
-        if len(pts) >= 2
-    ]
-    if not series:
-        return None
-    if missed:  # a mode that never reached the target: at least the cap, drawn at it
-        series.append(Series("", "", sorted(missed), [missed[x] for x in sorted(missed)], guide="not reached: the cap"))
-    return Chart(context_label(key[:-1]), "trained parameters", "steps to the target", series, logx=10, logy=True)
-
-
 def cost_plots(found: dict[Context, dict]) -> list[Plot]:
     keys = sorted(found, key=context_order)[:4]
     curves = [row for row in (curve_charts(k, found[k]) for k in keys) if row]
@@ -320,10 +316,13 @@ def cost_plots(found: dict[Context, dict]) -> list[Plot]:
         Plot(
             "steps_vs_params",
             "Steps to the target against the trained parameters",
-            "Log-log, a line per mode over its trainable scopes: a forward gradient's and MeZO's variance grows "
-            "with the number of trained parameters, so their steps to the target should climb with it while "
-            "backprop's stay flat; where the lines meet, the cheaper step pays. The dotted grey line marks the "
-            "step cap at the scopes where some mode did not reach the target within it.",
+            "Log-log, a line per mode over the trainable scopes it reached the target at: a forward gradient's and "
+            "MeZO's variance grows with the number of trained parameters, so their steps to the target should "
+            "climb with it (theory: as d, the dotted slope-1 line from the smallest scope one reached) while "
+            "backprop's stay flat; where the lines meet, the cheaper step pays. The horizontal dotted line is the "
+            "step cap, drawn where some mode missed a scope: a line that skips a scope, or stops short of the "
+            "largest, did not reach the target there within the cap. The fitted exponents are in the section's "
+            "curve table.",
             "target trials of one mode at >= 2 trainable scopes that reached the target",
             scopes,
         ),
@@ -341,27 +340,28 @@ class CostSection(Section):
         out = [
             "## Cost to target",
             "",
-            "What each way of differentiating costs to reach the same held-out target, each tuned with the same "
-            "budget of trials (a grid per mode: `+experiment=cost_to_target`, docs/cost-to-target.md). **tuned "
-            "point**: the search trial that reached the target with the lowest value of the sweep's objective "
-            "(its rows' `tune_objective`; wall time before rows named it). Its costs come only from fresh seeds: "
-            "the median [lowest–highest] over its repeats at seeds the search did not use (**seeds**: how many; a "
-            "seed that missed counts as infinite), never the search trial that chose it; a target trial run "
-            "without a sweep is its own point, every trial of it a seed. **steps** include the warm-up steps "
-            "(they train too); the target is checked only every `eval_every` steps, so each seed's count is the "
-            "evaluation that met it and its first step at the target lies after the evaluation before: **steps "
-            "known within** is where the median lies, and **steps ×** gives in brackets the range of the ratio "
-            "that allows. **forward passes** are the step's counted FLOPs over one forward pass of the model, "
-            "times the steps (a MeZO step is about two, backprop's about three), **GFLOP** the counted FLOPs to "
-            "the target; **timed s** is the steps' own time; **wall s** counts from the compilation to the "
-            "evaluation that met the target, compilation and evaluations included (AlgoPerf's clock); **MiB·s** "
-            "is the excess memory held for the timed seconds. The × columns divide medians by backprop's in the "
-            "same framework and scope. Reruns (`python -m bench rerun`) are listed with the trials, never "
-            "counted.",
+            "What each way of differentiating costs to reach the same held-out target, each tuned "
+            "with the same budget of trials (a grid per mode: `+experiment=cost_to_target`, docs/cost-to-target.md). "
+            "**tuned point**: the search trial that reached the target with the lowest value of the sweep's objective "
+            "(its rows' `tune_objective`; wall time before rows named it); **reached (search)** counts its search "
+            "trials that reached the target, and those that diverged (where all did, its grid never went low enough). "
+            "Its costs come only from fresh seeds: the median [lowest–highest] over its repeats at seeds the search "
+            "did not use (**seeds**: how many; a seed that missed counts as infinite), never the search trial that "
+            "chose it; a target trial run without a sweep is its own point, every trial of it a seed. **steps** "
+            "include the warm-up steps (they train too); the target is checked only every `eval_every` steps, so each "
+            "seed's count is the evaluation that met it and its first step at the target lies after the evaluation "
+            "before: **steps known within** is where the median lies, and **steps ×** gives in brackets the range of "
+            "the ratio that allows. **forward passes** are the step's counted FLOPs over one forward pass of the "
+            "model, times the steps (a MeZO step is about two, backprop's about three), **GFLOP** the counted FLOPs "
+            "to the target; **timed s** is the steps' own time; **wall s** counts from the compilation to the "
+            "evaluation that met the target, compilation and evaluations included (AlgoPerf's clock); **MiB·s** is "
+            "the excess memory held for the timed seconds. The × columns divide medians by backprop's in the same "
+            "framework and scope. Reruns (`python -m bench rerun`) are listed with the trials, never counted.",
             "",
         ]
         for key in sorted(found, key=context_order):
-            out += [f"### {context_label(key[:-1])} · target {target_label(key)}", "", cost_table(found[key]), ""]
+            heading = f"### {context_label(key[:-1])} · target {target_label(key)}"
+            out += [heading, "", dropout_note(found[key]), "", cost_table(found[key]), ""]
             fits = matched_memory(found[key])
             if fits:
                 out += [
@@ -375,6 +375,9 @@ class CostSection(Section):
                     ),
                     "",
                 ]
+            curve = curve_table(found[key])
+            if curve:
+                out += ["#### Steps to the target against the trained parameters", "", CURVE_TEXT, "", curve, ""]
             out += [
                 "<details><summary>Every trial of the search, its repeats and reruns</summary>",
                 "",

@@ -56,6 +56,14 @@ def value(row: dict, column: str) -> float | None:
     return num(row, column)
 
 
+def ran_dropout(row: dict) -> float:
+    """The dropout a trial trained with: the model's (its `dropout` column, the default for rows without it)
+    where its estimator trains with dropout on, 0 where it runs the model in eval mode (MeZO and its kin)."""
+    mode = row.get("mode", "")
+    on = estimators.get(mode).dropout if mode in estimators.names() else True
+    return float(knob(row, "dropout")) if on else 0.0
+
+
 def reached_row(row: dict) -> bool:
     return row.get("status") == "ok" and row.get("target_status") == "reached"
 
@@ -150,6 +158,11 @@ class Group:
     @property
     def rows(self) -> list[dict]:
         return [*self.search, *self.repeats, *self.reruns, *self.fixed]
+
+    @property
+    def diverged(self) -> int:
+        """Search trials that diverged: all of them, and the grid did not reach a stable learning rate."""
+        return sum(r.get("status") == "diverged" for r in self.search)
 
     @property
     def objective(self) -> str:
