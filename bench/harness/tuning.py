@@ -48,10 +48,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
 
-from bench.config import bert_spec, lora_spec
+from bench import models
+from bench.config import lora_spec, model_spec
 from bench.errors import ConfigError
 from bench.harness.plan import add_trials
-from bench.spec import MAX_SEED, count_params
+from bench.spec import MAX_SEED
 
 # What picks a winner: a cost to the target, lower is better (each a column of scenario=model's rows)
 OBJECTIVES = ("wall_to_target_s", "seconds_to_target", "steps_to_target", "samples_to_target", "mib_s_to_target")
@@ -125,7 +126,8 @@ def space_of(name: str, spec) -> Space:
 
 def trained_params(cfg) -> int:
     """The parameters a composed config trains: the dimension a one-direction estimate's variance grows with."""
-    return count_params(bert_spec(cfg.model), cfg.trainable, cfg.last_k, lora_spec(cfg.lora))
+    spec = model_spec(cfg.model)
+    return models.of(spec).count_params(spec, cfg.trainable, cfg.last_k, lora_spec(cfg.lora))
 
 
 def expand(
