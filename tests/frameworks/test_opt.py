@@ -172,6 +172,7 @@ def test_weights_load_and_export_exactly(models):
 # forward and reverse mode
 
 
+@pytest.mark.slow
 def test_same_logits_hidden_states_and_loss(models):
     tm, jm = models
     with torch.no_grad():
@@ -195,6 +196,7 @@ def torch_grads(models):
     return loss.item(), {n: p.grad.numpy().copy() for n, p in tm.named_parameters()}
 
 
+@pytest.mark.slow
 def test_same_gradients(models, torch_grads):
     loss_of, params = jax_loss_fn(models[1])
     loss, grads = jax.jit(jax.value_and_grad(loss_of))(params, BATCH)
@@ -203,6 +205,7 @@ def test_same_gradients(models, torch_grads):
     assert np.abs(torch_grads[1]["model.decoder.layers.0.fc2.weight"]).max() > 1e-4  # the test sees real gradients
 
 
+@pytest.mark.slow
 def test_stacks_and_remat_change_nothing(models, torch_grads):
     """trainable=last_k's two stacks (bench.jax_impl.model.layer_stacks), remat inside the scan: the same loss and
     gradients; each stack is trained or frozen whole, and a scope that splits one is refused."""
@@ -247,6 +250,7 @@ def test_same_directional_derivative_forward_mode(models, torch_grads):
 # padding, the head, dropout
 
 
+@pytest.mark.slow
 def test_padding_changes_nothing(models):
     """Each padded row gives the logits it gives alone, unpadded; and what the pad token embeds is never read.
     (A padded position's id cannot become another token without moving the pooled position: HF reads the logits
@@ -266,6 +270,7 @@ def test_padding_changes_nothing(models):
     np.testing.assert_array_equal(np.asarray(again), logits)
 
 
+@pytest.mark.slow
 def test_head_of_features_is_the_model_and_jacfwd_its_gradient(models):
     jm = models[1]
     ids, mask = BATCH["input_ids"], BATCH["attention_mask"]
@@ -285,6 +290,7 @@ def test_head_of_features_is_the_model_and_jacfwd_its_gradient(models):
         np.testing.assert_allclose(a, b, rtol=RTOL, atol=GRAD_ATOL)
 
 
+@pytest.mark.slow
 def test_dropout_only_with_rngs():
     spec = OPT_TINY  # dropout 0.1 by default
     model = jax_opt.build_model(spec, WEIGHTS)
@@ -311,6 +317,7 @@ def trained_adapters(lora: LoraSpec, seed: int = 1) -> dict[str, np.ndarray]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "lora", [QV, LoraSpec(rank=2, alpha=3.0, targets=("k_proj", "out_proj", "fc1", "fc2"))], ids=["qv", "others"]
 )

@@ -108,19 +108,23 @@ def test_the_registry_builds_opt_in_both_frameworks_with_its_own_inputs():
         assert t.weights().keys() == WEIGHTS.keys()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trainable", ["all", "bias"])
 def test_backprop_gives_the_same_loss_and_gradient_in_torch_and_jax(trainable):
     assert_same(gradients("backprop", trainable=trainable))
 
 
+@pytest.mark.slow
 def test_jvp_along_the_same_tangent_gives_the_same_estimate():
     assert_same(gradients("jvp", tangent=3))
 
 
+@pytest.mark.slow
 def test_mezo_along_the_same_direction_gives_the_same_estimate():
     assert_same(gradients("mezo", tangent=4, settings=MezoSettings(eps=1e-2)), rtol=1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trainable", ["head", "classifier"])
 def test_jacfwd_over_the_head_is_backprop_in_both_frameworks(trainable):
     jac = gradients("jacfwd", trainable=trainable, settings=JacfwdSettings(chunk=64))
@@ -131,6 +135,7 @@ def test_jacfwd_over_the_head_is_backprop_in_both_frameworks(trainable):
             np.testing.assert_allclose(jac[fw][1][n], g, rtol=1e-5, atol=1e-7, err_msg=(fw, n))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "kw"),
     [

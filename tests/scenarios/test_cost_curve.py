@@ -129,6 +129,7 @@ def test_a_cost_group_splits_on_differing_dropout():
     assert sorted(dict(key)["dropout"] for key in found) == ["0", "0.1"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "conf" / "experiment").glob("cost_to_target*.yaml")))
 def test_every_cost_experiment_trains_every_mode_without_dropout(name):
     """MeZO's recipe runs the model in eval mode: a cost experiment runs every mode so, for an equal function."""

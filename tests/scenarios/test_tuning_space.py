@@ -97,6 +97,7 @@ def test_a_group_whose_every_point_diverged_is_searched_below_within_its_budget(
     assert lr_of(below(searched("one point", [0.5], ["diverged"]), budget=2)[0][1]) == pytest.approx(0.05)
 
 
+@pytest.mark.slow
 def test_cost_to_target_curve_searches_every_scope_with_the_same_budget():
     """The experiment as the sweeper expands it: five scopes per mode, three points each spanning three decades,
     jvp's and MeZO's placed by their trained parameters (the same lr x d at every scope), backprop's not."""
