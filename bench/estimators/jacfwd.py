@@ -53,6 +53,11 @@ class Jacfwd(Estimator):
     settings = JacfwdSettings
     moved = {"jacfwd_chunk": "chunk", "jacfwd_max_params": "max_params"}
 
+    def variant(self, off: dict[str, str]) -> tuple[list[str], list[str]]:
+        # jacfwd's settings name no variant: the chunk is how fast the same maths runs (the row records the one that
+        # ran, which under auto is the device's choice, never a default) and the guards refuse, they change nothing
+        return [], []
+
     def check(self, s: JacfwdSettings) -> str | None:
         if s.chunk != "auto" and integer("jacfwd.chunk", s.chunk, 1):
             return f"jacfwd.chunk={s.chunk}: accepted auto | an integer >= 1"

@@ -13,6 +13,7 @@ from bench.estimators.base import Estimator, TrialContext
 from bench.estimators.inference import Inference
 from bench.estimators.jvp import JvpSettings
 from bench.measure import flop_model, memory_model
+from bench.scenarios.model.select import variant
 from bench.spec import StepSpec
 from tests.support import FAST, REPO, rows, run_here
 
@@ -108,3 +109,14 @@ def test_no_mode_name_is_compared_outside_the_estimators_in_the_models():
         text = pathlib.Path(REPO / path).read_text()
         for name in estimators.names():
             assert f'"{name}"' not in text, (path, name)
+
+
+def test_a_rows_label_names_the_settings_that_change_its_maths():
+    """variant(): jvp's K, impl and kept tangent, MeZO's scale off their defaults; jacfwd's chunk, resolved for the
+    device in every row (auto is never recorded), names no variant, as make bench's table has always shown it."""
+    assert variant({"mode": "jacfwd", "trainable": "head", "jacfwd_chunk": "256"}) == "jacfwd[head]"
+    assert variant({"mode": "jvp", "num_tangents": "4", "jvp_impl": "lazy", "jvp_tangent": "keep"}) == (
+        "jvp(K=4, keep)[lazy]"
+    )
+    assert variant({"mode": "mezo", "mezo_eps": "0.0001", "mezo_q": "1"}) == "mezo(eps=0.0001)"
+    assert variant({"mode": "hizoo", "directions": "rademacher"}) == "hizoo(rademacher)"  # it draws directions
