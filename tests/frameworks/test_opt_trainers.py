@@ -25,7 +25,7 @@ from bench.estimators.mezo import MezoSettings
 from bench.measure.flop_model import predict as predict_flops
 from bench.spec import OptimizerSpec, StepSpec, implementation
 from bench.weights import build_weights
-from tests.support import FAST, bench_here, run_here
+from tests.support import FAST, bench, bench_here
 from tests.support import rows as recorded
 
 FRAMEWORKS = ("torch", "jax")
@@ -161,7 +161,7 @@ def test_the_flop_model_predicts_the_counted_flops_of_opt(framework, mode, kw):
 
 @pytest.mark.slow
 def test_every_way_of_differentiating_runs_on_opt_and_its_model_cells_say_why_they_are_empty(tmp_path):
-    run_here(
+    bench(  # each trial in its own process, as a user runs it
         "-m",
         "framework=torch,jax",
         "case=inference,backprop,jvp,jacfwd_head,mezo,hizoo,lozo",
@@ -184,8 +184,7 @@ def test_sgd_steps_give_the_same_losses_in_both_frameworks_on_one_device_and_on_
     common = ["model=opt_tiny", "model.dropout=0", "framework=torch,jax", "mode=backprop", "steps=3"]
     common += ["warmup_steps=1", "seq_len=32", "logger=none", "device=cpu"]
     for args in (["parallel=none,ddp,fsdp", "batch_size=8"], ["parallel=ddp,fsdp", "devices=2", "batch_size=4"]):
-        proc = bench_here("-m", *common, *args, results=tmp_path)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        bench("-m", *common, *args, results=tmp_path)  # the CLI in its own process: trials, launchers
     rows = recorded(tmp_path)
     assert len(rows) == 10 and {r["status"] for r in rows} == {"ok"}
     curves = [json.loads((tmp_path / "history" / f"{r['run_id']}.json").read_text())["loss"] for r in rows]
