@@ -164,42 +164,60 @@ def param_shapes(spec: BertSpec, lora: LoraSpec | None = None) -> dict[str, tupl
     return shapes if lora is None else {**shapes, **lora_shapes(spec, lora)}
 
 
-_LAYER = re.compile(r"bert\.encoder\.layer\.(\d+)\.")
-_HEAD_PREFIXES = ("bert.pooler.", "classifier.")
-
-
-def is_trainable(name: str, scope: str, num_layers: int, last_k: int = 1) -> bool:
-    """Whether the parameter `name` (HF naming) is trained under `scope`.
+@dataclass(frozen=True)
+class Scopes:
+    """What each trainable scope selects of a family's parameters, by their HF names: the rules are every family's
+    (bench/models/), the names its own.
 
     all     every parameter
-    head    pooler + classifier
-    classifier  the classifier alone: a linear probe on the pooled output
+    head    what follows the last layer: BERT's pooler and classifier, OPT's final LayerNorm and score
+    classifier  the classifier alone: a linear probe
     bias    BitFit (Ben Zaken et al. 2022): every bias vector (LayerNorm betas included) plus the classifier
-    last_k  the last `last_k` encoder layers, plus pooler and classifier
+    last_k  the last `last_k` layers, plus the head
     lora    the LoRA adapters plus the classifier (PEFT's sequence-classification recipe); with any other scope an
             adapter is frozen (a model has adapters only under lora)
     """
-    if scope == "lora":
-        return ".lora_" in name or name.startswith("classifier.")
-    if scope == "all":
-        return True
-    head = name.startswith(_HEAD_PREFIXES)
-    if scope == "head":
-        return head
-    if scope == "classifier":
-        return name.startswith("classifier.")
-    if scope == "bias":
-        return name.endswith(".bias") or name.startswith("classifier.")
-    if scope == "last_k":
-        m = _LAYER.match(name)
-        return head or (m is not None and int(m.group(1)) >= num_layers - last_k)
-    raise ValueError(f"trainable={scope!r}: accepted {', '.join(TRAINABLE_SCOPES)}")
+
+    layer: re.Pattern  # a layer's parameters, its index the first group
+    head: tuple[str, ...]  # prefixes of the head's parameters
+    classifier: str  # prefix of the classifier's
+
+    def selects(self, name: str, scope: str, num_layers: int, last_k: int = 1) -> bool:
+        if scope == "lora":
+            return ".lora_" in name or name.startswith(self.classifier)
+        if scope == "all":
+            return True
+        head = name.startswith(self.head)
+        if scope == "head":
+            return head
+        if scope == "classifier":
+            return name.startswith(self.classifier)
+        if scope == "bias":
+            return name.endswith(".bias") or name.startswith(self.classifier)
+        if scope == "last_k":
+            m = self.layer.match(name)
+            return head or (m is not None and int(m.group(1)) >= num_layers - last_k)
+        raise ValueError(f"trainable={scope!r}: accepted {', '.join(TRAINABLE_SCOPES)}")
+
+
+def count_trained(shapes: dict[str, tuple[int, ...]], selects, scope: str, num_layers: int, last_k: int) -> int:
+    """The parameters among `shapes` that `selects(name, scope, num_layers, last_k)` trains."""
+    return sum(int(np.prod(s)) for n, s in shapes.items() if selects(n, scope, num_layers, last_k))
+
+
+BERT_SCOPES = Scopes(re.compile(r"bert\.encoder\.layer\.(\d+)\."), ("bert.pooler.", "classifier."), "classifier.")
+
+
+def is_trainable(name: str, scope: str, num_layers: int, last_k: int = 1) -> bool:
+    """Whether BERT's parameter `name` (HF naming) is trained under `scope` (Scopes: the head is pooler +
+    classifier)."""
+    return BERT_SCOPES.selects(name, scope, num_layers, last_k)
 
 
 def count_params(spec: BertSpec, scope: str = "all", last_k: int = 1, lora: LoraSpec | None = None) -> int:
     """The parameters `scope` trains (trainable=lora: over the adapters `lora` describes, LoraSpec() if None)."""
     shapes = param_shapes(spec, (lora or LoraSpec()) if scope == "lora" else None)
-    return sum(int(np.prod(s)) for n, s in shapes.items() if is_trainable(n, scope, spec.num_layers, last_k))
+    return count_trained(shapes, is_trainable, scope, spec.num_layers, last_k)
 
 
 @dataclass(frozen=True)

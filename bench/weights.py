@@ -31,11 +31,6 @@ def init_weights(spec, seed: int, names: list[str] | None = None) -> dict[str, n
     return models.of(spec).init_weights(spec, seed, names)
 
 
-def with_adapters(weights: dict[str, np.ndarray], spec, lora: LoraSpec | None, seed: int):
-    """`weights` with the adapters of `lora` added where it lacks them (its family's draw), or unchanged."""
-    return models.of(spec).with_adapters(weights, spec, lora, seed)
-
-
 # The pip packages `package:<module>` may name: each ships a model directory and says where (get_model_path()).
 # Only these are ever imported: a module named by input would run its code before anything is checked, and a
 # saved config (python -m bench rerun) can come from someone else's results folder.

@@ -30,6 +30,7 @@ from bench.harness.preflight import compose_trials, preflight
 from bench.harness.runner import record_job, trial_env
 from bench.harness.scenario import RUN_ID_ENV
 from bench.harness.trial import outcome as trial_outcome
+from bench.models import adapter_weights
 from bench.parallel import expected_comm_bytes
 from bench.report.build import Report, build, results_of
 from bench.report.plots import Plot
@@ -541,3 +542,14 @@ def planned_plots(csv_paths) -> list[Plot]:
     """The model's plots as the report plans them from these CSVs' rows (a plot with an empty grid is skipped)."""
     sel = select(load_rows(csv_paths))
     return plan_plots(sel, group_contexts(sel))
+
+
+def trained_adapters(spec, lora, seed: int = 1) -> dict:
+    """Adapters of `spec`'s family as after some training: PEFT's A and a nonzero B, so that every adapter gradient
+    is nonzero."""
+    out = adapter_weights(spec, lora, seed)
+    rng = np.random.default_rng(seed)
+    for k in out:
+        if ".lora_B." in k:
+            out[k] = (0.2 * rng.standard_normal(out[k].shape)).astype(np.float32)
+    return out

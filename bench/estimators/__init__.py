@@ -48,6 +48,7 @@ def settings_nodes() -> dict[str, type]:
     return {name: get(name).settings for name in names() if get(name).settings is not None}
 
 
+@functools.cache  # the estimators are fixed in a process: callers read the dict, never change it
 def setting_columns() -> dict[str, str]:
     """{runs.csv column: option} of every estimator's settings: NAME_<setting> (mezo_q: mezo.q), or the key it had
     before it moved into its node (num_tangents: jvp.num_tangents), so rows recorded before read the same."""
@@ -58,6 +59,7 @@ def setting_columns() -> dict[str, str]:
     return columns
 
 
+@functools.cache
 def columns_of(name: str) -> dict[str, str]:
     """{setting: its runs.csv column} of the estimator `name` (num_tangents: num_tangents, eps: mezo_eps)."""
     return {o.split(".")[1]: column for column, o in setting_columns().items() if o.split(".")[0] == name}

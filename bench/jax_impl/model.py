@@ -25,8 +25,8 @@ import numpy as np
 from flax import nnx
 
 from bench.jax_impl.params import load_weights
+from bench.models import with_adapters
 from bench.spec import BertSpec, LoraSpec
-from bench.weights import with_adapters
 
 # HF eager attention adds finfo(dtype).min at padded keys (masking_utils.eager_mask); the same constant here
 # keeps padded batches equal to HF at every position, padded rows included.
@@ -403,11 +403,7 @@ class BertForSequenceClassification(nnx.Module):
         output_hidden_states: bool = False,
         layer_hook: LayerHook | None = None,
     ):
-        if not deterministic and self.spec.dropout > 0 and rngs is None:
-            raise ValueError(
-                f"deterministic=False with dropout={self.spec.dropout} needs rngs=nnx.Rngs(dropout=key) "
-                "(the model holds no random state of its own)"
-            )
+        require_rngs(self.spec.dropout, deterministic, rngs)
         # Additive padding mask, exactly HF's eager mask: 0 where attended, float32 min at padded keys.
         keep = attention_mask[:, None, None, :] != 0  # (B, 1, 1, T)
         mask_bias = jnp.where(keep, 0.0, MASK_VALUE).astype(jnp.float32)  # (B, 1, 1, T)
@@ -436,6 +432,15 @@ class BertForSequenceClassification(nnx.Module):
         return self.classifier(self.dropout(self.bert.pooler(hidden), deterministic=deterministic, rngs=rngs))
 
 
+def require_rngs(dropout: float, deterministic: bool, rngs) -> None:
+    """A training forward pass with dropout needs its keys: the models hold no random state of their own."""
+    if not deterministic and dropout > 0 and rngs is None:
+        raise ValueError(
+            f"deterministic=False with dropout={dropout} needs rngs=nnx.Rngs(dropout=key) "
+            "(the model holds no random state of its own)"
+        )
+
+
 def build_model(
     spec: BertSpec,
     weights: dict[str, np.ndarray],
@@ -449,7 +454,7 @@ def build_model(
 ) -> BertForSequenceClassification:
     """BertForSequenceClassification with exactly `weights` (HF names, torch layout; cast to bf16 for
     dtype=bf16_pure), computing as `dtype` says (PRECISIONS); see params.py. With `lora`, nnx.LoRA adapters on its
-    targets, A and B from `weights` where it has them, else drawn from `seed` (bench.weights.with_adapters).
+    targets, A and B from `weights` where it has them, else drawn from `seed` (bench.models.with_adapters).
     scan_layers: the encoder's layers stacked and scanned, in `stacks` (layer_stacks; None: one stack of all);
     false: unrolled, one module per layer as in HF."""
     # Build abstractly (shapes only, like torch's meta device): a random init would be thrown away

@@ -14,14 +14,17 @@ What a family module defines (the same names in each; tests/contracts/test_model
     matmuls(spec, ...) -> [Matmul]  every matmul of its forward pass, for the FLOP model; POOLER, the head's matmul
                                     before the classifier (or None)
     spec_from(values) -> SPEC       its spec from the config's model.* values
-    param_shapes, is_trainable, count_params, init_weights, with_adapters, check_weights
+    param_shapes, lora_shapes, is_trainable, count_params, init_weights (HF's: normal_init)
 """
 
 from __future__ import annotations
 
 import importlib
+import zlib
 from dataclasses import dataclass
 from types import ModuleType
+
+import numpy as np
 
 FAMILIES = ("bert", "opt")
 
@@ -35,6 +38,25 @@ class Matmul:
     flops: int  # 2 M N K
     carrying: int  # operands that are a trainable weight or an activation downstream of one
     layer: int | None  # its layer; None for the head's (pooler, classifier)
+
+
+class Matmuls(list):
+    """A family's forward pass as its matmuls, listed in order (its `matmuls`): `linear` appends a linear layer's
+    and, where it is adapted, its LoRA adapter's two."""
+
+    def __init__(self, train, adapted: set[str], rank: int):
+        super().__init__()
+        self.train, self.adapted, self.rank = train, adapted, rank  # train(name): whether a parameter trains
+
+    def linear(self, name: str, rows: int, n_in: int, n_out: int, x_carries: bool, layer: int | None) -> bool:
+        """Y = X W^T + b (+ B A X); returns whether Y carries a derivative."""
+        w = self.train(name + ".weight")
+        self.append(Matmul(name, 2 * rows * n_in * n_out, x_carries + w, layer))
+        if name in self.adapted:  # A x, then B (A x): both carry, A and B being trained
+            self.append(Matmul(name + ".lora_A", 2 * rows * n_in * self.rank, x_carries + 1, layer))
+            self.append(Matmul(name + ".lora_B", 2 * rows * self.rank * n_out, 2, layer))
+            return True
+        return x_carries or w or self.train(name + ".bias")
 
 
 def get(name: str) -> ModuleType:
@@ -55,3 +77,58 @@ def of(spec) -> ModuleType:
 def implementation(framework: str, spec) -> ModuleType:
     """The framework's model module of `spec`'s family: bench.<framework>_impl.models.<family>."""
     return importlib.import_module(f"bench.{framework}_impl.models.{of(spec).NAME}")
+
+
+def draw(seed: int, name: str) -> np.random.Generator:
+    """The generator of one tensor, seeded by (seed, crc32(name)): a tensor's values do not depend on which others
+    are drawn (a checkpoint can supply the rest), and are the same on every platform, for every family."""
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
+def normal_init(
+    shapes: dict[str, tuple[int, ...]],
+    seed: int,
+    std: float,
+    norm: str,
+    padding: tuple[str, int],
+    names: list[str] | None = None,
+) -> dict[str, np.ndarray]:
+    """HF's `_init_weights` for every family: Linear and Embedding weights ~ N(0, std), biases 0, LayerNorm weight 1
+    and bias 0 (a name containing `norm`), the padding row of the embedding `padding` = (name, row) 0; each tensor
+    drawn alone (draw). `names`: only those of `shapes`."""
+    out = {}
+    for name in names if names is not None else shapes:
+        shape = shapes[name]
+        if norm in name:
+            out[name] = (np.ones if name.endswith(".weight") else np.zeros)(shape, np.float32)
+        elif name.endswith(".bias"):
+            out[name] = np.zeros(shape, np.float32)
+        else:
+            w = draw(seed, name).standard_normal(shape, dtype=np.float32)
+            w *= np.float32(std)
+            if name == padding[0]:
+                w[padding[1]] = 0.0
+            out[name] = w
+    return out
+
+
+def adapter_weights(spec, lora, seed: int) -> dict[str, np.ndarray]:
+    """LoRA adapters as PEFT initialises them (LoraConfig's init_lora_weights=True): A ~ kaiming_uniform(a=sqrt(5)),
+    i.e. U(-1/sqrt(in), 1/sqrt(in)), B = 0, so the adapted model computes exactly its base at the start; the names
+    and shapes `spec`'s family's (lora_shapes), the same numbers for both frameworks."""
+    out = {}
+    for name, shape in of(spec).lora_shapes(spec, lora).items():
+        if ".lora_B." in name:
+            out[name] = np.zeros(shape, np.float32)
+        else:
+            bound = 1.0 / np.sqrt(shape[1])  # fan_in of A (rank, in)
+            out[name] = draw(seed, name).uniform(-bound, bound, shape).astype(np.float32)
+    return out
+
+
+def with_adapters(weights: dict[str, np.ndarray], spec, lora, seed: int) -> dict[str, np.ndarray]:
+    """`weights` with the adapters of `lora` added where it lacks them (drawn by adapter_weights; a test may give
+    its own), or unchanged without adapters."""
+    if lora is None or all(k in weights for k in of(spec).lora_shapes(spec, lora)):
+        return weights
+    return {**weights, **{k: v for k, v in adapter_weights(spec, lora, seed).items() if k not in weights}}

@@ -9,12 +9,11 @@ jax_impl/model.py as our own Flax NNX model.
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import fields
 
 import numpy as np
 
-from bench.models import Matmul
+from bench.models import Matmul, Matmuls, normal_init
 from bench.spec import (
     LORA_TARGETS,
     BertSpec,
@@ -47,8 +46,7 @@ __all__ = [
     "checkpoint_name",
     "matmuls",
     "init_weights",
-    "adapter_weights",
-    "with_adapters",
+    "lora_shapes",
 ]
 
 
@@ -75,50 +73,11 @@ def init_weights(spec: BertSpec, seed: int, names: list[str] | None = None) -> d
     """HF BERT's init (`BertPreTrainedModel._init_weights`): Linear/Embedding weights ~ N(0, initializer_range),
     biases 0, LayerNorm weight 1 / bias 0, the [PAD] row of the word embeddings 0.
 
-    Each tensor draws from its own generator seeded by (seed, crc32(name)), so a tensor's values do not depend on
-    which other tensors are generated (a checkpoint can supply the rest) and are identical on every platform.
+    Each tensor draws from its own generator (bench.models.normal_init).
     """
+    pad = ("bert.embeddings.word_embeddings.weight", spec.pad_token_id)
     shapes = param_shapes(spec)
-    out = {}
-    for name in names if names is not None else shapes:
-        shape = shapes[name]
-        if ".LayerNorm." in name:
-            out[name] = (np.ones if name.endswith(".weight") else np.zeros)(shape, np.float32)
-        elif name.endswith(".bias"):
-            out[name] = np.zeros(shape, np.float32)
-        else:
-            rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-            w = rng.standard_normal(shape, dtype=np.float32)
-            w *= np.float32(spec.initializer_range)
-            if name == "bert.embeddings.word_embeddings.weight":
-                w[spec.pad_token_id] = 0.0
-            out[name] = w
-    return out
-
-
-def adapter_weights(spec: BertSpec, lora: LoraSpec, seed: int) -> dict[str, np.ndarray]:
-    """LoRA adapters as PEFT initialises them (LoraConfig's init_lora_weights=True): A ~ kaiming_uniform(a=sqrt(5)),
-    i.e. U(-1/sqrt(in), 1/sqrt(in)), B = 0, so the adapted model computes exactly its base at the start. Drawn
-    per tensor from (seed, crc32(name)) as init_weights draws, the same numbers for both frameworks."""
-    out = {}
-    for name, shape in lora_shapes(spec, lora).items():
-        if ".lora_B." in name:
-            out[name] = np.zeros(shape, np.float32)
-            continue
-        bound = 1.0 / np.sqrt(shape[1])  # fan_in of A (rank, in)
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-        out[name] = rng.uniform(-bound, bound, shape).astype(np.float32)
-    return out
-
-
-def with_adapters(weights: dict[str, np.ndarray], spec: BertSpec, lora: LoraSpec | None, seed: int):
-    """`weights` with the adapters of `lora` added where it lacks them (drawn by adapter_weights; a test may give
-    its own), or unchanged without adapters."""
-    if lora is None:
-        return weights
-    if all(k in weights for k in lora_shapes(spec, lora)):
-        return weights
-    return {**weights, **{k: v for k, v in adapter_weights(spec, lora, seed).items() if k not in weights}}
+    return normal_init(shapes, seed, spec.initializer_range, ".LayerNorm.", pad, names)
 
 
 def matmuls(
@@ -140,17 +99,8 @@ def matmuls(
     norm = lambda prefix: train(prefix + ".weight") or train(prefix + ".bias")  # a LayerNorm's scale or shift
     flows = any(train(n) for n in param_shapes(spec) if n.startswith("bert.embeddings."))  # the layers' input
     adapted = {f"bert.encoder.layer.{i}.{lora_module(t)}" for i in range(L) for t in (lora.targets if lora else ())}
-    out: list[Matmul] = []
-
-    def linear(name: str, rows: int, n_in: int, n_out: int, x_carries: bool, layer: int | None) -> bool:
-        """Y = X W^T + b (+ B A X); returns whether Y carries a derivative."""
-        w = train(name + ".weight")
-        out.append(Matmul(name, 2 * rows * n_in * n_out, x_carries + w, layer))
-        if name in adapted:
-            out.append(Matmul(name + ".lora_A", 2 * rows * n_in * lora.rank, x_carries + 1, layer))
-            out.append(Matmul(name + ".lora_B", 2 * rows * lora.rank * n_out, 2, layer))
-            return True
-        return x_carries or w or train(name + ".bias")
+    out = Matmuls(train, adapted, lora.rank if lora else 0)
+    linear = out.linear
 
     for i in range(L):
         p = f"bert.encoder.layer.{i}."

@@ -14,14 +14,13 @@ pad_token_id, not 0.
 from __future__ import annotations
 
 import re
-import zlib
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
 
-from bench.models import Matmul
-from bench.spec import TRAINABLE_SCOPES, LoraSpec
+from bench.models import Matmul, Matmuls, normal_init
+from bench.spec import LoraSpec, Scopes, count_trained
 
 NAME = "opt"
 INPUT_KEYS = ("input_ids", "attention_mask")  # no segments
@@ -153,92 +152,32 @@ def param_shapes(spec: OptSpec, lora: LoraSpec | None = None) -> dict[str, tuple
     return shapes if lora is None else {**shapes, **lora_shapes(spec, lora)}
 
 
-_LAYER = re.compile(r"model\.decoder\.layers\.(\d+)\.")
 # trainable=head: OPT has no pooler. What stands between the last decoder layer and the score is the decoder's
 # final LayerNorm, applied once on top of the stack as BERT's pooler is: the head is that LayerNorm and the score.
 # It keeps BERT's contract for head-only scopes (nothing before the head trains, so the trunk runs once,
-# untangented) and last_k's (the last k layers and everything after them).
-_HEAD_PREFIXES = ("model.decoder.final_layer_norm.", "score.")
+# untangented) and last_k's (the last k layers and everything after them). bias: the score has no bias of its own,
+# and trains with the biases as BERT's classifier does.
+SCOPES = Scopes(re.compile(r"model\.decoder\.layers\.(\d+)\."), ("model.decoder.final_layer_norm.", "score."), "score.")
 
 
 def is_trainable(name: str, scope: str, num_layers: int, last_k: int = 1) -> bool:
-    """Whether the parameter `name` (HF naming) is trained under `scope`.
-
-    all     every parameter
-    head    the decoder's final LayerNorm + score (see _HEAD_PREFIXES)
-    classifier  the score alone: a linear probe on the last token's final hidden state
-    bias    BitFit (Ben Zaken et al. 2022): every bias vector (LayerNorm betas included) plus the score, which has
-            no bias of its own, as BERT's scope trains its whole classifier
-    last_k  the last `last_k` decoder layers, plus the head
-    lora    the LoRA adapters plus the score (PEFT's sequence-classification recipe)
-    """
-    if scope == "lora":
-        return ".lora_" in name or name.startswith("score.")
-    if scope == "all":
-        return True
-    head = name.startswith(_HEAD_PREFIXES)
-    if scope == "head":
-        return head
-    if scope == "classifier":
-        return name.startswith("score.")
-    if scope == "bias":
-        return name.endswith(".bias") or name.startswith("score.")
-    if scope == "last_k":
-        m = _LAYER.match(name)
-        return head or (m is not None and int(m.group(1)) >= num_layers - last_k)
-    raise ValueError(f"trainable={scope!r}: accepted {', '.join(TRAINABLE_SCOPES)}")
+    """Whether OPT's parameter `name` (HF naming) is trained under `scope` (bench.spec.Scopes: the head is the final
+    LayerNorm + score, the classifier the score)."""
+    return SCOPES.selects(name, scope, num_layers, last_k)
 
 
 def count_params(spec: OptSpec, scope: str = "all", last_k: int = 1, lora: LoraSpec | None = None) -> int:
     """The parameters `scope` trains (trainable=lora: over the adapters `lora` describes, LoraSpec() if None)."""
     shapes = param_shapes(spec, (lora or LoraSpec()) if scope == "lora" else None)
-    return sum(int(np.prod(s)) for n, s in shapes.items() if is_trainable(n, scope, spec.num_layers, last_k))
-
-
-def _generator(seed: int, name: str) -> np.random.Generator:
-    # One generator per tensor, seeded by (seed, crc32(name)) as bench.weights draws BERT's: a tensor's values do
-    # not depend on which others are drawn, and are the same on every platform.
-    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+    return count_trained(shapes, is_trainable, scope, spec.num_layers, last_k)
 
 
 def init_weights(spec: OptSpec, seed: int, names: list[str] | None = None) -> dict[str, np.ndarray]:
     """HF OPT's init (PreTrainedModel._init_weights with init_std): Linear and Embedding weights ~ N(0, init_std)
-    (embed_positions included), biases 0, LayerNorm weight 1 / bias 0, the pad_token_id row of embed_tokens 0."""
-    shapes = param_shapes(spec)
-    out = {}
-    for name in names if names is not None else shapes:
-        shape = shapes[name]
-        if "layer_norm." in name:
-            out[name] = (np.ones if name.endswith(".weight") else np.zeros)(shape, np.float32)
-        elif name.endswith(".bias"):
-            out[name] = np.zeros(shape, np.float32)
-        else:
-            w = _generator(seed, name).standard_normal(shape, dtype=np.float32)
-            w *= np.float32(spec.init_std)
-            if name == "model.decoder.embed_tokens.weight":
-                w[spec.pad_token_id] = 0.0  # nn.Embedding(padding_idx=pad_token_id)
-            out[name] = w
-    return out
-
-
-def adapter_weights(spec: OptSpec, lora: LoraSpec, seed: int) -> dict[str, np.ndarray]:
-    """LoRA adapters as PEFT initialises them: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform(a=sqrt(5))), B = 0,
-    so the adapted model starts as its base; drawn as bench.weights.adapter_weights draws BERT's."""
-    out = {}
-    for name, shape in lora_shapes(spec, lora).items():
-        if ".lora_B." in name:
-            out[name] = np.zeros(shape, np.float32)
-        else:
-            bound = 1.0 / np.sqrt(shape[1])  # fan_in of A (rank, in)
-            out[name] = _generator(seed, name).uniform(-bound, bound, shape).astype(np.float32)
-    return out
-
-
-def with_adapters(weights: dict[str, np.ndarray], spec: OptSpec, lora: LoraSpec | None, seed: int):
-    """`weights` with the adapters of `lora` added where it lacks them (adapter_weights), or unchanged without."""
-    if lora is None or all(k in weights for k in lora_shapes(spec, lora)):
-        return weights
-    return {**weights, **{k: v for k, v in adapter_weights(spec, lora, seed).items() if k not in weights}}
+    (embed_positions included), biases 0, LayerNorm weight 1 / bias 0, the pad_token_id row of embed_tokens 0
+    (nn.Embedding(padding_idx=pad_token_id))."""
+    pad = ("model.decoder.embed_tokens.weight", spec.pad_token_id)
+    return normal_init(param_shapes(spec), seed, spec.init_std, "layer_norm.", pad, names)
 
 
 def checkpoint_name(name: str) -> str:
@@ -282,17 +221,8 @@ def matmuls(
     flows = train("model.decoder.embed_tokens.weight") or train("model.decoder.embed_positions.weight")
     targets = lora_targets(lora) if lora else ()
     adapted = {f"model.decoder.layers.{i}.{lora_module(t)}" for i in range(L) for t in targets}
-    out: list[Matmul] = []
-
-    def linear(name: str, rows: int, n_in: int, n_out: int, x_carries: bool, layer: int | None) -> bool:
-        """Y = X W^T + b (+ B A X); returns whether Y carries a derivative."""
-        w = train(name + ".weight")
-        out.append(Matmul(name, 2 * rows * n_in * n_out, x_carries + w, layer))
-        if name in adapted:
-            out.append(Matmul(name + ".lora_A", 2 * rows * n_in * lora.rank, x_carries + 1, layer))
-            out.append(Matmul(name + ".lora_B", 2 * rows * lora.rank * n_out, 2, layer))
-            return True
-        return x_carries or w or train(name + ".bias")
+    out = Matmuls(train, adapted, lora.rank if lora else 0)
+    linear = out.linear
 
     for i in range(L):
         p = f"model.decoder.layers.{i}."

@@ -7,8 +7,6 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from bench.torch_impl import models
-
 
 def identity(values):
     """`reduce` on one device: its values are already the whole batch's."""
@@ -26,12 +24,7 @@ def loss_fn(model, batch, params=None):
     return F.cross_entropy(logits.float(), batch["labels"])  # (B, C) -> scalar
 
 
-def features(model, batch):
-    """The trunk -> its last hidden state (B, T, H): for the head scopes, where it is frozen."""
-    return models.of(model).features(model, batch)
-
-
-def head_loss(model, hidden, batch, params):
-    """The loss from the trunk's output through the head; `params` (HF names) are the head's parameters, passed
-    functionally as loss_fn does."""
-    return F.cross_entropy(models.of(model).head_logits(model, hidden, batch, params).float(), batch["labels"])
+def head_loss(family, model, hidden, batch, params):
+    """The loss from the trunk's output (family.features) through the head of the model's `family` module;
+    `params` (HF names) are the head's parameters, passed functionally as loss_fn does."""
+    return F.cross_entropy(family.head_logits(model, hidden, batch, params).float(), batch["labels"])

@@ -1,5 +1,7 @@
 """PyTorch BERT: HF transformers' BertForSequenceClassification, loaded from the shared numpy weights; with LoRA
-adapters injected by HF PEFT under trainable=lora."""
+adapters injected by HF PEFT under trainable=lora. What every family's HF model shares (its parameters' HF names,
+PEFT's adapters, loading and exporting by HF name) is here too, as jax_impl/model.py holds what the NNX models
+share."""
 
 from __future__ import annotations
 
@@ -7,9 +9,12 @@ import numpy as np
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
+from bench.models import with_adapters
 from bench.models.bert import checkpoint_name
 from bench.spec import ATTN_IMPLEMENTATIONS, BertSpec, LoraSpec, lora_module, param_shapes
-from bench.weights import check_weights, with_adapters
+from bench.weights import check_weights
+
+BUFFERS = ("position_ids", "token_type_ids")  # HF BERT's non-persistent buffers, in its state_dict: not weights
 
 
 def hf_config(spec: BertSpec, attn_implementation: str = "eager"):
@@ -37,6 +42,48 @@ def hf_config(spec: BertSpec, attn_implementation: str = "eager"):
     )
 
 
+def hf_name(name: str) -> str:
+    """The HF parameter name of a torch parameter or state_dict key: PEFT's wrapped layer keeps its weight under
+    .base_layer and names its adapters lora_A.default / lora_B.default ("default" is the adapter's name).
+    The mirror of jax_impl.params.hf_name."""
+    return name.replace(".base_layer.", ".").replace(".default.", ".")
+
+
+def inject_lora(model, modules: list[str], lora) -> None:
+    """PEFT's LoRA layers (peft.LoraConfig) around `modules`, in place. inject_adapter_in_model is get_peft_model
+    without the PeftModel wrapper: the model stays HF's class, which DDP, FSDP2 and torch.func see as before; its
+    parameters gain PEFT's names (hf_name reads them). PEFT marks only the adapters trainable; the Trainer sets
+    every flag itself."""
+    from peft import LoraConfig, inject_adapter_in_model  # only trainable=lora needs PEFT
+
+    config = LoraConfig(
+        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=modules, bias="none"
+    )
+    inject_adapter_in_model(config, model)
+
+
+def assign_weights(model, weights: dict[str, np.ndarray], names, device, strict: bool) -> None:
+    """Load `weights` under their HF `names` (in order) into the model's own keys (PEFT's, with adapters), on
+    `device`, replacing the meta device's empty tensors."""
+    keys = {hf_name(k): k for k in model.state_dict()}  # HF name -> the model's own key
+    if strict and set(keys) != set(names):  # a bug in the family's modules, not in the weights
+        raise ValueError(f"HF's model and its family's parameter names disagree: {sorted(set(keys) ^ set(names))}")
+    state = {keys[k]: torch.tensor(weights[k], device=device) for k in names}
+    model.load_state_dict(state, strict=strict, assign=True)
+
+
+def export_hf_weights(model, buffers: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """The model's parameters as the shared {hf_name: numpy} dict in its order, the state_dict's keys ending in
+    `buffers` left out. FSDP2's sharded parameters (DTensors) are gathered whole: a collective, which every rank
+    must call."""
+    whole = lambda v: v.full_tensor() if hasattr(v, "full_tensor") else v
+    return {
+        hf_name(k): whole(v).detach().cpu().float().numpy().copy()
+        for k, v in model.state_dict().items()
+        if not k.endswith(buffers)
+    }
+
+
 def build_model(
     spec: BertSpec,
     weights: dict[str, np.ndarray],
@@ -57,24 +104,10 @@ def build_model(
 
 
 def add_adapters(model, spec: BertSpec, lora: LoraSpec) -> None:
-    """PEFT's LoRA layers (peft.LoraConfig) around every target of every encoder layer, in place. PEFT's
-    inject_adapter_in_model is get_peft_model without the PeftModel wrapper: the model stays HF's
-    BertForSequenceClassification, which DDP, FSDP2 and torch.func see as before; its parameters gain PEFT's
-    names (hf_name reads them). PEFT marks only the adapters trainable; the Trainer sets every flag itself."""
-    from peft import LoraConfig, inject_adapter_in_model  # only trainable=lora needs PEFT
-
-    modules = [f"bert.encoder.layer.{i}.{lora_module(t)}" for i in range(spec.num_layers) for t in lora.targets]
-    config = LoraConfig(
-        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=modules, bias="none"
+    """PEFT's LoRA layers around every target of every encoder layer, in place (inject_lora)."""
+    inject_lora(
+        model, [f"bert.encoder.layer.{i}.{lora_module(t)}" for i in range(spec.num_layers) for t in lora.targets], lora
     )
-    inject_adapter_in_model(config, model)
-
-
-def hf_name(name: str) -> str:
-    """The HF parameter name of a torch parameter or state_dict key: PEFT's wrapped layer keeps its weight under
-    .base_layer and names its adapters lora_A.default / lora_B.default ("default" is the adapter's name).
-    The mirror of jax_impl.params.hf_name."""
-    return name.replace(".base_layer.", ".").replace(".default.", ".")
 
 
 def load_weights(
@@ -83,9 +116,8 @@ def load_weights(
     """Copy the numpy weights into the model (strict: every key checked, all problems reported together)."""
     spec = _spec_of(model)
     check_weights(weights, spec, lora=lora)
-    names = {hf_name(k): k for k in model.state_dict()}  # HF name -> the model's own key (PEFT's, with lora)
-    state = {names[k]: torch.tensor(weights[k], device=device) for k in param_shapes(spec, lora)}
-    model.load_state_dict(state, strict=False, assign=True)  # strictness is check_weights' job
+    # not strict: the position and token type buffers are made below; the weights' strictness is check_weights'
+    assign_weights(model, weights, param_shapes(spec, lora), device, strict=False)
     # Non-persistent buffers were created on the meta device with the model; make real ones.
     emb = model.bert.embeddings
     n = model.config.max_position_embeddings
@@ -112,14 +144,9 @@ def _spec_of(model) -> BertSpec:
 
 
 def export_weights(model) -> dict[str, np.ndarray]:
-    """The model's parameters as the shared {hf_name: numpy} dict (the inverse of load_weights). FSDP2's sharded
-    parameters (DTensors) are gathered whole: a collective, which every rank must call."""
-    whole = lambda v: v.full_tensor() if hasattr(v, "full_tensor") else v
-    return {
-        hf_name(k): whole(v).detach().cpu().float().numpy().copy()
-        for k, v in model.state_dict().items()
-        if not _is_buffer(k)
-    }
+    """The model's parameters as the shared {hf_name: numpy} dict (the inverse of load_weights), its buffers left
+    out; FSDP2's sharded ones gathered whole (a collective: every rank calls it)."""
+    return export_hf_weights(model, BUFFERS)
 
 
 def weights_from_state_dict(state_dict) -> dict[str, np.ndarray]:
@@ -127,9 +154,5 @@ def weights_from_state_dict(state_dict) -> dict[str, np.ndarray]:
     return {
         checkpoint_name(k): v.detach().cpu().float().numpy().copy()
         for k, v in state_dict.items()
-        if not _is_buffer(checkpoint_name(k))
+        if not checkpoint_name(k).endswith(BUFFERS)
     }
-
-
-def _is_buffer(name: str) -> bool:
-    return name.endswith(("position_ids", "token_type_ids"))

@@ -79,8 +79,9 @@ class Trainer:
         self.spec = s = self.estimator.resolved(step_spec, "torch", self.device.type)
         # the model's family: its parameters' HF names, the batch keys it reads (bench/models/)
         self.family = model_modules.of(model)
-        self.inputs = (*models.get(model.config.model_type).INPUT_KEYS, "labels")
-        is_trainable = models.get(model.config.model_type).is_trainable
+        neutral = models.get(model.config.model_type)  # HF's model_type is the family's name
+        self.inputs = (*neutral.INPUT_KEYS, "labels")
+        is_trainable = neutral.is_trainable
         num_layers = model.config.num_hidden_layers
         trainable = [
             n

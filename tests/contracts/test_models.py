@@ -27,7 +27,7 @@ NEUTRAL = (
     "is_trainable",
     "count_params",
     "init_weights",
-    "with_adapters",
+    "lora_shapes",
 )
 FRAMEWORK = {
     "torch": ("build_model", "load_weights", "export_weights", "hf_name", "features", "head_logits", "layers"),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 
-import jax
 import numpy as np
 import pytest
 import torch
@@ -22,7 +21,7 @@ from bench.config import model_preset
 from bench.jax_impl import params as jax_params
 from bench.jax_impl.model import build_model as jax_build_model
 from bench.measure import flop_model, memory_model
-from bench.models.bert import adapter_weights
+from bench.models import adapter_weights
 from bench.spec import (
     FRAMEWORKS,
     LORA_TARGETS,
@@ -38,7 +37,7 @@ from bench.spec import (
 from bench.torch_impl import model as torch_model
 from bench.weights import build_weights
 from tests.frameworks.test_steps import BATCH, as_hf, params_hf
-from tests.support import FAST, rows, run_here, start_ranks
+from tests.support import FAST, rows, run_here, start_ranks, trained_adapters
 
 SPEC, _ = model_preset("tiny", dropout=0.0)
 BASE = build_weights(SPEC, 0)
@@ -47,29 +46,13 @@ ALL = LoraSpec(rank=2, alpha=3.0, targets=LORA_TARGETS)
 ALL_2 = LoraSpec(rank=2, targets=LORA_TARGETS)  # as lora.rank=2 lora.targets=all_linear name it
 
 
-@pytest.fixture(scope="module", autouse=True)
-def fp32_pinned():
-    prev = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    with jax.default_matmul_precision("highest"):
-        yield
-    torch.set_float32_matmul_precision(prev)
-
-
-def trained_adapters(lora: LoraSpec, seed: int = 1) -> dict[str, np.ndarray]:
-    """Adapters as after some training: PEFT's A and a nonzero B, so that every adapter gradient is nonzero."""
-    out = adapter_weights(SPEC, lora, seed)
-    rng = np.random.default_rng(seed)
-    for k in out:
-        if ".lora_B." in k:
-            out[k] = (0.2 * rng.standard_normal(out[k].shape)).astype(np.float32)
-    return out
+pytestmark = pytest.mark.usefixtures("fp32_pinned")  # tests/frameworks/conftest.py
 
 
 def make(framework, mode="backprop", lora=QV, weights=None, **kw):
     kw.setdefault("optimizer", OptimizerSpec(name="sgd", lr=1e-2))
     step = StepSpec(mode=mode, trainable="lora", lora=lora, **kw)
-    weights = {**BASE, **trained_adapters(lora)} if weights is None else weights
+    weights = {**BASE, **trained_adapters(SPEC, lora)} if weights is None else weights
     return implementation(framework, "steps").make_trainer(SPEC, weights, step, "cpu")
 
 
@@ -91,7 +74,7 @@ def test_adapter_names_shapes_and_counts():
 
 @pytest.mark.parametrize("lora", [QV, ALL], ids=["query_value", "all_linear"])
 def test_adapters_load_and_export_exactly_in_both_frameworks(lora):
-    weights = {**BASE, **trained_adapters(lora)}
+    weights = {**BASE, **trained_adapters(SPEC, lora)}
     tm = torch_model.build_model(SPEC, weights, lora=lora)
     jm = jax_build_model(SPEC, weights, lora=lora)
     for exported in (torch_model.export_weights(tm), jax_params.export_weights(jm)):

@@ -26,7 +26,6 @@ from bench.jax_impl.models import opt as jax_opt
 from bench.models.opt import (
     OPT_125M,
     OPT_TINY,
-    adapter_weights,
     count_params,
     init_weights,
     is_trainable,
@@ -35,6 +34,7 @@ from bench.models.opt import (
 )
 from bench.spec import LoraSpec
 from bench.torch_impl.models import opt as torch_opt
+from tests.support import trained_adapters
 
 SPEC = OPT_TINY
 WEIGHTS = init_weights(SPEC, 0)
@@ -53,14 +53,7 @@ ATOL = 1e-5
 RTOL, GRAD_ATOL, SCALE_ATOL = 1e-4, 1e-8, 1e-6
 
 
-@pytest.fixture(scope="module", autouse=True)
-def fp32_pinned():
-    """Full-precision float32 matmuls in both frameworks for this module only (restored afterwards)."""
-    prev = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    with jax.default_matmul_precision("highest"):
-        yield
-    torch.set_float32_matmul_precision(prev)
+pytestmark = pytest.mark.usefixtures("fp32_pinned")  # tests/frameworks/conftest.py
 
 
 def make_batch(lengths=LENGTHS, seed=0):
@@ -307,22 +300,12 @@ def test_dropout_only_with_rngs():
 # LoRA
 
 
-def trained_adapters(lora: LoraSpec, seed: int = 1) -> dict[str, np.ndarray]:
-    """PEFT's A and a nonzero B, as after some training, so every adapter gradient is nonzero."""
-    out = adapter_weights(SPEC, lora, seed)
-    rng = np.random.default_rng(seed)
-    for k in out:
-        if ".lora_B." in k:
-            out[k] = (0.2 * rng.standard_normal(out[k].shape)).astype(np.float32)
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "lora", [QV, LoraSpec(rank=2, alpha=3.0, targets=("k_proj", "out_proj", "fc1", "fc2"))], ids=["qv", "others"]
 )
 def test_lora_same_loss_and_adapter_gradients(lora):
-    weights = {**WEIGHTS, **trained_adapters(lora)}
+    weights = {**WEIGHTS, **trained_adapters(SPEC, lora)}
     tm, jm = torch_opt.build_model(SPEC, weights, lora=lora).eval(), jax_opt.build_model(SPEC, weights, lora=lora)
     names = [n for n, _ in tm.named_parameters()]
     assert "model.decoder.layers.0.self_attn.q_proj.lora_A.default.weight" in names or lora is not QV

@@ -33,15 +33,7 @@ SPEC, _ = model_preset("opt_tiny", dropout=0.0)
 WEIGHTS = build_weights(SPEC, 0)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def fp32_pinned():
-    import jax
-
-    prev = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    with jax.default_matmul_precision("highest"):
-        yield
-    torch.set_float32_matmul_precision(prev)
+pytestmark = pytest.mark.usefixtures("fp32_pinned")  # tests/frameworks/conftest.py
 
 
 def batches():
@@ -184,7 +176,9 @@ def test_sgd_steps_give_the_same_losses_in_both_frameworks_on_one_device_and_on_
     common = ["model=opt_tiny", "model.dropout=0", "framework=torch,jax", "mode=backprop", "steps=3"]
     common += ["warmup_steps=1", "seq_len=32", "logger=none", "device=cpu"]
     for args in (["parallel=none,ddp,fsdp", "batch_size=8"], ["parallel=ddp,fsdp", "devices=2", "batch_size=4"]):
-        bench("-m", *common, *args, results=tmp_path)  # the CLI in its own process: trials, launchers
+        proc = bench("-m", *common, *args, results=tmp_path)  # the CLI in its own process: trials, launchers
+        trials = 6 if "batch_size=8" in args else 4
+        assert proc.stdout.rstrip().endswith(f"bench: {trials} trial(s): {trials} ok"), proc.stdout[-2000:]
     rows = recorded(tmp_path)
     assert len(rows) == 10 and {r["status"] for r in rows} == {"ok"}
     curves = [json.loads((tmp_path / "history" / f"{r['run_id']}.json").read_text())["loss"] for r in rows]

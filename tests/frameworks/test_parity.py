@@ -39,17 +39,7 @@ ATOL = {"tiny": 1e-5, "minilm_l6": 1e-4}
 PAD_ATOL = {"tiny": 1e-5, "minilm_l6": 1e-3}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def fp32_pinned():
-    """Full-precision float32 matmuls in both frameworks for this module only (restored afterwards)."""
-    prev_torch = torch.get_float32_matmul_precision()
-    prev_tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.set_float32_matmul_precision("highest")
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    with jax.default_matmul_precision("highest"):
-        yield
-    torch.set_float32_matmul_precision(prev_torch)
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev_tf32
+pytestmark = pytest.mark.usefixtures("fp32_pinned")  # tests/frameworks/conftest.py
 
 
 def make_batch(spec, lengths=(16, 11, 7, 3), T=16, seed=0):

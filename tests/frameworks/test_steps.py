@@ -16,7 +16,6 @@ import dataclasses
 import functools
 import weakref
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -39,14 +38,7 @@ from bench.weights import build_weights
 FRAMEWORKS = ("torch", "jax")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def fp32_pinned():
-    prev = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    with jax.default_matmul_precision("highest"):
-        yield
-    torch.set_float32_matmul_precision(prev)
-
+pytestmark = pytest.mark.usefixtures("fp32_pinned")  # tests/frameworks/conftest.py
 
 TINY, _ = model_preset("tiny", dropout=0.0)
 WEIGHTS = build_weights(TINY, 0)

@@ -28,16 +28,17 @@ from bench.jax_impl.model import (
     Precision,
     layer_norm,
     project,
+    require_rngs,
     scan_stack,
 )
 from bench.jax_impl.params import identity, keys_of, stacked_from, stacked_to, transpose
+from bench.models import with_adapters
 from bench.models.opt import (
     POSITION_OFFSET,
     OptSpec,
     is_trainable,
     lora_targets,
     param_shapes,
-    with_adapters,
 )
 from bench.spec import LoraSpec
 from bench.weights import check_weights
@@ -180,11 +181,7 @@ class OPTForSequenceClassification(nnx.Module):
         output_hidden_states: bool = False,
         layer_hook: LayerHook | None = None,
     ):
-        if not deterministic and self.spec.dropout > 0 and rngs is None:
-            raise ValueError(
-                f"deterministic=False with dropout={self.spec.dropout} needs rngs=nnx.Rngs(dropout=key) "
-                "(the model holds no random state of its own)"
-            )
+        require_rngs(self.spec.dropout, deterministic, rngs)
         last, hidden = self.model.decoder(
             input_ids,
             attention_mask,

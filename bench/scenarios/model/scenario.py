@@ -52,8 +52,9 @@ ADDED_KEYS = {
     "profile": False,
     "profile_steps": 3,
     "lora": LoraConfig(),
-    "scan_layers": False,
-}  # JAX's layers were unrolled until scan_layers
+    "scan_layers": False,  # JAX's layers were unrolled until scan_layers
+    "model.family": "bert",  # a node's key: node.key (the one family before families)
+}
 
 
 def settings_identity(cfg: BenchConfig) -> dict:
@@ -70,8 +71,6 @@ def settings_identity(cfg: BenchConfig) -> dict:
     }
 
 
-# model.* keys added after rows were recorded, with the value every earlier trial had (left out at that value)
-ADDED_MODEL_KEYS = {"family": "bert"}
 # Keys that mean something to one framework alone: left out of the other's identity (torch ignores scan_layers).
 FRAMEWORK_KEYS = {"scan_layers": "jax"}
 
@@ -97,8 +96,10 @@ class ModelScenario(Scenario):
             and FRAMEWORK_KEYS.get(f, cfg.framework) == cfg.framework
         ]
         identity = identity_of(cfg, keys) | settings_identity(cfg)
-        if identity["model"].get("family") == ADDED_MODEL_KEYS["family"]:  # BERT's trials hash as before families
-            identity["model"] = {k: v for k, v in identity["model"].items() if k != "family"}
+        for added, value in ADDED_KEYS.items():  # a node's key added since, at that value: left out of the node
+            node, _, key = added.partition(".")
+            if key and node in identity and identity[node].get(key) == value:
+                identity[node] = {k: v for k, v in identity[node].items() if k != key}
         return identity
 
     def kind(self, cfg: BenchConfig) -> str:

@@ -8,7 +8,7 @@ from torch.func import jvp, vmap
 
 from bench.spec import HEAD_ONLY
 from bench.torch_impl.directions import direction_seed, observe
-from bench.torch_impl.loss import features, head_loss, identity, loss_fn
+from bench.torch_impl.loss import head_loss, identity, loss_fn
 
 
 def gradient(trainer, micro_batches, tangents=None, in_step=False):
@@ -21,21 +21,20 @@ def gradient(trainer, micro_batches, tangents=None, in_step=False):
             chunk=trainer.estimator.settings_of(s).chunk,
             seed=s.seed,
             step=trainer.step_count,
-            trunk=s.trainable in HEAD_ONLY,
+            trunk=trainer.family if s.trainable in HEAD_ONLY else None,
             reduce=trainer.reduce,
         )
 
 
-def jacfwd_gradient(
-    model, params, micro_batches, *, chunk: int, seed: int, step: int, trunk: bool = False, reduce=identity
-):
+def jacfwd_gradient(model, params, micro_batches, *, chunk: int, seed: int, step: int, trunk=None, reduce=identity):
     """Exact gradient by forward mode: d(loss)/d(theta_i) for every basis direction e_i of the flattened trainable
     parameters, `chunk` directions per vmapped jvp. ceil(n / chunk) forward passes; the (chunk, n) basis block is
     the method's memory cost. Every chunk replays the same dropout masks (forked RNG, same seed), so all
     directions differentiate the same function, as jax.jvp does with one key.
 
-    `trunk` when nothing before the head is trainable (trainable=head): the trunk has no tangent, so it runs once
-    per batch outside the basis loop and only the head is pushed forward (jax_impl does the same split).
+    `trunk`, the model's family module (its features and head_logits), when nothing before the head is trainable
+    (trainable=head): the trunk has no tangent, so it runs once per batch outside the basis loop and only the head
+    is pushed forward (jax_impl does the same split).
     `reduce` averages the gradient and the loss over devices, as one buffer: the step's one exchange."""
     names = list(params)
     sizes = [params[n].numel() for n in names]
@@ -46,11 +45,11 @@ def jacfwd_gradient(
     grad_flat, total = exchanged[:n], exchanged[n]
     devices = [ref.device.index or 0] if ref.device.type == "cuda" else []
     for batch in micro_batches:
-        if trunk:
+        if trunk is not None:
             with torch.random.fork_rng(devices=devices):
                 torch.manual_seed(direction_seed(seed, step, 0, 1))
-                hidden = features(model, batch)  # (B, T, H), once
-            f = lambda p, batch=batch, hidden=hidden: head_loss(model, hidden, batch, p)
+                hidden = trunk.features(model, batch)  # (B, T, H), once
+            f = lambda p, batch=batch, hidden=hidden: head_loss(trunk, model, hidden, batch, p)
         else:
             f = lambda p, batch=batch: loss_fn(model, batch, p)
         for start in range(0, n, chunk):

@@ -8,8 +8,10 @@ import torch
 from torch.func import functional_call
 from transformers import OPTConfig, OPTForSequenceClassification
 
-from bench.models.opt import OptSpec, lora_module, lora_targets, param_shapes, with_adapters
+from bench.models import with_adapters
+from bench.models.opt import OptSpec, lora_module, lora_targets, param_shapes
 from bench.spec import ATTN_IMPLEMENTATIONS, LoraSpec
+from bench.torch_impl.model import assign_weights, export_hf_weights, hf_name, inject_lora  # noqa: F401 (hf_name: the family's)
 from bench.weights import check_weights
 
 
@@ -62,21 +64,9 @@ def build_model(
 
 
 def add_adapters(model, spec: OptSpec, lora: LoraSpec) -> None:
-    """PEFT's LoRA layers (peft.LoraConfig) around every target of every decoder layer, in place, the model staying
-    HF's OPTForSequenceClassification (inject_adapter_in_model: get_peft_model without the PeftModel wrapper)."""
-    from peft import LoraConfig, inject_adapter_in_model  # only trainable=lora needs PEFT
-
-    modules = [f"model.decoder.layers.{i}.{lora_module(t)}" for i in range(spec.num_layers) for t in lora_targets(lora)]
-    config = LoraConfig(
-        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=modules, bias="none"
-    )
-    inject_adapter_in_model(config, model)
-
-
-def hf_name(name: str) -> str:
-    """The HF parameter name of a torch parameter or state_dict key: PEFT's wrapped layer keeps its weight under
-    .base_layer and names its adapters lora_A.default / lora_B.default. Mirror of jax_impl's hf_name."""
-    return name.replace(".base_layer.", ".").replace(".default.", ".")
+    """PEFT's LoRA layers around every target of every decoder layer, in place (inject_lora)."""
+    layers = range(spec.num_layers)
+    inject_lora(model, [f"model.decoder.layers.{i}.{lora_module(t)}" for i in layers for t in lora_targets(lora)], lora)
 
 
 def load_weights(
@@ -86,13 +76,7 @@ def load_weights(
     parameter of the model must be given one)."""
     spec = _spec_of(model)
     check_weights(weights, spec, lora=lora)
-    names = {hf_name(k): k for k in model.state_dict()}  # HF name -> the model's own key (PEFT's, with lora)
-    if set(names) != set(param_shapes(spec, lora)):  # OPT has no buffers: every key is a parameter
-        raise ValueError(
-            f"HF's OPT and bench.models.opt disagree: {sorted(set(names) ^ set(param_shapes(spec, lora)))}"
-        )
-    state = {names[k]: torch.tensor(weights[k], device=device) for k in param_shapes(spec, lora)}
-    model.load_state_dict(state, strict=True, assign=True)
+    assign_weights(model, weights, param_shapes(spec, lora), device, strict=True)  # OPT has no buffers
 
 
 def _spec_of(model) -> OptSpec:
@@ -114,10 +98,9 @@ def _spec_of(model) -> OptSpec:
 
 
 def export_weights(model) -> dict[str, np.ndarray]:
-    """The model's parameters as the shared {hf_name: numpy} dict in HF order (the inverse of load_weights). FSDP2's
-    sharded parameters (DTensors) are gathered whole: a collective, which every rank must call."""
-    whole = lambda v: v.full_tensor() if hasattr(v, "full_tensor") else v
-    return {hf_name(k): whole(v).detach().cpu().float().numpy().copy() for k, v in model.state_dict().items()}
+    """The model's parameters as the shared {hf_name: numpy} dict in HF order (the inverse of load_weights);
+    FSDP2's sharded ones gathered whole (a collective: every rank calls it)."""
+    return export_hf_weights(model)
 
 
 def features(model, batch):
