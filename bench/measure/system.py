@@ -29,8 +29,7 @@ def host_slug() -> str:
     """A short name for this host's hardware, as benchmarks/ files are named: "2core-epyc", "1gpu-h100"."""
     gpus = cuda_gpu_names()
     if gpus:
-        words = [w for w in gpus[0].replace("NVIDIA", "").split() if any(c.isdigit() for c in w)]
-        return f"{len(gpus)}gpu-{(words[0] if words else 'gpu').lower()}"
+        return gpu_slug(gpus[0], len(gpus))
     model = cpu_name().rsplit(" x", 1)[0]
     words = [
         w
@@ -38,6 +37,12 @@ def host_slug() -> str:
         if w.lower() not in ("amd", "intel", "core", "processor", "cpu", "genuine")
     ]
     return f"{os.cpu_count()}core-{(words[0] if words else 'cpu').lower()}"
+
+
+def gpu_slug(name: str, count: int) -> str:
+    """A GPU host's short name from its card's name: ("NVIDIA H200", 1) -> "1gpu-h200"."""
+    words = [w for w in name.replace("NVIDIA", "").split() if any(c.isdigit() for c in w)]
+    return f"{count}gpu-{(words[0] if words else 'gpu').lower()}"
 
 
 def nvidia_smi(*args: str) -> str:

@@ -22,7 +22,7 @@ from datetime import date
 from pathlib import Path
 
 from bench.harness.command import OneLineParser, run
-from bench.measure.system import cpu_name, cuda_gpu_names, git_sha, host_facts, host_slug
+from bench.measure.system import cpu_name, cuda_gpu_names, git_sha, gpu_slug, host_facts, host_slug
 from bench.report.section import PLOT_DIR, RUNS_CSV, Results, Section
 from bench.store.read import ReadError
 from bench.store.wandb import log_report
@@ -74,20 +74,32 @@ def build(sections: Sequence[Section], results: Results, out_dir: str | Path) ->
     return Report(report_path, [out_dir / p for p in shown], text)
 
 
-def keep_benchmark(report: Report, folder: Path, command: str, recorded: Sequence[str] = ()) -> Path:
+def keep_benchmark(report: Report, folder: Path, command: str, rows: Sequence[dict] = ()) -> Path:
     """report.md as folder/<date>_<host>_<sha>.md, headed by where, when and how it was measured. Its plots are
-    named, not linked: benchmarks/ holds text, and the PNGs stay in the report's folder. `recorded`: the git
-    shas the rows were measured at (the report may be written later, at another commit)."""
+    named, not linked: benchmarks/ holds text, and the PNGs stay in the report's folder. `rows`: the runs the
+    report read, which name the commit and the device they were measured on: a GPU's rows brought back and
+    reported on this host are named by that GPU, with this host as the writer."""
     sha = git_sha() or "nogit"
-    path = Path(folder) / f"{date.today():%Y-%m-%d}_{host_slug()}_{sha}.md"
-    facts = host_facts()
-    hardware = ", ".join(cuda_gpu_names()) or cpu_name()
+    recorded = sorted({r.get("git_sha") or "unknown" for r in rows})
+    facts, slug, hardware = host_facts(), host_slug(), ", ".join(cuda_gpu_names()) or cpu_name()
+    gpu_rows = [r for r in rows if r.get("device") == "cuda" and r.get("device_name")]
+    if gpu_rows and not cuda_gpu_names():
+        first = gpu_rows[0]
+        facts = {k: first.get(k) or "?" for k in facts}
+        hardware = ", ".join(sorted({r["device_name"] for r in gpu_rows}))
+        slug = gpu_slug(first["device_name"], max(int(r.get("devices") or 1) for r in gpu_rows))
+    path = Path(folder) / f"{date.today():%Y-%m-%d}_{slug}_{sha}.md"
     header = [
-        f"# Measured {date.today():%Y-%m-%d} on {host_slug()} at git {sha}",
+        f"# Measured {date.today():%Y-%m-%d} on {slug} at git {sha}",
         "",
         f"- host: {hardware}; Python {facts['python_version']}; torch {facts['torch_version']}, jax "
         f"{facts['jax_version']}, flax {facts['flax_version']}, transformers {facts['transformers_version']}",
         *([f"- the rows were measured at git {', '.join(recorded)}"] if recorded else []),
+        *(
+            [f"- the report was written on {host_slug()} from the rows the device brought back"]
+            if slug != host_slug()
+            else []
+        ),
         f"- written by: `{command}` from the rows below (each table names the experiment or sweep that "
         "recorded it: `python -m bench -m +experiment=NAME`)",
         "",
@@ -133,8 +145,8 @@ def main(argv: list[str] | None, sections: Sequence[Section]) -> int:
         print(f"bench report: {report.path} ({len(report.plots)} plots)")
         if args.benchmarks:
             command = shlex.join(["python", "-m", "bench", "report", *(argv or [])])
-            recorded = sorted({r.get("git_sha") or "unknown" for r in results.rows(RUNS_CSV)})
-            print(f"bench report: kept as {keep_benchmark(report, Path(args.benchmarks), command, recorded)}")
+            kept = keep_benchmark(report, Path(args.benchmarks), command, results.rows(RUNS_CSV))
+            print(f"bench report: kept as {kept}")
         return 0
 
     return run("report", body, interrupted="report.md was not (re)written; the plots drawn so far are kept")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.measure.system import cuda_gpu_names, host_slug
 from bench.report.build import main
 from bench.scenarios import REPORT_SECTIONS
 from bench.scenarios.model.columns import REQUIRED_COLUMNS
@@ -153,3 +154,20 @@ def test_a_kept_benchmark_names_where_when_and_at_which_commits_its_rows_were_me
     text = kept.read_text()
     assert text.startswith("# Measured ") and "- the rows were measured at git aaaa11112222, bbbb33334444\n" in text
     assert "`python -m bench report " in text and "## " in text  # the command that wrote it, then the report
+
+
+@pytest.mark.skipif(bool(cuda_gpu_names()), reason="a GPU host reports its own rows under its own name")
+def test_a_kept_benchmark_of_a_gpus_rows_is_named_by_that_gpu(tmp_path):
+    """A lease's rows come back and are reported here, on a host without a GPU: the file and its header name the
+    card and the versions the rows ran with, and say where the report was written."""
+    gpu = {"device": "cuda", "device_name": "NVIDIA H200", "devices": 1, "torch_version": "2.11.0"}
+    rows = [trial("torch", "backprop", **gpu), trial("jax", "backprop", **gpu)]
+    csv_path = write_csv(tmp_path / "runs.csv", rows)
+    assert (
+        main([str(csv_path), "--out", str(tmp_path / "out"), "--benchmarks", str(tmp_path / "b")], REPORT_SECTIONS) == 0
+    )
+    (kept,) = (tmp_path / "b").glob("*.md")
+    assert "_1gpu-h200_" in kept.name
+    text = kept.read_text()
+    assert text.splitlines()[2].startswith("- host: NVIDIA H200; ") and "torch 2.11.0," in text.splitlines()[2]
+    assert f"- the report was written on {host_slug()} from the rows the device brought back" in text

@@ -248,6 +248,31 @@ def test_a_lease_ends_by_its_deadline_when_every_command_is_stopped(tmp_path, mo
     assert "--summarize" in records["report"]["reason"]
 
 
+def test_a_later_call_without_time_for_a_step_keeps_what_an_earlier_call_recorded(tmp_path, monkeypatch):
+    """A lease split into calls: the second, shorter call skips the steps the first one ran (its deadline leaves
+    them no time), and their records, with their rows, stay as the first call left them."""
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr(check, "time", types.SimpleNamespace(monotonic=lambda: clock.now))
+    monkeypatch.setattr(check, "install", lambda *a: None)
+    monkeypatch.setattr(check, "facts", lambda *a: None)
+
+    class OneRowThenStopped:
+        env: dict = {}
+
+        def __call__(self, argv, log, timeout_s):
+            (log.parent / "runs.csv").write_text("run_id,status\nr1,ok\n")
+            clock.now += timeout_s
+            return None
+
+    args, names = types.SimpleNamespace(dry_run=False), ["modes_fp32", "modes_bf16"]
+    check.run_steps(args, names, tmp_path, OneRowThenStopped(), check.LEASE_S, None, lambda: None)
+    first = {p.parent.name: json.loads(p.read_text()) for p in tmp_path.glob("*/step.json")}
+    assert first["modes_fp32"]["status"] == first["modes_bf16"]["status"] == "timeout"
+    check.run_steps(args, names, tmp_path, OneRowThenStopped(), clock.now + 10, None, lambda: None)
+    assert {p.parent.name: json.loads(p.read_text()) for p in tmp_path.glob("*/step.json")} == first
+    assert re.search(r"^\| modes_bf16 \| timeout \| .* 1 trial\(s\): 1 ok", check.summarize(tmp_path), flags=re.M)
+
+
 @pytest.mark.slow
 def test_a_step_past_its_budget_is_stopped(tmp_path):
     """Its whole process group: the command and what it started (a trial runs in a process of its own)."""

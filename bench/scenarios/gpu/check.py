@@ -217,6 +217,11 @@ def run_step(step: Step, ctx: Context, runner: Runner, time_left: float) -> dict
     if reason is None and budget < MIN_STEP_S:
         reason = f"{max(time_left, 0):.0f} s left before --deadline-s, less than a step needs ({MIN_STEP_S} s)"
     if reason is not None:
+        earlier = folder / "step.json"
+        if earlier.exists() and json.loads(earlier.read_text()).get("status") != "skipped":
+            # a lease's later call that has no time for a step keeps what an earlier call's run of it recorded
+            print(f"gpu-check: [{step.name}] skipped: {reason}; kept the earlier call's record", flush=True)
+            return {**json.loads(earlier.read_text()), "result": rows_note(folder)}
         shown = shlex.join(["python", *step.command(ctx)])
         return record(folder, **base, status="skipped", reason=reason, commands=[shown])
     folder.mkdir(parents=True, exist_ok=True)
@@ -342,6 +347,7 @@ def device_line(f: dict) -> str:
 def report(out: Path, runner: Runner, time_left: float) -> dict:
     """The report over every step's folder, in the time left (a deadline's: what the steps left of it)."""
     folders = [out / s.name for s in STEPS if (out / s.name / "runs.csv").exists()]
+    (out / "report" / "step.log").unlink(missing_ok=True)  # the report is remade whole, so is its log
 
     def skip(ctx: Context) -> str | None:
         if not folders:
