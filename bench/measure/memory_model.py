@@ -35,7 +35,7 @@ import numpy as np
 
 from bench import estimators, models
 from bench.estimators.base import MemoryContext
-from bench.spec import BertSpec, StepSpec, is_trainable, param_shapes
+from bench.spec import StepSpec
 
 FP32 = 4
 
@@ -62,7 +62,7 @@ def mask_bytes(framework: str, device: str) -> int:
 
 
 def predict(
-    spec: BertSpec,
+    spec,
     s: StepSpec,
     batch_size: int,
     seq_len: int,
@@ -79,44 +79,31 @@ def predict(
     say which (each such fact is named where it is used): the dropout mask's bytes, and how a forward-mode pass
     holds its tangent (torch's make_dual copies each tangent onto its parameter; XLA draws each where it is used).
     The mode's own categories are its estimator's terms (bench/estimators/); None where it has none."""
-    if "memory" not in models.of(spec).MODELLED:  # its terms are BERT's so far: another family's cells stay empty
+    family = models.of(spec)
+    if "memory" not in family.MODELLED:  # a family without its terms: its cells stay empty
         return None
     estimator = estimators.get(s.mode)
     mask = mask_bytes(framework, device)
     # bytes of a parameter (and of its gradient, direction and optimizer moments) and of an activation
     P = 2 if s.dtype == "bf16_pure" else FP32
     X = 2 if s.dtype in ("bf16", "bf16_pure") else FP32
-    H, I, A, L = spec.hidden_size, spec.intermediate_size, spec.num_heads, spec.num_layers  # noqa: E741
-    T, tokens = seq_len, batch_size * seq_len
-    d = 1 if spec.dropout > 0 and estimator.dropout else 0  # dropout runs where the estimator trains with it
-    shapes = param_shapes(spec, s.adapters)  # trainable=lora: the adapters too
-    trainable = {k: v for k, v in shapes.items() if is_trainable(k, s.trainable, L, s.last_k)}
+    L, tokens = spec.num_layers, batch_size * seq_len
+    shapes = family.param_shapes(spec, s.adapters)  # trainable=lora: the adapters too
+    trainable = {k: v for k, v in shapes.items() if family.is_trainable(k, s.trainable, L, s.last_k)}
     n = sum(int(np.prod(v)) for v in trainable.values())
     n_all = sum(int(np.prod(v)) for v in shapes.values())
     largest = max((int(np.prod(v)) for v in trainable.values()), default=0) * P
-    layer_params = sum(int(np.prod(v)) for k, v in trainable.items() if k.startswith("bert.encoder.layer.0."))
+    first = lambda k: (m := family.SCOPES.layer.match(k)) is not None and m.group(1) == "0"  # noqa: E731
+    layer_params = sum(int(np.prod(v)) for k, v in trainable.items() if first(k))
     share = world if sharded else 1
 
-    # activations, per token
-    layer = X * (8 * H + 2 * I + (1 + d) * A * T) + d * mask * (A * T + 2 * H)
-    if s.trainable in ("bias", "lora"):  # a frozen weight's gradient is never formed: its input is not saved
-        layer -= X * (3 * H + I)
-    if s.trainable == "lora":  # an adapted layer's input is saved for its A, and A x (r per token) for its B
-        inputs = {"qkv": H, "attention.output.dense": H, "intermediate.dense": H, "output.dense": I}
-        read = {"qkv" if t in ("query", "key", "value") else t for t in s.lora.targets}  # Q, K, V: one input
-        layer += X * (sum(inputs[g] for g in read) + s.lora.rank * len(s.lora.targets))
-    # a linear probe (classifier) saves only the pooled output it multiplies, (B, H): nothing per token
+    # activations per token, the family's (dropout where the estimator trains with it)
+    act = family.activations(spec, s, seq_len, X=X, mask=mask, dropout=estimator.dropout, framework=framework)
     trained_layers = {"all": L, "bias": L, "lora": L, "last_k": min(s.last_k, L), "head": 0, "classifier": 0}[
         s.trainable
     ]
-    trunk_trains = s.trainable in ("all", "bias")
-    embeddings = (X * H + d * mask * H) if trunk_trains else 0  # LayerNorm input and dropout mask
-    head = X * H if trained_layers or s.trainable == "head" else 0  # the last hidden state the pooler slices
-    # working memory of one layer's forward: the attention scores and probabilities beside Q, K, V and the
-    # context, or the intermediate and its GELU beside the layer's input and output, whichever is larger
-    forward_temp = tokens * X * max(2 * A * T + 4 * H, 2 * I + 2 * H)
-    # bf16 copies of the Linear weights (not the embeddings'), which autocast keeps for a backward pass
-    linear = sum(int(np.prod(v)) for k, v in trainable.items() if len(v) == 2 and not k.startswith("bert.embeddings."))
+    # bf16 copies of the Linear weights (not the embedding tables'), which autocast keeps for a backward pass
+    linear = sum(int(np.prod(v)) for k, v in trainable.items() if len(v) == 2 and not k.startswith(family.EMBEDDINGS))
 
     opt = s.optimizer
     state = {"adamw": 2 * P * n, "sgd": P * n if opt.momentum else 0, "signsgd": 0}[opt.name]
@@ -127,16 +114,16 @@ def predict(
         framework=framework,
         param_bytes=P,
         activation_bytes=X,
-        hidden=H,
+        hidden=spec.hidden_size,
         batch_size=batch_size,
         n=n,
         share=share,
         largest=largest,
         layer_params=layer_params,
-        forward_temp=forward_temp,
-        one_layer=tokens * layer * bool(trained_layers),
-        saved=tokens * (trained_layers * layer + embeddings + head),
-        layer_inputs=tokens * (trained_layers * X * H + embeddings + head),
+        forward_temp=tokens * act.forward_temp,
+        one_layer=tokens * act.layer * bool(trained_layers),
+        saved=tokens * (trained_layers * act.layer + act.embeddings + act.head),
+        layer_inputs=tokens * (trained_layers * act.layer_input + act.embeddings + act.head),
         bf16_weight_copies=2 * linear // share,
     )
     terms = estimator.memory(context)

@@ -13,6 +13,8 @@ What a family module defines (the same names in each; tests/contracts/test_model
                                     rows are empty, with a note
     matmuls(spec, ...) -> [Matmul]  every matmul of its forward pass, for the FLOP model; POOLER, the head's matmul
                                     before the classifier (or None)
+    activations(spec, step, ...)    what its forward pass keeps for a backward pass, per token (Activations), for
+                                    the memory model; EMBEDDINGS, the prefixes of its embedding tables
     spec_from(values) -> SPEC       its spec from the config's model.* values
     param_shapes, lora_shapes, is_trainable, count_params, init_weights (HF's: normal_init)
 """
@@ -38,6 +40,19 @@ class Matmul:
     flops: int  # 2 M N K
     carrying: int  # operands that are a trainable weight or an activation downstream of one
     layer: int | None  # its layer; None for the head's (pooler, classifier)
+
+
+@dataclass(frozen=True)
+class Activations:
+    """What a family's forward pass keeps for a backward pass, and works in, in bytes per token of the micro-batch,
+    for the step a StepSpec describes (its trainable scope, LoRA, dropout); the memory model
+    (bench/measure/memory_model.py) multiplies the per-layer terms by the layers the step trains."""
+
+    layer: int  # one trained layer's saved activations
+    layer_input: int  # what checkpointing (remat) keeps of a trained layer: its input
+    embeddings: int  # the embeddings' saved activations (0 where the step trains none of them)
+    head: int  # what follows the layers saves: the head's input (0 where nothing at or before the head trains)
+    forward_temp: int  # one layer's working memory in a forward pass, whichever of its blocks needs more
 
 
 class Matmuls(list):

@@ -13,11 +13,13 @@ from dataclasses import fields
 
 import numpy as np
 
-from bench.models import Matmul, Matmuls, normal_init
+from bench.models import Activations, Matmul, Matmuls, normal_init
 from bench.spec import (
+    BERT_SCOPES,
     LORA_TARGETS,
     BertSpec,
     LoraSpec,
+    StepSpec,
     count_params,
     is_trainable,
     lora_module,
@@ -30,6 +32,8 @@ INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 HEAD_KEYS = ()  # the pooler reads the first token's hidden state: nothing of the batch
 MODELLED = frozenset({"memory", "flops"})
 POOLER = "bert.pooler.dense"  # the head's matmul before the classifier
+SCOPES = BERT_SCOPES
+EMBEDDINGS = ("bert.embeddings.",)  # the embedding tables (and their LayerNorm): no matmul reads them
 # Buffers HF keeps in checkpoints that are not parameters.
 CHECKPOINT_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
 # Keys a BertModel (encoder-only) checkpoint may lack, the classification head and the pooler: they are
@@ -45,6 +49,7 @@ __all__ = [
     "refuses",
     "checkpoint_name",
     "matmuls",
+    "activations",
     "init_weights",
     "lora_shapes",
 ]
@@ -117,3 +122,32 @@ def matmuls(
     pooled = linear("bert.pooler.dense", B, H, H, flows, None)
     linear("classifier", B, H, C, pooled, None)
     return out
+
+
+def activations(spec: BertSpec, s: StepSpec, seq_len: int, *, X: int, mask: int, dropout: bool, framework: str):
+    """What BERT's forward pass keeps for the backward pass of step `s`, per token (bench.models.Activations;
+    docs/memory.md derives each term): `X` bytes per activation, `mask` per dropout-mask element, `dropout` whether
+    the step trains with dropout. A layer keeps Q, K, V's input, Q, K, V, the context, the attention output and its
+    LayerNorm's input and output (8H), the intermediate and its GELU (2I), the attention probabilities (A T, and
+    their dropped copy), and the dropout masks."""
+    H, I, A, T = spec.hidden_size, spec.intermediate_size, spec.num_heads, seq_len  # noqa: E741
+    d = 1 if spec.dropout > 0 and dropout else 0
+    layer = X * (8 * H + 2 * I + (1 + d) * A * T) + d * mask * (A * T + 2 * H)
+    if s.trainable in ("bias", "lora"):  # a frozen weight's gradient is never formed: its input is not saved
+        layer -= X * (3 * H + I)
+    if s.trainable == "lora":  # an adapted layer's input is saved for its A, and A x (r per token) for its B
+        inputs = {"qkv": H, "attention.output.dense": H, "intermediate.dense": H, "output.dense": I}
+        read = {"qkv" if t in ("query", "key", "value") else t for t in s.lora.targets}  # Q, K, V: one input
+        layer += X * (sum(inputs[g] for g in read) + s.lora.rank * len(s.lora.targets))
+    return Activations(
+        layer=layer,
+        layer_input=X * H,
+        # the embeddings' LayerNorm input and dropout mask, where the trunk trains
+        embeddings=(X * H + d * mask * H) if s.trainable in ("all", "bias") else 0,
+        # the last hidden state the pooler slices; a linear probe (classifier) saves only the pooled output it
+        # multiplies, (B, H): nothing per token
+        head=0 if s.trainable == "classifier" else X * H,
+        # the attention scores and probabilities beside Q, K, V and the context, or the intermediate and its GELU
+        # beside the layer's input and output
+        forward_temp=X * max(2 * A * T + 4 * H, 2 * I + 2 * H),
+    )

@@ -19,14 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from bench.models import Matmul, Matmuls, normal_init
-from bench.spec import LoraSpec, Scopes, count_trained
+from bench.models import Activations, Matmul, Matmuls, normal_init
+from bench.spec import LoraSpec, Scopes, StepSpec, count_trained
 
 NAME = "opt"
 INPUT_KEYS = ("input_ids", "attention_mask")  # no segments
 HEAD_KEYS = ("input_ids",)  # the score reads the last token that is not padding
-MODELLED = frozenset({"flops"})  # the memory model's terms are BERT's only, so far
+MODELLED = frozenset({"memory", "flops"})
 POOLER = None  # no pooler: the score reads the last token's hidden state
+EMBEDDINGS = ("model.decoder.embed_tokens.", "model.decoder.embed_positions.")  # no matmul reads them
 CHECKPOINT_BUFFERS = ("lm_head.weight",)  # OPTForCausalLM's head: tied to embed_tokens, not a classifier's
 CHECKPOINT_OPTIONAL = ("score.weight",)  # an OPTModel (decoder-only) checkpoint: the score is seeded instead
 
@@ -239,3 +240,36 @@ def matmuls(
     head = flows or norm("model.decoder.final_layer_norm")
     linear("score", tokens if framework == "torch" else B, H, C, head, None)
     return out
+
+
+def activations(spec: OptSpec, s: StepSpec, seq_len: int, *, X: int, mask: int, dropout: bool, framework: str):
+    """What OPT's forward pass keeps for the backward pass of step `s`, per token (bench.models.Activations;
+    docs/memory.md): `X` bytes per activation, `mask` per dropout-mask element, `dropout` whether the step trains
+    with dropout. A pre-LayerNorm layer keeps both LayerNorms' inputs and outputs (4H), Q, K, V and the context
+    (4H), fc1's output, which ReLU keeps and fc2 reads (F, once), the attention probabilities (A T), and the
+    dropout masks (residual: two of H; attention_dropout, 0 in OPT's config: its probabilities' mask and copy).
+    The LayerNorms' statistics (two numbers a token each) are left out, as BERT's are."""
+    H, F, A, T = spec.hidden_size, spec.ffn_dim, spec.num_heads, seq_len
+    d = 1 if spec.dropout > 0 and dropout else 0
+    da = 1 if spec.attention_dropout > 0 and dropout else 0
+    layer = X * (8 * H + F + (1 + da) * A * T) + mask * (da * A * T + d * 2 * H)
+    if s.trainable in ("bias", "lora"):  # frozen weights: Q, K, V's, out_proj's and fc1's inputs are not saved;
+        layer -= X * 3 * H  # fc2's is ReLU's output, which ReLU's own backward keeps
+    if s.trainable == "lora":  # an adapted layer's input is saved for its A, and A x (r per token) for its B
+        inputs = {"qkv": H, "out_proj": H, "fc1": H, "fc2": 0}  # fc2's input is kept already (ReLU's)
+        targets = lora_targets(s.lora)
+        read = {"qkv" if t in ("q_proj", "k_proj", "v_proj") else t for t in targets}  # Q, K, V: one input
+        layer += X * (sum(inputs[g] for g in read) + s.lora.rank * len(targets))
+    # The head: the final LayerNorm's input and, where the score trains, its input. torch's HF model scores every
+    # token and picks the last one after; JAX gathers that token first, so its score's input is (B, H) only.
+    score_input = X * H if framework == "torch" else 0
+    head = {"classifier": score_input}.get(s.trainable, X * H + score_input)
+    return Activations(
+        layer=layer,
+        layer_input=X * H,
+        embeddings=0,  # no embedding dropout, no LayerNorm: the tables' gradients need only the token indices
+        head=head,
+        # the attention scores and probabilities beside Q, K, V and the context, or fc1's output and ReLU's beside
+        # the layer's input and output
+        forward_temp=X * max(2 * A * T + 4 * H, 2 * F + 2 * H),
+    )

@@ -18,6 +18,8 @@ NEUTRAL = (
     "HEAD_KEYS",
     "LORA_TARGETS",
     "MODELLED",
+    "SCOPES",
+    "EMBEDDINGS",
     "CHECKPOINT_BUFFERS",
     "CHECKPOINT_OPTIONAL",
     "spec_from",
@@ -28,6 +30,8 @@ NEUTRAL = (
     "count_params",
     "init_weights",
     "lora_shapes",
+    "matmuls",
+    "activations",
 )
 FRAMEWORK = {
     "torch": ("build_model", "load_weights", "export_weights", "hf_name", "features", "head_logits", "layers"),

@@ -125,6 +125,14 @@ def test_the_breakdown_is_deterministic(framework):
     assert first == second
 
 
+# BERT's layer widths scaled down, 3 layers, dropout on: a shape where every term of the model is visible
+PREDICTED = {
+    "bert": dataclasses.replace(SMALL, hidden_size=96, num_heads=4, intermediate_size=384, num_layers=3),
+    "opt": model_preset("opt_tiny", hidden_size=96, num_heads=4, intermediate_size=384, num_layers=3, dropout=0.1)[0],
+}
+
+
+@pytest.mark.parametrize("family", PREDICTED)
 @pytest.mark.parametrize(
     "kw",
     [
@@ -132,6 +140,8 @@ def test_the_breakdown_is_deterministic(framework):
         {"remat": True},
         {"trainable": "bias"},
         {"trainable": "last_k"},
+        {"trainable": "head"},
+        {"trainable": "classifier"},
         {"mode": "jvp"},
         {"mode": "mezo"},
         {"mode": "jvp", "settings": JvpSettings(impl="lazy")},
@@ -140,13 +150,14 @@ def test_the_breakdown_is_deterministic(framework):
         {"mode": "lozo"},
     ],
 )
-def test_the_model_predicts_what_torch_holds(kw):
-    """Saved activations, gradients and directions as the formulas in bench/measure/memory_model.py say, at a shape
-    where every term is visible (BERT's layer widths scaled down, 3 layers)."""
-    spec = dataclasses.replace(SMALL, hidden_size=96, num_heads=4, intermediate_size=384, num_layers=3)
+def test_the_model_predicts_what_torch_holds(family, kw):
+    """Saved activations, gradients and directions as bench/measure/memory_model.py and each family's terms
+    (bench/models/<family>.py: activations) say, in both families."""
+    spec = PREDICTED[family]
     ss = StepSpec(optimizer=SGD, **kw)
     trainer = implementation("torch", "steps").make_trainer(spec, build_weights(spec, 0), ss, "cpu")
-    batch = data.make_batches(data.data_spec(num_train=64, num_eval=8), 4, 64, 0, "train")[:1]
+    pad = getattr(spec, "pad_token_id", data.PAD_ID)
+    batch = data.make_batches(data.data_spec(num_train=64, num_eval=8), 4, 64, 0, "train", pad_id=pad)[:1]
     micro = trainer.to_device(batch)
     trainer.step(micro)
     b = breakdown("torch", trainer, micro)
