@@ -24,8 +24,9 @@ from bench.estimators.jacfwd import JacfwdSettings
 from bench.estimators.mezo import MezoSettings
 from bench.measure.flop_model import predict as predict_flops
 from bench.spec import OptimizerSpec, StepSpec, implementation
+from bench.store.read import read_rows
 from bench.weights import build_weights
-from tests.support import FAST, bench, bench_here
+from tests.support import FAST, bench, bench_here, run_here
 from tests.support import rows as recorded
 
 FRAMEWORKS = ("torch", "jax")
@@ -152,7 +153,7 @@ def test_the_flop_model_predicts_the_counted_flops_of_opt(framework, mode, kw):
 
 
 @pytest.mark.slow
-def test_every_way_of_differentiating_runs_on_opt_and_its_model_cells_say_why_they_are_empty(tmp_path):
+def test_every_way_of_differentiating_runs_on_opt_with_both_models_predictions(tmp_path):
     bench(  # each trial in its own process, as a user runs it
         "-m",
         "framework=torch,jax",
@@ -165,8 +166,37 @@ def test_every_way_of_differentiating_runs_on_opt_and_its_model_cells_say_why_th
     rows = recorded(tmp_path)
     assert len(rows) == 14 and {r["status"] for r in rows} == {"ok"}, [r.get("error") for r in rows]
     for r in rows:
-        assert r["model"] == "opt_tiny" and r["mem_predicted_mb"] == "" and float(r["flops_predicted"]) > 0
-        assert r["model_note"].startswith("model.family=opt: no term in the memory model")
+        assert r["model"] == "opt_tiny" and float(r["mem_predicted_mb"]) > 0 and float(r["flops_predicted"]) > 0
+        assert not r["model_note"], r["model_note"]
+
+
+@pytest.mark.slow
+def test_bf16_capacity_and_cost_to_target_run_on_opt(tmp_path):
+    """OPT as BERT, in what a user runs beside the modes: mixed bf16 in both frameworks (its memory breakdown and the
+    model's prediction recorded, the report's memory section over them), a trial priced to a target, and a capacity
+    search whose probes are OPT trials in processes of their own."""
+    opt = [*FAST, "model=opt_tiny", "logger=none"]  # after FAST's model: the last one given wins
+    run_here("-m", "framework=torch,jax", "case=backprop,jvp", "dtype=bf16", *opt, results=tmp_path / "bf16")
+    bf16 = recorded(tmp_path / "bf16")
+    assert len(bf16) == 4 and {(r["status"], r["dtype"], r["model"]) for r in bf16} == {("ok", "bf16", "opt_tiny")}
+    for r in bf16:
+        assert float(r["mem_predicted_mb"]) > 0 and r["mem_breakdown_method"], r
+    report = bench_here("report", str(tmp_path / "bf16"), "--out", str(tmp_path / "report"))
+    assert report.returncode == 0, report.stderr
+    memory = (tmp_path / "report" / "report.md").read_text().split("## Memory, explained", 1)[1].split("\n## ", 1)[0]
+    assert "opt_tiny" in memory and "| torch | backprop |" in memory and "| jax | jvp |" in memory
+
+    target = ["target.metric=eval_loss", "target.value=100", "target.max_steps=21", "evaluate=true", "eval_every=2"]
+    (outcome,) = run_here(*opt, "mode=backprop", *target, results=tmp_path / "cost")
+    (row,) = recorded(tmp_path / "cost")
+    assert outcome["status"] == "ok" and row["target_status"] == "reached" and row["steps_to_target"] == "3"
+
+    searched = [a for a in opt if not a.startswith("batch_size=")]  # what the search varies
+    bench("capacity", "budget_mb=100000", "--max-probes", "3", "framework=torch", "mode=backprop", *searched,
+          results=tmp_path / "capacity")  # fmt: skip
+    (search,) = read_rows(tmp_path / "capacity" / "capacity.csv")
+    assert search["model"] == "opt_tiny" and search["probes"] == "3", search
+    assert {r["status"] for r in recorded(tmp_path / "capacity")} == {"ok"}
 
 
 @pytest.mark.slow
