@@ -24,6 +24,7 @@ NEUTRAL = (
     "refuses",
     "checkpoint_name",
     "param_shapes",
+    "SCOPES",
     "is_trainable",
     "count_params",
     "init_weights",
