@@ -37,10 +37,9 @@ from bench.measure.system import cuda_device_count
 from bench.ops_spec import OP_NAMES
 from bench.spec import (
     FRAMEWORKS,
-    LORA_DEFAULT_TARGETS,
-    LORA_TARGETS,
+    LORA_DEFAULT_ROLES,
+    LORA_ROLES,
     MAX_SEED,
-    BertSpec,
     LoraSpec,
     OptimizerSpec,
     StepSpec,
@@ -149,9 +148,9 @@ class LoraConfig:
     alpha: float = _f(16.0, "trainable=lora: the scale's numerator (updates scaled by alpha / rank), a number > 0")
     dropout: float = _f(0.0, "trainable=lora: dropout on the adapters' input, in [0, 1)")
     targets: Any = _f(
-        list(LORA_DEFAULT_TARGETS),
+        list(LORA_DEFAULT_ROLES),
         f"trainable=lora: the encoder layers' linear layers adapted, a "
-        f"list of {' | '.join(LORA_TARGETS)}, or all_linear (all six)",
+        f"list of {' | '.join(LORA_ROLES)}, or all_linear (all six)",
     )
 
 
@@ -402,7 +401,7 @@ def shown(value) -> str:
 # what the frameworks read
 
 
-def model_preset(name: str, **overrides) -> tuple[BertSpec, str | None]:
+def model_preset(name: str, **overrides) -> tuple[models.ModelSpec, str | None]:
     """(architecture, checkpoint) of a conf/model preset, with optional field overrides (tests, tools)."""
     path = CONF_DIR / "model" / f"{name}.yaml"
     if not path.exists():
@@ -441,11 +440,11 @@ def step_spec(cfg: BenchConfig) -> StepSpec:
 
 
 def lora_targets(targets) -> tuple[str, ...]:
-    """lora.targets as LORA_TARGETS names, in their order: a list of them, one bare name, or all_linear."""
+    """lora.targets as LORA_ROLES names, in their order: a list of them, one bare name, or all_linear."""
     if targets == "all_linear":
-        return LORA_TARGETS
+        return LORA_ROLES
     names = [targets] if isinstance(targets, str) else list(targets)
-    return tuple(t for t in LORA_TARGETS if t in names)
+    return tuple(t for t in LORA_ROLES if t in names)
 
 
 def lora_spec(lora: LoraConfig) -> LoraSpec:

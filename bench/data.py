@@ -47,7 +47,7 @@ SPLITS = ("train", "test")
 CLASS_NAMES = ("World", "Sports", "Business", "Sci/Tech")
 MIN_SEQ_LEN = 8  # [CLS] and [SEP] leave 6 text tokens; anything shorter measures padding, not a model
 MAX_SEQ_LEN = 512  # BERT's max_position_embeddings
-PAD_ID = 0  # [PAD] in the bert-base-uncased vocab (spec.BertSpec.pad_token_id)
+PAD_ID = 0  # [PAD] in the bert-base-uncased vocab (BERT's pad_token_id: bench/models/bert.py)
 
 
 def _stream(*names: str) -> int:

@@ -1,20 +1,22 @@
 """The one interface both frameworks implement.
 
-Everything here is framework-neutral: the names of the things we measure (frameworks, modes, trainable scopes),
-the BERT architecture both implementations build, and which parameters a trainable scope selects. torch_impl/ and
-jax_impl/ read these; neither defines its own copy.
+Everything here is framework- and model-neutral: the names of the things we measure (frameworks, modes, trainable
+scopes, optimizers, dtypes), the rules by which a trainable scope selects a family's parameters (Scopes), the roles
+a LoRA adapter may take, a training step's settings, and the interfaces a world and a trainer implement. torch_impl/
+and jax_impl/ read these; neither defines its own copy. What a model family is (its architecture, its parameters,
+what each scope selects of them) lives in its own module, bench/models/<family>.py, found through the registry
+(bench.models).
 
-Parameter names are HF transformers' names for BertForSequenceClassification ("bert.encoder.layer.3.output.dense.
-weight", "classifier.bias", ...). They are the common currency: weights travel between frameworks as a flat
-{hf_name: numpy array} dict, and a trainable scope is a predicate on those names, so both frameworks freeze exactly
-the same tensors.
+Parameter names are HF transformers' names for the family's sequence-classification model. They are the common
+currency: weights travel between frameworks as a flat {hf_name: numpy array} dict, and a trainable scope is a
+predicate on those names, so both frameworks freeze exactly the same tensors.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -29,7 +31,7 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}  # as a reader knows them
 # harness is measured against), profile (a profiler's trace of a few steps: record(trainer, updates, folder), and
 # classify(trainer, events) naming each event's category), flops (a step's FLOPs as the framework counts them,
 # and a matmul probe of the device's achievable rate). A process imports only the modules it needs: an ops trial
-# never loads BERT.
+# never loads a model.
 IMPL_MODULES = ("device", "estimators", "parallel", "directions", "steps", "memory", "ops", "plain", "profile", "flops")
 TRAINABLE_SCOPES = ("all", "head", "bias", "last_k", "classifier", "lora")
 HEAD_ONLY = ("head", "classifier")  # scopes that train nothing before the pooler: the trunk runs once, untangented
@@ -43,51 +45,22 @@ MAX_SEED = 2**63  # seeds must fit both frameworks: jax.random.key takes an int6
 # torch only (HF's attn_implementation): sdpa is PyTorch's fused attention, which has no forward-mode AD rule.
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
 
-# trainable=lora: the linear layers of each encoder layer an adapter may wrap, named by their path inside the layer
-# (HF's module names); lora.targets=all_linear wraps all six
-LORA_TARGETS = ("query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense")
-LORA_DEFAULT_TARGETS = ("query", "value")  # the LoRA paper's choice (Hu et al. 2021, section 7.1)
+# trainable=lora: the roles of a layer's linear layers an adapter may wrap, as lora.targets names them (BERT's module
+# paths inside an encoder layer, which every family reads as roles and maps onto its own layers: bench/models/);
+# lora.targets=all_linear wraps all six
+LORA_ROLES = ("query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense")
+LORA_DEFAULT_ROLES = ("query", "value")  # the LoRA paper's choice (Hu et al. 2021, section 7.1)
 
-# A batch is a dict of numpy arrays, identical bytes for both frameworks (bench/data.py makes them).
+# A batch is a dict of numpy arrays, identical bytes for both frameworks (bench/data.py makes them), the same keys
+# for every family: each reads those it needs (its INPUT_KEYS; OPT has no token_type_ids).
 #   input_ids, token_type_ids, attention_mask: (B, T) int32;  labels: (B,) int32
 BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels")
 Batch = dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
-class BertSpec:
-    """BERT for sequence classification: the architecture both frameworks build (HF BertConfig semantics)."""
-
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_layers: int = 12
-    num_heads: int = 12
-    intermediate_size: int = 3072
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    num_labels: int = 4
-    dropout: float = 0.1  # hidden dropout and attention-probability dropout, as in HF's BertConfig defaults
-    layer_norm_eps: float = 1e-12  # BERT's value (HF BertConfig default)
-    initializer_range: float = 0.02  # std of the normal init (HF BertConfig default)
-    pad_token_id: int = 0  # [PAD] in the bert-base-uncased vocab
-
-    def __post_init__(self):
-        if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}"
-            )
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
 class LoraSpec:
-    """LoRA adapters (Hu et al. 2021) on the encoder layers' linear layers: y = W x + b + (alpha / rank) B A
+    """LoRA adapters (Hu et al. 2021) on the model's layers' linear layers: y = W x + b + (alpha / rank) B A
     dropout(x), A (rank, in) drawn as PEFT draws it, B (out, rank) zero, so a model starts as its base. Built by
     HF PEFT in torch and Flax NNX's nnx.LoRA in JAX; trained with the classifier (PEFT's sequence-classification
     recipe), the base weights frozen."""
@@ -95,73 +68,11 @@ class LoraSpec:
     rank: int = 8
     alpha: float = 16.0
     dropout: float = 0.0
-    targets: tuple[str, ...] = LORA_DEFAULT_TARGETS  # a subset of LORA_TARGETS
+    targets: tuple[str, ...] = LORA_DEFAULT_ROLES  # a subset of LORA_ROLES (a family may accept its own names)
 
     @property
     def scaling(self) -> float:
         return self.alpha / self.rank
-
-
-def lora_shapes(spec: BertSpec, lora: LoraSpec) -> dict[str, tuple[int, ...]]:
-    """The adapters' parameters with their torch-layout shapes, named as the wrapped layer plus PEFT's
-    lora_A/lora_B (its ".default" adapter name dropped): bert.encoder.layer.0.attention.self.query.lora_A.weight
-    (rank, in), ...lora_B.weight (out, rank)."""
-    H, I = spec.hidden_size, spec.intermediate_size  # noqa: E741
-    dims = {
-        "query": (H, H),
-        "key": (H, H),
-        "value": (H, H),
-        "attention.output.dense": (H, H),
-        "intermediate.dense": (H, I),
-        "output.dense": (I, H),
-    }  # (in, out)
-    shapes = {}
-    for i in range(spec.num_layers):
-        for target in LORA_TARGETS:  # HF's order, whatever order the targets were given in
-            if target in lora.targets:
-                n_in, n_out = dims[target]
-                name = f"bert.encoder.layer.{i}.{lora_module(target)}"
-                shapes[name + ".lora_A.weight"] = (lora.rank, n_in)
-                shapes[name + ".lora_B.weight"] = (n_out, lora.rank)
-    return shapes
-
-
-def lora_module(target: str) -> str:
-    """A LORA_TARGETS name as the module's path inside an encoder layer (HF naming)."""
-    return f"attention.self.{target}" if target in ("query", "key", "value") else target
-
-
-def param_shapes(spec: BertSpec, lora: LoraSpec | None = None) -> dict[str, tuple[int, ...]]:
-    """Every parameter of HF BertForSequenceClassification, in HF's order, with its torch-layout shape; with
-    `lora`, the adapters' parameters after them (lora_shapes)."""
-    H, I = spec.hidden_size, spec.intermediate_size  # noqa: E741
-    shapes: dict[str, tuple[int, ...]] = {
-        "bert.embeddings.word_embeddings.weight": (spec.vocab_size, H),
-        "bert.embeddings.position_embeddings.weight": (spec.max_position_embeddings, H),
-        "bert.embeddings.token_type_embeddings.weight": (spec.type_vocab_size, H),
-        "bert.embeddings.LayerNorm.weight": (H,),
-        "bert.embeddings.LayerNorm.bias": (H,),
-    }
-    for i in range(spec.num_layers):
-        p = f"bert.encoder.layer.{i}."
-        for name in ("query", "key", "value"):
-            shapes[p + f"attention.self.{name}.weight"] = (H, H)
-            shapes[p + f"attention.self.{name}.bias"] = (H,)
-        shapes[p + "attention.output.dense.weight"] = (H, H)
-        shapes[p + "attention.output.dense.bias"] = (H,)
-        shapes[p + "attention.output.LayerNorm.weight"] = (H,)
-        shapes[p + "attention.output.LayerNorm.bias"] = (H,)
-        shapes[p + "intermediate.dense.weight"] = (I, H)
-        shapes[p + "intermediate.dense.bias"] = (I,)
-        shapes[p + "output.dense.weight"] = (H, I)
-        shapes[p + "output.dense.bias"] = (H,)
-        shapes[p + "output.LayerNorm.weight"] = (H,)
-        shapes[p + "output.LayerNorm.bias"] = (H,)
-    shapes["bert.pooler.dense.weight"] = (H, H)
-    shapes["bert.pooler.dense.bias"] = (H,)
-    shapes["classifier.weight"] = (spec.num_labels, H)
-    shapes["classifier.bias"] = (spec.num_labels,)
-    return shapes if lora is None else {**shapes, **lora_shapes(spec, lora)}
 
 
 @dataclass(frozen=True)
@@ -205,21 +116,6 @@ def count_trained(shapes: dict[str, tuple[int, ...]], selects, scope: str, num_l
     return sum(int(np.prod(s)) for n, s in shapes.items() if selects(n, scope, num_layers, last_k))
 
 
-BERT_SCOPES = Scopes(re.compile(r"bert\.encoder\.layer\.(\d+)\."), ("bert.pooler.", "classifier."), "classifier.")
-
-
-def is_trainable(name: str, scope: str, num_layers: int, last_k: int = 1) -> bool:
-    """Whether BERT's parameter `name` (HF naming) is trained under `scope` (Scopes: the head is pooler +
-    classifier)."""
-    return BERT_SCOPES.selects(name, scope, num_layers, last_k)
-
-
-def count_params(spec: BertSpec, scope: str = "all", last_k: int = 1, lora: LoraSpec | None = None) -> int:
-    """The parameters `scope` trains (trainable=lora: over the adapters `lora` describes, LoraSpec() if None)."""
-    shapes = param_shapes(spec, (lora or LoraSpec()) if scope == "lora" else None)
-    return count_trained(shapes, is_trainable, scope, spec.num_layers, last_k)
-
-
 @dataclass(frozen=True)
 class OptimizerSpec:
     """Same hyperparameters in torch.optim and optax (decoupled weight decay for adamw)."""
@@ -241,8 +137,8 @@ class StepSpec:
     trainable: str = "all"
     last_k: int = 1
     optimizer: OptimizerSpec = OptimizerSpec()
-    remat: bool = False  # activation checkpointing per encoder layer (backprop)
-    scan_layers: bool = True  # JAX: the encoder as a lax.scan over stacked layers (false: unrolled)
+    remat: bool = False  # activation checkpointing per layer (backprop)
+    scan_layers: bool = True  # JAX: the layers as a lax.scan over stacked layers (false: unrolled)
     compile: bool = False  # torch: torch.compile the model (inductor); JAX's step is always compiled
     grad_accum: int = 1  # micro-batches per optimizer update
     seed: int = 0  # tangent / perturbation / dropout randomness

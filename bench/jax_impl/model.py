@@ -26,7 +26,8 @@ from flax import nnx
 
 from bench.jax_impl.params import load_weights
 from bench.models import with_adapters
-from bench.spec import BertSpec, LoraSpec
+from bench.models.bert import BertSpec
+from bench.spec import LoraSpec
 
 # HF eager attention adds finfo(dtype).min at padded keys (masking_utils.eager_mask); the same constant here
 # keeps padded batches equal to HF at every position, padded rows included.

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bench.spec import LORA_TARGETS, is_trainable, lora_module, param_shapes
+from bench.models.bert import LORA_TARGETS, is_trainable, lora_module, param_shapes
 from bench.weights import WeightsError, check_weights
 
 
@@ -157,7 +157,7 @@ def layer_names(path: tuple, n: int = 1) -> list[str]:
 
 
 def is_trained(path: tuple, x, scope: str, num_layers: int, last_k: int = 1) -> bool:
-    """Whether the parameter `x` at `path` is trained under `scope` (spec.is_trainable on its HF names). A stacked
+    """Whether the parameter `x` at `path` is trained under `scope` (bert.is_trainable on its HF names). A stacked
     parameter is trained or frozen whole: a stack whose layers the scope splits is an error (build the model with
     model.layer_stacks of the scope)."""
     names, _, _ = _entry(path, x)
@@ -208,7 +208,7 @@ def load_weights(model, weights: dict[str, np.ndarray]) -> None:
     # weights.
     names = {n for _, ns, _, _ in params for n in ns}
     if names != set(shapes):
-        raise WeightsError(f"model.py and spec.param_shapes disagree: {sorted(names ^ set(shapes))}")
+        raise WeightsError(f"model.py and bert.param_shapes disagree: {sorted(names ^ set(shapes))}")
     for var, ns, stacked, transform in params:
         w = stacked_from(ns, stacked, transform, weights)
         if w.shape != tuple(var.shape):  # unreachable while the table and model.py agree; cheap to be sure

@@ -1,38 +1,66 @@
 """BERT (Devlin et al. 2019) for sequence classification: the framework-neutral facts of the family.
 
-The architecture (bench.spec.BertSpec, HF BertConfig semantics), its parameters by HF's names for
-BertForSequenceClassification (bench.spec.param_shapes) and what each trainable scope selects
-(bench.spec.is_trainable) still live in bench/spec.py, where every layer reads them; this module is the family's
-face to the registry, and holds HF's initialisation. torch_impl/model.py builds it through transformers,
-jax_impl/model.py as our own Flax NNX model.
+The architecture both frameworks build (BertSpec, HF BertConfig semantics), its parameters by HF's names for
+BertForSequenceClassification in torch layout ("bert.encoder.layer.3.output.dense.weight", "classifier.bias", ...:
+param_shapes), what each trainable scope selects of them (SCOPES, is_trainable), the linear layers a LoRA adapter
+may wrap (LORA_TARGETS: BERT's names are the suite's roles, bench.spec.LORA_ROLES), and HF's initialisation.
+torch_impl/model.py builds it through transformers, jax_impl/model.py as our own Flax NNX model; neither defines
+its own copy of these.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
+import re
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import numpy as np
 
 from bench.models import Activations, Matmul, Matmuls, normal_init
-from bench.spec import (
-    BERT_SCOPES,
-    LORA_TARGETS,
-    BertSpec,
-    LoraSpec,
-    StepSpec,
-    count_params,
-    is_trainable,
-    lora_module,
-    lora_shapes,
-    param_shapes,
-)
+from bench.spec import LORA_DEFAULT_ROLES, LORA_ROLES, LoraSpec, Scopes, StepSpec, count_trained
+
+# trainable=lora: the linear layers of each encoder layer an adapter may wrap, named by their path inside the layer
+# (HF's module names); lora.targets=all_linear wraps all six. BERT's names are the roles every family reads.
+LORA_TARGETS = LORA_ROLES
+LORA_DEFAULT_TARGETS = LORA_DEFAULT_ROLES  # the LoRA paper's choice (Hu et al. 2021, section 7.1)
+
+
+@dataclass(frozen=True)
+class BertSpec:
+    """BERT for sequence classification: the architecture both frameworks build (HF BertConfig semantics)."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    num_labels: int = 4
+    dropout: float = 0.1  # hidden dropout and attention-probability dropout, as in HF's BertConfig defaults
+    layer_norm_eps: float = 1e-12  # BERT's value (HF BertConfig default)
+    initializer_range: float = 0.02  # std of the normal init (HF BertConfig default)
+    pad_token_id: int = 0  # [PAD] in the bert-base-uncased vocab
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
 
 NAME, SPEC = "bert", BertSpec
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 HEAD_KEYS = ()  # the pooler reads the first token's hidden state: nothing of the batch
 MODELLED = frozenset({"memory", "flops"})
 POOLER = "bert.pooler.dense"  # the head's matmul before the classifier
-SCOPES = BERT_SCOPES
 EMBEDDINGS = ("bert.embeddings.",)  # the embedding tables (and their LayerNorm): no matmul reads them
 # Buffers HF keeps in checkpoints that are not parameters.
 CHECKPOINT_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
@@ -40,19 +68,82 @@ CHECKPOINT_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_typ
 # initialised from the seed instead.
 CHECKPOINT_OPTIONAL = ("classifier.weight", "classifier.bias", "bert.pooler.dense.weight", "bert.pooler.dense.bias")
 
-__all__ = [
-    "LORA_TARGETS",
-    "count_params",
-    "is_trainable",
-    "param_shapes",
-    "spec_from",
-    "refuses",
-    "checkpoint_name",
-    "matmuls",
-    "activations",
-    "init_weights",
-    "lora_shapes",
-]
+
+def lora_shapes(spec: BertSpec, lora: LoraSpec) -> dict[str, tuple[int, ...]]:
+    """The adapters' parameters with their torch-layout shapes, named as the wrapped layer plus PEFT's
+    lora_A/lora_B (its ".default" adapter name dropped): bert.encoder.layer.0.attention.self.query.lora_A.weight
+    (rank, in), ...lora_B.weight (out, rank)."""
+    H, I = spec.hidden_size, spec.intermediate_size  # noqa: E741
+    dims = {
+        "query": (H, H),
+        "key": (H, H),
+        "value": (H, H),
+        "attention.output.dense": (H, H),
+        "intermediate.dense": (H, I),
+        "output.dense": (I, H),
+    }  # (in, out)
+    shapes = {}
+    for i in range(spec.num_layers):
+        for target in LORA_TARGETS:  # HF's order, whatever order the targets were given in
+            if target in lora.targets:
+                n_in, n_out = dims[target]
+                name = f"bert.encoder.layer.{i}.{lora_module(target)}"
+                shapes[name + ".lora_A.weight"] = (lora.rank, n_in)
+                shapes[name + ".lora_B.weight"] = (n_out, lora.rank)
+    return shapes
+
+
+def lora_module(target: str) -> str:
+    """A LORA_TARGETS name as the module's path inside an encoder layer (HF naming)."""
+    return f"attention.self.{target}" if target in ("query", "key", "value") else target
+
+
+def param_shapes(spec: BertSpec, lora: LoraSpec | None = None) -> dict[str, tuple[int, ...]]:
+    """Every parameter of HF BertForSequenceClassification, in HF's order, with its torch-layout shape; with
+    `lora`, the adapters' parameters after them (lora_shapes)."""
+    H, I = spec.hidden_size, spec.intermediate_size  # noqa: E741
+    shapes: dict[str, tuple[int, ...]] = {
+        "bert.embeddings.word_embeddings.weight": (spec.vocab_size, H),
+        "bert.embeddings.position_embeddings.weight": (spec.max_position_embeddings, H),
+        "bert.embeddings.token_type_embeddings.weight": (spec.type_vocab_size, H),
+        "bert.embeddings.LayerNorm.weight": (H,),
+        "bert.embeddings.LayerNorm.bias": (H,),
+    }
+    for i in range(spec.num_layers):
+        p = f"bert.encoder.layer.{i}."
+        for name in ("query", "key", "value"):
+            shapes[p + f"attention.self.{name}.weight"] = (H, H)
+            shapes[p + f"attention.self.{name}.bias"] = (H,)
+        shapes[p + "attention.output.dense.weight"] = (H, H)
+        shapes[p + "attention.output.dense.bias"] = (H,)
+        shapes[p + "attention.output.LayerNorm.weight"] = (H,)
+        shapes[p + "attention.output.LayerNorm.bias"] = (H,)
+        shapes[p + "intermediate.dense.weight"] = (I, H)
+        shapes[p + "intermediate.dense.bias"] = (I,)
+        shapes[p + "output.dense.weight"] = (H, I)
+        shapes[p + "output.dense.bias"] = (H,)
+        shapes[p + "output.LayerNorm.weight"] = (H,)
+        shapes[p + "output.LayerNorm.bias"] = (H,)
+    shapes["bert.pooler.dense.weight"] = (H, H)
+    shapes["bert.pooler.dense.bias"] = (H,)
+    shapes["classifier.weight"] = (spec.num_labels, H)
+    shapes["classifier.bias"] = (spec.num_labels,)
+    return shapes if lora is None else {**shapes, **lora_shapes(spec, lora)}
+
+
+SCOPES = Scopes(re.compile(r"bert\.encoder\.layer\.(\d+)\."), ("bert.pooler.", "classifier."), "classifier.")
+
+
+def is_trainable(name: str, scope: str, num_layers: int, last_k: int = 1) -> bool:
+    """Whether BERT's parameter `name` (HF naming) is trained under `scope` (Scopes: the head is pooler +
+    classifier)."""
+    return SCOPES.selects(name, scope, num_layers, last_k)
+
+
+def count_params(spec: BertSpec, scope: str = "all", last_k: int = 1, lora: LoraSpec | None = None) -> int:
+    """The parameters `scope` trains (trainable=lora: over the adapters `lora` describes, LoraSpec() if None)."""
+    shapes = param_shapes(spec, (lora or LoraSpec()) if scope == "lora" else None)
+    return count_trained(shapes, is_trainable, scope, spec.num_layers, last_k)
 
 
 def refuses(framework: str, parallel: str, scan_layers: bool) -> str | None:

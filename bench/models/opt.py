@@ -34,7 +34,7 @@ CHECKPOINT_OPTIONAL = ("score.weight",)  # an OPTModel (decoder-only) checkpoint
 # trainable=lora: the linear layers of a decoder layer an adapter may wrap (HF's module names inside a layer).
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2")
 LORA_DEFAULT_TARGETS = ("q_proj", "v_proj")  # PEFT's default targets for OPT (TRANSFORMERS_MODELS_TO_LORA_...)
-# BERT's target names (bench.spec.LORA_TARGETS) for the same roles: a LoraSpec written for BERT (its default,
+# BERT's target names (bench.spec.LORA_ROLES) for the same roles: a LoraSpec written for BERT (its default,
 # query and value; all_linear) picks the same layers of OPT, so one lora config serves both families.
 _BERT_ROLES = {
     "query": "q_proj",

@@ -10,8 +10,8 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 from bench.models import with_adapters
-from bench.models.bert import checkpoint_name
-from bench.spec import ATTN_IMPLEMENTATIONS, BertSpec, LoraSpec, lora_module, param_shapes
+from bench.models.bert import BertSpec, checkpoint_name, lora_module, param_shapes
+from bench.spec import ATTN_IMPLEMENTATIONS, LoraSpec
 from bench.weights import check_weights
 
 BUFFERS = ("position_ids", "token_type_ids")  # HF BERT's non-persistent buffers, in its state_dict: not weights

@@ -22,7 +22,8 @@ from bench import data
 from bench.config import model_preset
 from bench.jax_impl.params import to_hf
 from bench.measure.memory_model import predict
-from bench.spec import OptimizerSpec, StepSpec, count_params, implementation
+from bench.models.bert import count_params
+from bench.spec import OptimizerSpec, StepSpec, implementation
 from bench.weights import build_weights
 from tests.support import FAST, rows, run_here
 

@@ -22,18 +22,8 @@ from bench.jax_impl import params as jax_params
 from bench.jax_impl.model import build_model as jax_build_model
 from bench.measure import flop_model, memory_model
 from bench.models import adapter_weights
-from bench.spec import (
-    FRAMEWORKS,
-    LORA_TARGETS,
-    LoraSpec,
-    OptimizerSpec,
-    StepSpec,
-    count_params,
-    implementation,
-    is_trainable,
-    lora_shapes,
-    param_shapes,
-)
+from bench.models.bert import LORA_TARGETS, count_params, is_trainable, lora_shapes, param_shapes
+from bench.spec import FRAMEWORKS, LoraSpec, OptimizerSpec, StepSpec, implementation
 from bench.torch_impl import model as torch_model
 from bench.weights import build_weights
 from tests.frameworks.test_steps import BATCH, as_hf, params_hf

@@ -25,7 +25,8 @@ from bench.estimators.jacfwd import JacfwdSettings
 from bench.estimators.jvp import JvpSettings
 from bench.estimators.mezo import MezoSettings
 from bench.measure.memory_model import predict
-from bench.spec import OptimizerSpec, StepSpec, count_params, implementation
+from bench.models.bert import count_params
+from bench.spec import OptimizerSpec, StepSpec, implementation
 from bench.weights import build_weights
 
 FRAMEWORKS = ("torch", "jax")

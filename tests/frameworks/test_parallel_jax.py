@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from bench.config import model_preset
-from bench.spec import param_shapes
+from bench.models.bert import param_shapes
 from tests.support import FAST, REPO, composed, rows, run_here
 
 # Dropout off, as the torch tests need it (each rank draws its own masks). JAX would match with dropout on too

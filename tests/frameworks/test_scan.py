@@ -22,7 +22,8 @@ from bench.jax_impl import directions, flops
 from bench.jax_impl.model import build_model, layer_stacks
 from bench.jax_impl.params import export_weights, from_hf, is_trained, layer_names, to_hf
 from bench.jax_impl.steps import make_optimizer, make_trainer
-from bench.spec import LoraSpec, OptimizerSpec, StepSpec, count_params, param_shapes
+from bench.models.bert import count_params, param_shapes
+from bench.spec import LoraSpec, OptimizerSpec, StepSpec
 from bench.weights import build_weights
 
 # scan vs unrolled: the same ops, fused and ordered differently by XLA, so float32 sums differ in the last bits

@@ -29,7 +29,8 @@ from bench.estimators.mezo import MezoSettings
 from bench.jax_impl import directions as jdirections
 from bench.jax_impl.loss import dropout_key
 from bench.jax_impl.params import from_hf, to_hf
-from bench.spec import OptimizerSpec, StepSpec, implementation, is_trainable
+from bench.models.bert import is_trainable
+from bench.spec import OptimizerSpec, StepSpec, implementation
 from bench.torch_impl import directions as tdirections
 from bench.torch_impl.estimators.jvp import directional_derivative
 from bench.torch_impl.loss import loss_fn

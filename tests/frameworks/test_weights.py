@@ -21,7 +21,8 @@ from bench.config import model_preset
 from bench.jax_impl import params as jax_params
 from bench.jax_impl.model import BertForSequenceClassification
 from bench.jax_impl.model import build_model as jax_build_model
-from bench.spec import TRAINABLE_SCOPES, LoraSpec, count_params, is_trainable, lora_shapes, param_shapes
+from bench.models.bert import count_params, is_trainable, lora_shapes, param_shapes
+from bench.spec import TRAINABLE_SCOPES, LoraSpec
 from bench.torch_impl import model as torch_model
 from bench.weights import WeightsError, build_weights, init_weights
 from tests.support import REPO
@@ -92,7 +93,7 @@ def test_hf_name_covers_every_parameter_and_every_path_spelling():
 @pytest.mark.parametrize("scope", TRAINABLE_SCOPES)
 def test_trainable_filter_by_hf_name_matches_spec(scope):
     """How the training steps freeze parameters: an nnx filter on is_trainable(hf_name(path)). Both frameworks
-    must select exactly spec.count_params(scope) parameters."""
+    must select exactly bert.count_params(scope) parameters."""
     spec, _ = model_preset("tiny")
     lora = LoraSpec() if scope == "lora" else None  # the model has adapters under lora only
     jm = jax_build_model(spec, init_weights(spec, 0), lora=lora, scan_layers=False)

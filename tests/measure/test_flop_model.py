@@ -12,7 +12,8 @@ from bench.estimators.jacfwd import JacfwdSettings
 from bench.estimators.jvp import JvpSettings
 from bench.measure import flop_model
 from bench.measure.flop_model import matmuls, predict, published_peak
-from bench.spec import BertSpec, StepSpec, count_params
+from bench.models.bert import BertSpec, count_params
+from bench.spec import StepSpec
 
 # B=2, T=4 (8 tokens), H=8, I=16, 2 layers, C=3: small enough to count by hand
 SPEC = BertSpec(

@@ -18,7 +18,7 @@ from bench.scenarios.model.select import (
     summary_table,
     variant,
 )
-from bench.spec import LORA_TARGETS
+from bench.spec import LORA_ROLES
 from bench.store.read import load_rows, read_rows
 from tests.support import (
     DEFAULT_HEADING,
@@ -171,7 +171,7 @@ def test_lora_rows_are_named_by_every_setting_away_from_its_default():
     }
     assert variant(lora) == "mezo[lora(r=8)]"
     assert scope_label({**lora, "lora_rank": "4", "lora_alpha": "8.0"}) == "lora(r=4, alpha=8)"
-    every = "+".join(LORA_TARGETS)
+    every = "+".join(LORA_ROLES)
     assert scope_label({**lora, "lora_targets": every, "lora_dropout": "0.1"}) == "lora(r=8, all_linear, dropout=0.1)"
     assert scope_label({**lora, "lora_targets": "query+key"}) == "lora(r=8, query+key)"
     assert scope_label({"trainable": "last_k", "last_k": "2"}) == "last_k=2" and scope_label({}) == "all"

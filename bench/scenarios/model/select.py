@@ -30,7 +30,7 @@ from bench.parallel import STRATEGIES
 from bench.report.section import RUNS_CSV, Results
 from bench.report.tables import fixed_width, num
 from bench.scenarios.model.columns import REQUIRED_COLUMNS
-from bench.spec import FRAMEWORKS, LORA_DEFAULT_TARGETS, LORA_TARGETS, TRAINABLE_SCOPES
+from bench.spec import FRAMEWORKS, LORA_DEFAULT_ROLES, LORA_ROLES, TRAINABLE_SCOPES
 from bench.store.read import DAMAGED, latest, started
 
 STUDY_EXPERIMENT = "seed_agnews"  # conf/experiment/seed_agnews.yaml: the UMass forward-AD study's AG-News experiment
@@ -147,8 +147,8 @@ def scope_label(row: dict) -> str:
         if row.get("lora_alpha") not in (None, "") and float(row["lora_alpha"]) != default("lora.alpha"):
             settings.append(f"alpha={float(row['lora_alpha']):g}")
         targets = str(row.get("lora_targets") or "")  # as the row writes them: query+value
-        if targets and targets != "+".join(LORA_DEFAULT_TARGETS):
-            settings.append("all_linear" if targets == "+".join(LORA_TARGETS) else targets)
+        if targets and targets != "+".join(LORA_DEFAULT_ROLES):
+            settings.append("all_linear" if targets == "+".join(LORA_ROLES) else targets)
         if row.get("lora_dropout") not in (None, "") and float(row["lora_dropout"]) != default("lora.dropout"):
             settings.append(f"dropout={float(row['lora_dropout']):g}")
         return f"lora({', '.join(settings)})"

@@ -32,7 +32,7 @@ from bench.spec import (
     ATTN_IMPLEMENTATIONS,
     DIRECTIONS,
     DTYPES,
-    LORA_TARGETS,
+    LORA_ROLES,
     OPTIMIZERS,
     TRAINABLE_SCOPES,
 )
@@ -147,11 +147,11 @@ def validate_lora(cfg: BenchConfig) -> None:
         raise ConfigError(f"lora.dropout={lo.dropout}: must be a number in [0, 1)")
     names = [lo.targets] if isinstance(lo.targets, str) else list(lo.targets)
     if names != ["all_linear"]:
-        bad = [t for t in names if t not in LORA_TARGETS]
+        bad = [t for t in names if t not in LORA_ROLES]
         if bad or not names:
             raise ConfigError(
                 f"lora.targets={shown(lo.targets)}: {'unknown ' + bad[0] if bad else 'empty'}; accepted "
-                f"a list of {' | '.join(LORA_TARGETS)}, or all_linear"
+                f"a list of {' | '.join(LORA_ROLES)}, or all_linear"
             )
     if cfg.last_k != 1:
         raise ConfigError(

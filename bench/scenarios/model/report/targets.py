@@ -72,10 +72,12 @@ class Check:
 
 
 def model_sizes(row: dict) -> tuple[float, float]:
-    """(one encoder layer's tangent MiB, the largest parameter tensor MiB) for the row's model, in fp32."""
+    """(one layer's tangent MiB, the largest parameter tensor MiB) for the row's model, in fp32; the layer is the
+    first, as its family's SCOPES.layer names its parameters."""
     spec, _ = model_preset(row["model"], hidden_size=int(row["hidden_size"]), num_layers=int(row["num_layers"]))
-    sizes = {name: int(np.prod(shape)) for name, shape in models.of(spec).param_shapes(spec).items()}
-    layer = sum(n for name, n in sizes.items() if name.startswith("bert.encoder.layer.0."))
+    family = models.of(spec)
+    sizes = {name: int(np.prod(shape)) for name, shape in family.param_shapes(spec).items()}
+    layer = sum(n for name, n in sizes.items() if (m := family.SCOPES.layer.match(name)) and m.group(1) == "0")
     return layer * FP32_BYTES / MiB, max(sizes.values()) * FP32_BYTES / MiB
 
 
