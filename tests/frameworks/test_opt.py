@@ -219,6 +219,21 @@ def test_stacks_and_remat_change_nothing(models, torch_grads):
         jax_opt.is_trained(path, x, "last_k", SPEC.num_layers, last_k=1)
 
 
+@pytest.mark.slow
+def test_unrolled_layers_are_the_same_model_with_no_loop_left(torch_grads):
+    """scan_layers=false: each layer a stack of one, whose one-trip scan XLA inlines: the compiled step holds no
+    while loop, where the scanned model's holds one, and the loss and gradients are the same."""
+    programs = {}
+    for scan in (True, False):
+        loss_of, params = jax_loss_fn(jax_opt.build_model(SPEC, WEIGHTS, scan_layers=scan))
+        step = jax.jit(jax.value_and_grad(loss_of))
+        programs[scan] = step.lower(params, BATCH).compile().as_text()
+        loss, grads = step(params, BATCH)
+        assert abs(float(loss) - torch_grads[0]) <= ATOL
+        assert_grads_close(jax_opt.to_hf(grads), torch_grads[1], f"scan_layers={scan}")
+    assert " while(" in programs[True] and " while(" not in programs[False]
+
+
 def test_same_directional_derivative_forward_mode(models, torch_grads):
     """jax.jvp and torch.func.jvp of the loss along one tangent over every parameter: this suite's forward
     gradient. Both equal grad . v by reverse mode, within the gradients' tolerance."""

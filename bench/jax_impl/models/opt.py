@@ -5,7 +5,7 @@ HF's modeling_opt.py rewritten in NNX, op for op: the same module tree (attribut
 a parameter's NNX path reads like its HF name), pre-LayerNorm decoder layers with causal self-attention (the query
 scaled before the matmul, as HF does), ReLU MLP, learned positions from the attention mask's cumulative sum with
 HF's offset of 2, the decoder's final LayerNorm, and the score read at the last token that is not pad_token_id.
-The decoder layers are stacked and run as one scan (bench.jax_impl.model._scan_stack, shared with BERT): XLA
+The decoder layers are stacked and run as one scan (bench.jax_impl.model.scan_stack, shared with BERT): XLA
 compiles one layer whatever the depth. Dropout draws from the `rngs` passed to __call__, as BERT's does.
 
 Weights: {hf_name: numpy, torch layout} <-> NNX parameters by one table of leaf renames (_LEAVES), with stacked
@@ -224,9 +224,11 @@ def build_model(
 ) -> OPTForSequenceClassification:
     """OPTForSequenceClassification with exactly `weights` (HF names, torch layout), computing as `dtype` says
     (bench.jax_impl.model.PRECISIONS); with `lora`, adapters on its targets, A and B from `weights` where it has
-    them, else drawn from `seed`. The layers are stacked and scanned in `stacks` (layer_stacks; None: one stack)."""
+    them, else drawn from `seed`. The layers are stacked and scanned in `stacks` (layer_stacks; None: one stack);
+    scan_layers=false unrolls them: each layer a stack of its own, whose one-trip scan XLA inlines (the compiled
+    step has no loop left), so each layer is compiled apart, as BERT's unrolled modules are."""
     if not scan_layers:
-        raise ValueError("scan_layers=false: JAX's OPT runs its decoder layers as a scan only (true)")
+        stacks = (1,) * spec.num_layers
     p = PRECISIONS[dtype]
     # Built abstractly (shapes only, like torch's meta device): a random init would be thrown away at once.
     model = nnx.eval_shape(
