@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import zlib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -48,6 +48,27 @@ class ModelSpec(Protocol):
     pad_token_id: int
 
     def to_dict(self) -> dict[str, Any]: ...
+
+
+class Heads:
+    """What every family's spec (a frozen dataclass) inherits: its heads divide its width, checked as it is made,
+    each head's width, and its fields as a plain dict."""
+
+    hidden_size: int
+    num_heads: int
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

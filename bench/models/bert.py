@@ -11,12 +11,11 @@ its own copy of these.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-from bench.models import Activations, Matmul, Matmuls, normal_init
+from bench.models import Activations, Heads, Matmul, Matmuls, normal_init
 from bench.spec import LORA_DEFAULT_ROLES, LORA_ROLES, LoraSpec, Scopes, StepSpec, count_trained
 
 # trainable=lora: the linear layers of each encoder layer an adapter may wrap, named by their path inside the layer
@@ -26,7 +25,7 @@ LORA_DEFAULT_TARGETS = LORA_DEFAULT_ROLES  # the LoRA paper's choice (Hu et al. 
 
 
 @dataclass(frozen=True)
-class BertSpec:
+class BertSpec(Heads):
     """BERT for sequence classification: the architecture both frameworks build (HF BertConfig semantics)."""
 
     vocab_size: int = 30522
@@ -41,19 +40,6 @@ class BertSpec:
     layer_norm_eps: float = 1e-12  # BERT's value (HF BertConfig default)
     initializer_range: float = 0.02  # std of the normal init (HF BertConfig default)
     pad_token_id: int = 0  # [PAD] in the bert-base-uncased vocab
-
-    def __post_init__(self):
-        if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}"
-            )
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 NAME, SPEC = "bert", BertSpec

@@ -14,12 +14,11 @@ pad_token_id, not 0.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-from bench.models import Activations, Matmul, Matmuls, normal_init
+from bench.models import Activations, Heads, Matmul, Matmuls, normal_init
 from bench.spec import LoraSpec, Scopes, StepSpec, count_trained
 
 NAME = "opt"
@@ -47,7 +46,7 @@ _BERT_ROLES = {
 
 
 @dataclass(frozen=True)
-class OptSpec:
+class OptSpec(Heads):
     """OPT for sequence classification: the architecture both frameworks build (HF OPTConfig semantics, with
     do_layer_norm_before=True, ReLU, word_embed_proj_dim == hidden_size, elementwise-affine LayerNorms)."""
 
@@ -64,23 +63,10 @@ class OptSpec:
     pad_token_id: int = 1  # <pad> in OPT's GPT-2 BPE vocab (HF OPTConfig default)
     enable_bias: bool = True  # biases of q/k/v/out_proj, fc1 and fc2 (LayerNorms always have theirs)
 
-    def __post_init__(self):
-        if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}"
-            )
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
     @property
     def layer_norm_eps(self) -> float:
         # HF's OPT builds nn.LayerNorm without eps, so torch's default; not a config field there, nor here.
         return 1e-5
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 OPT_125M = OptSpec()  # facebook/opt-125m's shapes (OPTConfig's defaults are that model's)
