@@ -86,7 +86,8 @@ def test_every_gpu_command_passes_preflight(index, tmp_path):
 # The comparisons the GPU steps record: each is one report context (torch.compile's rows sit beside modes_fp32's
 # eager ones; a capacity search varies the batch; scale_out compares one trial beyond one device and on it).
 COMPARISONS = {
-    ("modes_fp32", "torch_compile"): (),
+    ("modes_fp32", "torch_compile", "zo_family"): (),
+    ("opt",): (),
     ("modes_bf16",): (),
     ("study",): (),
     ("pathology",): (),

@@ -42,6 +42,9 @@ DRY_BUDGET_S = 150  # a dry step's cap: its few tiny trials take 10-40 s on 2 sh
 # (backprop, inference); then remat and jacfwd[head], JAX's (empty) before torch's (measured), each its own sweep.
 PAIRED_CASES = "jvp,backprop,mezo,inference"
 LATER_CASES = "backprop_remat,jacfwd_head"
+# The field's newer zeroth-order estimators (bench/estimators/): at modes_fp32's shape and rate, so that their rows
+# sit beside its MeZO and inference in one report context.
+ZO_CASES = "mezo_q4,hizoo,lozo"
 # Every mode a step compares at one learning rate, so that its rows share one report context and its ratios pair:
 # the rate case=jvp|mezo bring (SGD's 1e-3 diverged their estimates on the H100), as conf/experiment/ does since
 # a2e6056. Read from the case, so the two cannot drift apart.
@@ -146,6 +149,28 @@ def modes(dtype: str) -> tuple[Callable[[Context], list[str]], Callable[[Context
         return [] if ctx.dry else [sweep(ctx, LATER_CASES, "jax"), sweep(ctx, LATER_CASES, "torch")]
 
     return first, then
+
+
+def zo_family(ctx: Context) -> list[str]:
+    return bench(
+        "-m",
+        *overrides(
+            ctx, {"case": ZO_CASES, "framework": "torch,jax", **TIMED}, dry={"case": "hizoo", "framework": "torch"}
+        ),
+    )
+
+
+def opt(ctx: Context) -> list[str]:
+    """The decoder family at BERT-base's widths (OPT-125m, bench/models/opt.py), every paired mode, both frameworks:
+    what docs/models.md measured on the CPU at 4 layers, at 12 on the GPU."""
+    return bench(
+        "-m",
+        *overrides(
+            ctx,
+            {"case": PAIRED_CASES, "framework": "torch,jax", **TIMED, "model": "opt_125m"},
+            dry={"model": "opt_tiny", "case": "inference", "framework": "jax"},
+        ),
+    )
 
 
 def torch_compile(ctx: Context) -> list[str]:
@@ -274,7 +299,7 @@ def one_gpu(ctx: Context) -> str | None:
 # what a call can give it, and the next call (or lease) carries results_gpu/ and resumes it.
 # The order is the value of what each step measures to the suite (issue 42): the cells of the GPU table the first
 # lease left empty (fp32: jvp, MeZO, JAX's remat and jacfwd[head]), then bf16 (all empty), the study's JAX
-# column, then the rest.
+# column, the newer estimators and the decoder family (none measured on a GPU yet), then the rest.
 FP32, BF16 = modes("fp32"), modes("bf16")
 STEPS: tuple[Step, ...] = (
     Step("modes_fp32", "every mode on bert_base B8 T128 in fp32, both frameworks", CALL_STEP_S, FP32[0], then=FP32[1]),
@@ -293,6 +318,13 @@ STEPS: tuple[Step, ...] = (
         study,
         note=study_data,
     ),
+    Step(
+        "zo_family",
+        "the newer zeroth-order estimators (SPSA q=4, HiZOO, LOZO) on bert_base B8 T128, fp32, both frameworks",
+        300,
+        zo_family,
+    ),
+    Step("opt", "OPT-125m, every paired mode at B8 T128, fp32, both frameworks", CALL_STEP_S, opt),
     Step("cuda_tests", "the CUDA-marked tests (pytest -m cuda): trackers, ops on cuda", 90, cuda_tests),
     Step(
         "torch_compile",
