@@ -106,9 +106,14 @@ class Scopes:
         if scope == "bias":
             return name.endswith(".bias") or name.startswith(self.classifier)
         if scope == "last_k":
-            m = self.layer.match(name)
-            return head or (m is not None and int(m.group(1)) >= num_layers - last_k)
+            layer = self.layer_of(name)
+            return head or (layer is not None and layer >= num_layers - last_k)
         raise ValueError(f"trainable={scope!r}: accepted {', '.join(TRAINABLE_SCOPES)}")
+
+    def layer_of(self, name: str) -> int | None:
+        """The index of the layer parameter `name` belongs to; None outside the layers."""
+        m = self.layer.match(name)
+        return None if m is None else int(m.group(1))
 
 
 def count_trained(shapes: dict[str, tuple[int, ...]], selects, scope: str, num_layers: int, last_k: int) -> int:

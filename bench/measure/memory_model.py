@@ -93,8 +93,7 @@ def predict(
     n = sum(int(np.prod(v)) for v in trainable.values())
     n_all = sum(int(np.prod(v)) for v in shapes.values())
     largest = max((int(np.prod(v)) for v in trainable.values()), default=0) * P
-    first = lambda k: (m := family.SCOPES.layer.match(k)) is not None and m.group(1) == "0"  # noqa: E731
-    layer_params = sum(int(np.prod(v)) for k, v in trainable.items() if first(k))
+    layer_params = sum(int(np.prod(v)) for k, v in trainable.items() if family.SCOPES.layer_of(k) == 0)
     share = world if sharded else 1
 
     # activations per token, the family's (dropout where the estimator trains with it)

@@ -217,11 +217,11 @@ def run_step(step: Step, ctx: Context, runner: Runner, time_left: float) -> dict
     if reason is None and budget < MIN_STEP_S:
         reason = f"{max(time_left, 0):.0f} s left before --deadline-s, less than a step needs ({MIN_STEP_S} s)"
     if reason is not None:
-        earlier = folder / "step.json"
-        if earlier.exists() and json.loads(earlier.read_text()).get("status") != "skipped":
+        earlier = json.loads((folder / "step.json").read_text()) if (folder / "step.json").exists() else {}
+        if earlier.get("status", "skipped") != "skipped":
             # a lease's later call that has no time for a step keeps what an earlier call's run of it recorded
             print(f"gpu-check: [{step.name}] skipped: {reason}; kept the earlier call's record", flush=True)
-            return {**json.loads(earlier.read_text()), "result": rows_note(folder)}
+            return {**earlier, "result": rows_note(folder)}
         shown = shlex.join(["python", *step.command(ctx)])
         return record(folder, **base, status="skipped", reason=reason, commands=[shown])
     folder.mkdir(parents=True, exist_ok=True)

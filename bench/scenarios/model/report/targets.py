@@ -77,7 +77,7 @@ def model_sizes(row: dict) -> tuple[float, float]:
     spec, _ = model_preset(row["model"], hidden_size=int(row["hidden_size"]), num_layers=int(row["num_layers"]))
     family = models.of(spec)
     sizes = {name: int(np.prod(shape)) for name, shape in family.param_shapes(spec).items()}
-    layer = sum(n for name, n in sizes.items() if (m := family.SCOPES.layer.match(name)) and m.group(1) == "0")
+    layer = sum(n for name, n in sizes.items() if family.SCOPES.layer_of(name) == 0)
     return layer * FP32_BYTES / MiB, max(sizes.values()) * FP32_BYTES / MiB
 
 
