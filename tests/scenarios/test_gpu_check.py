@@ -174,6 +174,46 @@ def test_every_row_names_the_commit_recorded_beside_the_wheels(lease):
 
 
 @pytest.mark.slow
+def test_a_fresh_machine_measures_only_what_no_lease_kept(lease, tmp_path):
+    """The lease's rows kept (as `--summarize` keeps a GPU's), then a bare machine's lease seeded with them: its
+    step runs every command again and measures nothing; the record says the rows are earlier leases'."""
+    kept = tmp_path / "kept"
+    said = check.keep(lease.tmp / "out", kept, device="cpu")
+    assert any("[modes_fp32]" in line for line in said) and check.keep(lease.tmp / "out", kept, device="cpu") == []
+    before = read_rows(kept / "modes_fp32.csv")
+    assert before and {r["status"] for r in before} == {"ok"}
+    out = tmp_path / "out"
+    check.seed(out, ["modes_fp32"], kept)
+    code = subprocess.run(
+        lease_command(tmp_path, "--steps", "modes_fp32"),
+        cwd=REPO,
+        env=lease_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert code.returncode == 0, code.stdout[-3000:] + code.stderr[-3000:]
+    assert [r["run_id"] for r in read_rows(out / "modes_fp32" / "runs.csv")] == [r["run_id"] for r in before]
+    record = json.loads((out / "modes_fp32" / "step.json").read_text())
+    assert f"{len(before)} of them kept from earlier leases" in record["result"]
+    assert "skipped" in (out / "modes_fp32" / "step.log").read_text()
+
+
+def test_a_lease_seeds_only_a_step_with_no_rows_yet(tmp_path):
+    """A warm machine's second call finds the first call's runs.csv and keeps it as it is."""
+    kept, out = tmp_path / "kept", tmp_path / "out"
+    kept.mkdir()
+    (kept / "modes_fp32.csv").write_text("run_id,status\nold,ok\n")
+    (kept / "study.csv").write_text("run_id,status\nold,ok\n")
+    (out / "study").mkdir(parents=True)
+    (out / "study" / "runs.csv").write_text("run_id,status\nthis_lease,ok\n")
+    check.seed(out, ["modes_fp32", "study", "opt"], kept)
+    assert [r["run_id"] for r in read_rows(out / "modes_fp32" / "runs.csv")] == ["old"]
+    assert [r["run_id"] for r in read_rows(out / "study" / "runs.csv")] == ["this_lease"]
+    assert not (out / "opt").exists()
+
+
+@pytest.mark.slow
 def test_a_kill_at_a_chosen_second_leaves_every_row_written_so_far(lease, tmp_path):
     """$OUT as a kill POLL_S + 2 s after the first row would leave it: a whole archive with every row on disk at
     that row's landing, from which `--summarize` makes the summary and the report here."""
