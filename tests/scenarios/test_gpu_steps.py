@@ -17,12 +17,14 @@ import pytest
 
 from bench.config import resolve
 from bench.harness.preflight import compose_trials, preflight
+from bench.harness.scenario import config_hash
 from bench.measure import system
 from bench.scenarios import SCENARIOS
 from bench.scenarios.capacity import run as capacity
 from bench.scenarios.gpu import check, steps, wheels
 from bench.scenarios.model.scenario import make_row
 from bench.scenarios.model.select import comparison, context_key, variant
+from bench.store.read import read_rows
 from tests.support import REPO
 
 NOWHERE = Path("/nonexistent")  # a results folder with no rows: a step's commands before it ran
@@ -204,3 +206,18 @@ def test_the_docs_list_every_step_with_its_budget():
     for name, budget in budgets.items():
         assert re.search(rf"^\| {name} \| {budget} \|", text, flags=re.M), name
     assert '{"command": "make gpu-lease", "carry": [".whl"], "timeout_s": 600}' in text  # the call to paste
+
+
+@pytest.mark.parametrize("kept", sorted(check.KEPT.glob("*.csv")), ids=lambda p: p.stem)
+def test_the_rows_earlier_leases_kept_are_what_the_step_would_run_again(kept):
+    """A lease skips a cell only while the step's command still hashes to its kept row: a key added with no
+    ADDED_KEYS default, a changed override, and the next lease measures every kept cell again unnoticed."""
+    commands = [argv for name, argv in gpu_commands(NOWHERE) if name == kept.stem]
+    hashes = {
+        config_hash(SCENARIOS["model"], resolve(cfg))
+        for argv in commands
+        for _, cfg in compose_trials(overrides_of(argv), multirun=True)[0]
+    }
+    rows = read_rows(kept)
+    assert commands and rows
+    assert [r["run_id"] for r in rows if r["config_hash"] not in hashes] == []
