@@ -4,8 +4,8 @@ thing from the same weights and batch (CPU, OPT's architecture at the tiny size,
   gradient (or estimate) in torch and JAX;
 - a batch padded with OPT's pad id reaches the model with its inputs only (no token_type_ids);
 - the FLOP model predicts what each framework's counter counts;
-- a trial of every way of differentiating runs end to end and its row is ok, its memory-model cells empty with a note;
-- through the CLI, SGD steps give one loss curve in both frameworks, on one device and on two (ddp, fsdp);
+- a trial of every way of differentiating runs end to end and its row is ok, with both models' predictions;
+- SGD steps give one loss curve in both frameworks, on one device and on two (ddp, fsdp);
 - what OPT cannot run yet is refused in one line before anything starts.
 """
 
@@ -26,7 +26,7 @@ from bench.measure.flop_model import predict as predict_flops
 from bench.spec import OptimizerSpec, StepSpec, implementation
 from bench.store.read import read_rows
 from bench.weights import build_weights
-from tests.support import FAST, bench, bench_here, run_here
+from tests.support import FAST, bench, bench_here, run_here, start_ranks
 from tests.support import rows as recorded
 
 FRAMEWORKS = ("torch", "jax")
@@ -154,7 +154,9 @@ def test_the_flop_model_predicts_the_counted_flops_of_opt(framework, mode, kw):
 
 @pytest.mark.slow
 def test_every_way_of_differentiating_runs_on_opt_with_both_models_predictions(tmp_path):
-    bench(  # each trial in its own process, as a user runs it
+    """Each trial measured and recorded by the runner, in this process (run_here): what is tested is OPT in every
+    way of differentiating and its row, not the trial's process (tests/harness/test_runner.py's)."""
+    outcomes = run_here(
         "-m",
         "framework=torch,jax",
         "case=inference,backprop,jvp,jacfwd_head,mezo,hizoo,lozo",
@@ -164,7 +166,7 @@ def test_every_way_of_differentiating_runs_on_opt_with_both_models_predictions(t
         results=tmp_path,
     )
     rows = recorded(tmp_path)
-    assert len(rows) == 14 and {r["status"] for r in rows} == {"ok"}, [r.get("error") for r in rows]
+    assert len(outcomes) == len(rows) == 14 and {r["status"] for r in rows} == {"ok"}, [r.get("error") for r in rows]
     for r in rows:
         assert r["model"] == "opt_tiny" and float(r["mem_predicted_mb"]) > 0 and float(r["flops_predicted"]) > 0
         assert not r["model_note"], r["model_note"]
@@ -201,17 +203,34 @@ def test_bf16_capacity_and_cost_to_target_run_on_opt(tmp_path):
 
 @pytest.mark.slow
 def test_sgd_steps_give_the_same_losses_in_both_frameworks_on_one_device_and_on_two(tmp_path):
-    """Through the CLI, as a user runs it: three SGD steps from the same weights and batches (dropout off), on one
-    device and split over two (ddp and fsdp, batch_size per device): one loss curve for all ten trials."""
-    common = ["model=opt_tiny", "model.dropout=0", "framework=torch,jax", "mode=backprop", "steps=3"]
+    """Three SGD steps from the same weights and batches (dropout off), on one device and split over two (ddp and
+    fsdp, batch_size per device): one loss curve for all ten trials. JAX's trials under a strategy run in a process
+    of their own that fixes its device count (start_ranks), as do torch's two gloo ranks; the rest in this process
+    meanwhile. `python -m bench ... devices=2` itself is tests/frameworks/test_parallel_*.py's."""
+    common = ["model=opt_tiny", "model.dropout=0", "mode=backprop", "steps=3"]
     common += ["warmup_steps=1", "seq_len=32", "logger=none", "device=cpu"]
-    for args in (["parallel=none,ddp,fsdp", "batch_size=8"], ["parallel=ddp,fsdp", "devices=2", "batch_size=4"]):
-        proc = bench("-m", *common, *args, results=tmp_path)  # the CLI in its own process: trials, launchers
-        trials = 6 if "batch_size=8" in args else 4
-        assert proc.stdout.rstrip().endswith(f"bench: {trials} trial(s): {trials} ok"), proc.stdout[-2000:]
-    rows = recorded(tmp_path)
-    assert len(rows) == 10 and {r["status"] for r in rows} == {"ok"}
-    curves = [json.loads((tmp_path / "history" / f"{r['run_id']}.json").read_text())["loss"] for r in rows]
+    one, two = ["batch_size=8"], ["parallel=ddp,fsdp", "devices=2", "batch_size=4"]
+    folders = {name: tmp_path / name for name in ("here", "torch_two", "jax_one", "jax_two")}
+    finish = [
+        start_ranks(2, {folders["torch_two"]: [*common, "framework=torch", *two]}),
+        start_ranks(1, {folders["jax_one"]: [*common, "framework=jax", "parallel=ddp,fsdp", *one]}),
+        start_ranks(1, {folders["jax_two"]: [*common, "framework=jax", *two]}),
+    ]
+    try:
+        run_here("-m", *common, "framework=torch,jax", "parallel=none", *one, results=folders["here"])
+        run_here("-m", *common, "framework=torch", "parallel=ddp,fsdp", *one, results=folders["here"])
+    finally:
+        for f in finish:
+            f()
+    rows = {folder: recorded(folder) for folder in folders.values()}
+    assert [len(r) for r in rows.values()] == [4, 2, 2, 2]
+    assert {r["status"] for rs in rows.values() for r in rs} == {"ok"}
+    assert sorted((r["framework"], r["parallel"], r["world_size"]) for rs in rows.values() for r in rs) == sorted(
+        [(fw, "none", "1") for fw in FRAMEWORKS]
+        + [(fw, p, w) for fw in FRAMEWORKS for p in ("ddp", "fsdp") for w in ("1", "2")]
+    )
+    history = lambda folder, r: json.loads((folder / "history" / f"{r['run_id']}.json").read_text())["loss"]
+    curves = [history(folder, r) for folder, rs in rows.items() for r in rs]
     for curve in curves[1:]:
         np.testing.assert_allclose(curve, curves[0], rtol=2e-6)
 

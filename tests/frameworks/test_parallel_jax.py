@@ -17,7 +17,7 @@ import pytest
 
 from bench.config import model_preset
 from bench.models.bert import param_shapes
-from tests.support import FAST, REPO, composed, rows, run_here
+from tests.support import FAST, REPO, composed, rows, run_here, start_ranks
 
 # Dropout off, as the torch tests need it (each rank draws its own masks). JAX would match with dropout on too
 # (threefry keys are partitionable: an element's mask bit depends on its index in the global batch, not on which
@@ -38,44 +38,42 @@ def label(row: dict) -> str:
     return f"{row['mode']}{' remat' if row['remat'] == 'True' else ''}"
 
 
+# Start to end through `python -m bench`, one trial per strategy: the runner starts the trial's process with two
+# CPU devices and records the row. The other cases run the same way of measuring (bench.harness.trial) in one
+# process owning two devices (start_ranks): a process per trial would start JAX ten times more.
+END_TO_END = "backprop"
+SWEEPS = ",".join(c for c in CASES.split(",") if c != END_TO_END)
+
+
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory) -> dict[str, list[dict]]:
-    """Every mode three ways: on two devices (ddp, fsdp: batch_size 4 each), a sweep of trial processes each (JAX
-    fixes its device count when it starts), side by side; meanwhile on one (batch_size 8) in this process: what is
+    """Every mode three ways: on two devices (ddp, fsdp: batch_size 4 each), in processes of their own (JAX fixes
+    its device count when it starts), side by side; meanwhile on one (batch_size 8) in this process: what is
     compared with it is its losses, not its process."""
     root = tmp_path_factory.mktemp("parallel_jax")
-    procs = {
-        p: subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bench",
-                "-m",
-                f"case={CASES}",
-                *TINY,
-                f"parallel={p}",
-                "devices=2",
-                f"results_dir={root / p}",
-            ],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for p in ("ddp", "fsdp")
-    }
+    two = {p: [f"case={SWEEPS}", *TINY, f"parallel={p}", "devices=2"] for p in ("ddp", "fsdp")}
+    finish = start_ranks(1, {root / p: args for p, args in two.items()})
+    cli = [sys.executable, "-m", "bench", "-m", f"case={END_TO_END}", *TINY, "parallel=ddp,fsdp", "devices=2"]
+    end_to_end = subprocess.Popen(
+        [*cli, f"results_dir={root / 'end_to_end'}"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         run_here("-m", f"case={CASES}", *TINY, "batch_size=8", results=root / "none")
-        logs = {name: p.communicate(timeout=900)[0] for name, p in procs.items()}
+        log = end_to_end.communicate(timeout=900)[0]
     finally:
-        for p in procs.values():
-            p.kill()  # a no-op for one that ended
-    for name, p in procs.items():
-        assert p.returncode == 0, logs[name]
-    found = {"two": rows(root / "ddp") + rows(root / "fsdp"), "one": rows(root / "none")}
-    for r in found["two"] + found["one"]:
-        assert r["status"] == "ok", (label(r), r["parallel"], r["error"])
-        r["history"] = history(root / r["parallel"], r)
+        end_to_end.kill()  # a no-op once it ended
+        finish()  # recorded as the runner records a trial it spawned: rows, history, saved config
+    assert end_to_end.returncode == 0, log
+    found = {"two": [], "one": []}
+    for folder in ("ddp", "fsdp", "end_to_end", "none"):
+        for r in rows(root / folder):
+            assert r["status"] == "ok", (label(r), r["parallel"], r["error"])
+            r["history"] = history(root / folder, r)
+            found["one" if folder == "none" else "two"].append(r)
     assert len(found["two"]) == 12 and len(found["one"]) == 6
     return found
 
