@@ -51,6 +51,7 @@ def test_another_seed_takes_other_steps(framework, mode):
     assert not np.allclose(first[1:], other[1:], rtol=0, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_checkpointing_replays_the_first_pass_dropout():
     """remat recomputes each layer in the backward pass with the dropout masks of its forward pass: the same steps
     as plain backprop, to rounding."""

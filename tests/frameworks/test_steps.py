@@ -333,6 +333,7 @@ def test_mezo_step_restores_theta_inside_its_update(framework):
 # one step, torch vs JAX
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 @pytest.mark.parametrize("mode", ["backprop", "jvp"])
 def test_one_step_gives_the_same_loss_in_torch_and_jax(mode, optimizer):

@@ -135,6 +135,7 @@ def test_a_nan_learning_rate_is_refused(tmp_path):
     assert not (tmp_path / "runs.csv").exists()
 
 
+@pytest.mark.slow
 def test_perf_interrupted_is_one_line_and_130(tmp_path):
     args = [
         "overhead",
