@@ -199,18 +199,25 @@ def test_a_fresh_machine_measures_only_what_no_lease_kept(lease, tmp_path):
     assert "skipped" in (out / "modes_fp32" / "step.log").read_text()
 
 
-def test_a_lease_seeds_only_a_step_with_no_rows_yet(tmp_path):
+def test_a_lease_seeds_only_a_resuming_step_with_no_rows_yet(tmp_path):
     """A warm machine's second call finds the first call's runs.csv and keeps it as it is."""
     kept, out = tmp_path / "kept", tmp_path / "out"
     kept.mkdir()
     (kept / "modes_fp32.csv").write_text("run_id,status\nold,ok\n")
     (kept / "study.csv").write_text("run_id,status\nold,ok\n")
+    (kept / "repro.csv").write_text("run_id,status\nold,ok\n")
     (out / "study").mkdir(parents=True)
     (out / "study" / "runs.csv").write_text("run_id,status\nthis_lease,ok\n")
-    check.seed(out, ["modes_fp32", "study", "opt"], kept)
+    check.seed(out, ["modes_fp32", "study", "opt", "repro"], kept)
     assert [r["run_id"] for r in read_rows(out / "modes_fp32" / "runs.csv")] == ["old"]
     assert [r["run_id"] for r in read_rows(out / "study" / "runs.csv")] == ["this_lease"]
     assert not (out / "opt").exists()
+    # repro reruns what this lease recorded, what_fits searches afresh: neither is seeded nor kept
+    assert not (out / "repro").exists()
+    assert {s.name for s in steps.STEPS if not s.resumes} == {"what_fits", "repro"}
+    (out / "repro").mkdir()
+    (out / "repro" / "runs.csv").write_text("run_id,status,device\nnew,ok,cuda\n")
+    assert check.keep(out, kept) == [] and [r["run_id"] for r in read_rows(kept / "repro.csv")] == ["old"]
 
 
 @pytest.mark.slow

@@ -54,10 +54,15 @@ def overrides_of(argv: list[str]) -> list[str]:
 
 
 @functools.cache
-def rows_of(argv: tuple[str, ...]) -> list[dict]:
-    """Every trial of a GPU command, composed as preflight composes it, as the row it would record."""
+def trials_of(argv: tuple[str, ...]) -> list:
+    """Every trial of a GPU command, composed as preflight composes it."""
     trials, _ = compose_trials(overrides_of(list(argv)), multirun=True)
-    return [make_row(resolve(cfg), {}, {}) for _, cfg in trials]
+    return [resolve(cfg) for _, cfg in trials]
+
+
+def rows_of(argv: tuple[str, ...]) -> list[dict]:
+    """Every trial of a GPU command as the row it would record."""
+    return [make_row(cfg, {}, {}) for cfg in trials_of(argv)]
 
 
 # each command's name in the tests: its step's, and +1, +2 for the ones after its first
@@ -213,11 +218,7 @@ def test_the_rows_earlier_leases_kept_are_what_the_step_would_run_again(kept):
     """A lease skips a cell only while the step's command still hashes to its kept row: a key added with no
     ADDED_KEYS default, a changed override, and the next lease measures every kept cell again unnoticed."""
     commands = [argv for name, argv in gpu_commands(NOWHERE) if name == kept.stem]
-    hashes = {
-        config_hash(SCENARIOS["model"], resolve(cfg))
-        for argv in commands
-        for _, cfg in compose_trials(overrides_of(argv), multirun=True)[0]
-    }
+    hashes = {config_hash(SCENARIOS["model"], cfg) for argv in commands for cfg in trials_of(tuple(argv))}
     rows = read_rows(kept)
     assert commands and rows
     assert [r["run_id"] for r in rows if r["config_hash"] not in hashes] == []

@@ -268,11 +268,14 @@ def commands_of(step: Step, ctx: Context):
 # ------------------------------------------------------------------------------------------ rows of earlier leases
 
 
+RESUMES = {s.name for s in STEPS if s.resumes}  # the steps whose rows are kept, and seed the next lease
+
+
 def seed(out: Path, names: list[str], kept: Path = KEPT) -> None:
     """Each chosen step's kept rows as its runs.csv where it has none yet (a bare machine's first call): every
     trial runs with resume=true, so only the cells no lease has recorded ok are measured. A cell measured on
     another card counts as measured; --fresh measures every cell again (to compare cards)."""
-    for name in names:
+    for name in RESUMES.intersection(names):
         rows, runs = kept / f"{name}.csv", out / name / "runs.csv"
         if rows.exists() and not runs.exists():
             runs.parent.mkdir(parents=True, exist_ok=True)
@@ -283,11 +286,11 @@ def seed(out: Path, names: list[str], kept: Path = KEPT) -> None:
 
 
 def keep(out: Path, kept: Path = KEPT, device: str = "cuda") -> list[str]:
-    """Add every step's new rows measured ok on `device` to kept/<step>.csv (each run_id once); returns what it
-    added, a line a step. A dry run's rows (the CPU's) are never kept."""
+    """Add every resuming step's new rows measured ok on `device` to kept/<step>.csv (each run_id once); returns
+    what it added, a line a step. A dry run's rows (the CPU's) are never kept."""
     said = []
-    for runs in sorted(out.glob("*/runs.csv")):
-        rows, name = read_rows(runs), runs.parent.name
+    for name in sorted(RESUMES):
+        rows = read_rows(out / name / "runs.csv")
         known = {r["run_id"] for r in read_rows(kept / f"{name}.csv")}
         new = [r for r in rows if r.get("status") == "ok" and r.get("device") == device and r["run_id"] not in known]
         if not new:

@@ -77,6 +77,10 @@ class Step:
     then: Callable[[Context], Iterable[list[str]]] = lambda ctx: ()  # more commands, made once the first has run
     skip: Callable[[Context], str | None] = lambda ctx: None  # a reason not to run it here, or None
     note: Callable[[Context], str] = lambda ctx: ""  # one line for the summary beyond the rows counted
+    # Whether a later lease may skip the trials this one recorded ok (check.py keeps its rows and seeds the next
+    # lease with them). Not what_fits (no resume: a probe skipped as recorded would fail its search), nor repro
+    # (it reruns what this lease recorded: another machine's row would make it a comparison across machines).
+    resumes: bool = True
 
     def budget(self, dry: bool) -> int:
         return min(self.budget_s, DRY_BUDGET_S) if dry else self.budget_s
@@ -338,13 +342,20 @@ STEPS: tuple[Step, ...] = (
         300,
         pathology,
     ),
-    Step("what_fits", "the what-fits table: largest batch in 12 GiB at T128 (backprop, jvp, mezo)", 300, what_fits),
+    Step(
+        "what_fits",
+        "the what-fits table: largest batch in 12 GiB at T128 (backprop, jvp, mezo)",
+        300,
+        what_fits,
+        resumes=False,
+    ),
     Step(
         "repro",
         "deterministic=true trials, each run again by `python -m bench rerun`: bit-identical?",
         300,
         repro,
         then=reruns,
+        resumes=False,
     ),
     Step(
         "scale_out", "ddp and fsdp on 1 and every GPU (+experiment=scale_out, bert_base)", 240, scale_out, skip=one_gpu
