@@ -320,6 +320,40 @@ def test_a_later_call_without_time_for_a_step_keeps_what_an_earlier_call_recorde
     assert re.search(r"^\| modes_bf16 \| timeout \| .* 1 trial\(s\): 1 ok", check.summarize(tmp_path), flags=re.M)
 
 
+def test_a_step_with_less_time_left_than_its_first_row_gives_way_to_a_later_one(tmp_path, monkeypatch):
+    """70 s left: the study (its first row takes 90) is skipped, not started and stopped with nothing recorded,
+    and the next step, whose first row takes 60, runs in them."""
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr(check, "time", types.SimpleNamespace(monotonic=lambda: clock.now))
+    monkeypatch.setattr(check, "install", lambda *a: None)
+    monkeypatch.setattr(check, "facts", lambda *a: None)
+    ran = []
+
+    class OneRowInFiveSeconds:
+        env: dict = {}
+
+        def __call__(self, argv, log, timeout_s):
+            ran.append(log.parent.name)
+            (log.parent / "runs.csv").write_text("run_id,status\nr1,ok\n")
+            clock.now += 5
+            return 0
+
+    by_name = {s.name: s for s in steps.STEPS}
+    assert by_name["study"].least_s == 90 and by_name["zo_family"].least_s == 60
+    deadline = 70 + check.STOP_S + check.ARCHIVE_S
+    args = types.SimpleNamespace(dry_run=False)
+    check.run_steps(args, ["study", "zo_family"], tmp_path, OneRowInFiveSeconds(), deadline, None, lambda: None)
+    records = {p.parent.name: json.loads(p.read_text()) for p in tmp_path.glob("*/step.json")}
+    assert records["study"]["status"] == "skipped"
+    assert records["study"]["reason"] == "70 s left before --deadline-s, less than its first row takes (90 s)"
+    assert records["zo_family"]["status"] == "ok" and ran == ["zo_family"]
+
+
+def test_every_step_can_record_its_first_row_within_its_budget():
+    wrong = [s.name for s in steps.STEPS if not check.MIN_STEP_S <= s.least_s <= s.budget_s]
+    assert not wrong, wrong
+
+
 @pytest.mark.slow
 def test_a_step_past_its_budget_is_stopped(tmp_path):
     """Its whole process group: the command and what it started (a trial runs in a process of its own)."""

@@ -61,7 +61,7 @@ SETUP_BUDGET_S = 60  # install (a few small wheels); facts (two Python processes
 STOP_GRACE_S = 30  # SIGTERM to a step's process group, then SIGKILL: `python -m bench` stops its trial in seconds
 STOP_S = STOP_GRACE_S + 5  # the most a stopped command takes to end: the grace, then Runner.stop's SIGKILL loop
 ARCHIVE_S = 10  # after the last command: the summary and the last archive (a pack of a few MiB takes a second)
-MIN_STEP_S = 20  # a step given less than this by --deadline-s is skipped: no trial finishes in it
+MIN_STEP_S = 20  # a step given less than this by --deadline-s is skipped: no trial finishes in it (Step.least_s)
 # --lease's deadline, from the check's start. The device tool kills a command at its timeout_s, at most 600 s;
 # before the check starts, make installs the carried wheels and Python imports bench (seconds: 7 small wheels,
 # no index). 600 - 540 = 60 s: up to 15 s for those, the rest for what no one foresaw (a slow disk, a stop that
@@ -229,8 +229,9 @@ def run_step(step: Step, ctx: Context, runner: Runner, time_left: float) -> dict
     folder, budget = ctx.folder, min(step.budget(ctx.dry), time_left)
     base = {"name": step.name, "what": step.what, "budget_s": step.budget(ctx.dry), "note": step.note(ctx)}
     reason = step.skip(ctx)
-    if reason is None and budget < MIN_STEP_S:
-        reason = f"{max(time_left, 0):.0f} s left before --deadline-s, less than a step needs ({MIN_STEP_S} s)"
+    need = MIN_STEP_S if ctx.dry else max(step.least_s, MIN_STEP_S)
+    if reason is None and budget < need:
+        reason = f"{max(time_left, 0):.0f} s left before --deadline-s, less than its first row takes ({need} s)"
     if reason is not None:
         earlier = json.loads((folder / "step.json").read_text()) if (folder / "step.json").exists() else {}
         if earlier.get("status", "skipped") != "skipped":

@@ -77,6 +77,9 @@ class Step:
     then: Callable[[Context], Iterable[list[str]]] = lambda ctx: ()  # more commands, made once the first has run
     skip: Callable[[Context], str | None] = lambda ctx: None  # a reason not to run it here, or None
     note: Callable[[Context], str] = lambda ctx: ""  # one line for the summary beyond the rows counted
+    # The least time in which it records its first row on the GPU: a lease with less left skips it for a later step
+    # that fits, rather than stopping it before it has recorded anything (the dry run: check.MIN_STEP_S).
+    least_s: int = 60
     # Whether a later lease may skip the trials this one recorded ok (check.py keeps its rows and seeds the next
     # lease with them). Not what_fits (no resume: a probe skipped as recorded would fail its search), nor repro
     # (it reruns what this lease recorded: another machine's row would make it a comparison across machines).
@@ -301,6 +304,9 @@ def one_gpu(ctx: Context) -> str | None:
 # takes 20-60 s (jacfwd[head] 2 min), a JAX trial 50 s (inference) to 4 min (jvp, mezo: compiling is 30-230 s on
 # XLA:GPU, before the encoder was a scan), so no step but cuda_tests ends within one 10-minute call: each takes
 # what a call can give it, and the next call (or lease) carries results_gpu/ and resumes it.
+# A step's first row (least_s): a JAX trial's on the H200 is its process, a compile of 4-40 s and its steps, 20-60 s
+# (OPT's jvp 58 s, the third H200 lease); the study's first, JAX's backprop, compiles and runs 625 AdamW steps; the
+# CUDA tests write their rows at their end; torch's short trials (pathology, repro) 20-30 s.
 # The order is the value of what each step measures to the suite (issue 42): the cells of the GPU table the first
 # lease left empty (fp32: jvp, MeZO, JAX's remat and jacfwd[head]), then bf16 (all empty), the study's JAX
 # column, the newer estimators and the decoder family (none measured on a GPU yet), then the rest.
@@ -321,6 +327,7 @@ STEPS: tuple[Step, ...] = (
         CALL_STEP_S,
         study,
         note=study_data,
+        least_s=90,
     ),
     Step(
         "zo_family",
@@ -329,7 +336,7 @@ STEPS: tuple[Step, ...] = (
         zo_family,
     ),
     Step("opt", "OPT-125m, every paired mode at B8 T128, fp32, both frameworks", CALL_STEP_S, opt),
-    Step("cuda_tests", "the CUDA-marked tests (pytest -m cuda): trackers, ops on cuda", 90, cuda_tests),
+    Step("cuda_tests", "the CUDA-marked tests (pytest -m cuda): trackers, ops on cuda", 90, cuda_tests, least_s=90),
     Step(
         "torch_compile",
         "torch.compile (compile=true) of inference, backprop and MeZO on bert_base B8 T128, fp32",
@@ -341,6 +348,7 @@ STEPS: tuple[Step, ...] = (
         "+experiment=jvp_pathology at 12 layers: torch jvp naive vs func vs dual vs lazy vs backprop",
         300,
         pathology,
+        least_s=30,
     ),
     Step(
         "what_fits",
@@ -356,6 +364,7 @@ STEPS: tuple[Step, ...] = (
         repro,
         then=reruns,
         resumes=False,
+        least_s=30,
     ),
     Step(
         "scale_out", "ddp and fsdp on 1 and every GPU (+experiment=scale_out, bert_base)", 240, scale_out, skip=one_gpu
