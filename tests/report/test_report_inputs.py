@@ -159,15 +159,19 @@ def test_a_kept_benchmark_names_where_when_and_at_which_commits_its_rows_were_me
 @pytest.mark.skipif(bool(cuda_gpu_names()), reason="a GPU host reports its own rows under its own name")
 def test_a_kept_benchmark_of_a_gpus_rows_is_named_by_that_gpu(tmp_path):
     """A lease's rows come back and are reported here, on a host without a GPU: the file and its header name the
-    card and the versions the rows ran with, and say where the report was written."""
+    card, the commit the lease ran at (its newest row's) and the versions the rows ran with, and say where the
+    report was written."""
     gpu = {"device": "cuda", "device_name": "NVIDIA H200", "devices": 1, "torch_version": "2.11.0"}
-    rows = [trial("torch", "backprop", **gpu), trial("jax", "backprop", **gpu)]
+    rows = [  # a row kept from an earlier lease, at an older commit, and the lease's own
+        trial("torch", "backprop", started_at="2026-11-27T15:00:00+00:00", git_sha="aaaa11112222", **gpu),
+        trial("jax", "backprop", started_at="2026-11-27T18:00:00+00:00", git_sha="bbbb33334444", **gpu),
+    ]
     csv_path = write_csv(tmp_path / "runs.csv", rows)
     assert (
         main([str(csv_path), "--out", str(tmp_path / "out"), "--benchmarks", str(tmp_path / "b")], REPORT_SECTIONS) == 0
     )
     (kept,) = (tmp_path / "b").glob("*.md")
-    assert "_1gpu-h200_" in kept.name
+    assert kept.name.endswith("_1gpu-h200_bbbb33334444.md"), kept.name
     text = kept.read_text()
     assert text.splitlines()[2].startswith("- host: NVIDIA H200; ") and "torch 2.11.0," in text.splitlines()[2]
     assert f"- the report was written on {host_slug()} from the rows the device brought back" in text
