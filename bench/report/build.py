@@ -78,18 +78,18 @@ def keep_benchmark(report: Report, folder: Path, command: str, rows: Sequence[di
     """report.md as folder/<date>_<host>_<sha>.md, headed by where, when and how it was measured. Its plots are
     named, not linked: benchmarks/ holds text, and the PNGs stay in the report's folder. `rows`: the runs the
     report read, which name the commit and the device they were measured on: a GPU's rows brought back and
-    reported on this host are named by that GPU and by the commit of its newest row (the lease's: the rows kept from
-    earlier leases are older), with this host as the writer."""
+    reported on this host are named by the lease's newest row (the rows kept from earlier leases are older): its
+    GPU, its commit and its versions, with this host as the writer."""
     sha = git_sha() or "nogit"
     recorded = sorted({r.get("git_sha") or "unknown" for r in rows})
     facts, slug, hardware = host_facts(), host_slug(), ", ".join(cuda_gpu_names()) or cpu_name()
     gpu_rows = [r for r in rows if r.get("device") == "cuda" and r.get("device_name")]
     if gpu_rows and not cuda_gpu_names():
-        first = gpu_rows[0]
-        facts = {k: first.get(k) or "?" for k in facts}
+        newest = max(gpu_rows, key=lambda r: r.get("started_at") or "")
+        facts = {k: newest.get(k) or "?" for k in facts}
         hardware = ", ".join(sorted({r["device_name"] for r in gpu_rows}))
-        slug = gpu_slug(first["device_name"], max(int(r.get("devices") or 1) for r in gpu_rows))
-        sha = max(gpu_rows, key=lambda r: r.get("started_at") or "").get("git_sha") or sha
+        slug = gpu_slug(newest["device_name"], max(int(r.get("devices") or 1) for r in gpu_rows))
+        sha = newest.get("git_sha") or sha
     path = Path(folder) / f"{date.today():%Y-%m-%d}_{slug}_{sha}.md"
     header = [
         f"# Measured {date.today():%Y-%m-%d} on {slug} at git {sha}",

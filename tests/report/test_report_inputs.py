@@ -162,10 +162,9 @@ def test_a_kept_benchmark_of_a_gpus_rows_is_named_by_that_gpu(tmp_path):
     card, the commit the lease ran at (its newest row's) and the versions the rows ran with, and say where the
     report was written."""
     gpu = {"device": "cuda", "device_name": "NVIDIA H200", "devices": 1, "torch_version": "2.11.0"}
-    rows = [  # a row kept from an earlier lease, at an older commit, and the lease's own
-        trial("torch", "backprop", started_at="2026-11-27T15:00:00+00:00", git_sha="aaaa11112222", **gpu),
-        trial("jax", "backprop", started_at="2026-11-27T18:00:00+00:00", git_sha="bbbb33334444", **gpu),
-    ]
+    earlier = {"started_at": "2026-11-27T15:00:00+00:00", "git_sha": "aaaa11112222", "jax_version": "0.10.0"}
+    lease = {"started_at": "2026-11-27T18:00:00+00:00", "git_sha": "bbbb33334444", "jax_version": "0.11.2"}
+    rows = [trial("torch", "backprop", **gpu, **earlier), trial("jax", "backprop", **gpu, **lease)]
     csv_path = write_csv(tmp_path / "runs.csv", rows)
     assert (
         main([str(csv_path), "--out", str(tmp_path / "out"), "--benchmarks", str(tmp_path / "b")], REPORT_SECTIONS) == 0
@@ -174,4 +173,5 @@ def test_a_kept_benchmark_of_a_gpus_rows_is_named_by_that_gpu(tmp_path):
     assert kept.name.endswith("_1gpu-h200_bbbb33334444.md"), kept.name
     text = kept.read_text()
     assert text.splitlines()[2].startswith("- host: NVIDIA H200; ") and "torch 2.11.0," in text.splitlines()[2]
+    assert "jax 0.11.2," in text.splitlines()[2]  # the lease's versions, not a kept row's
     assert f"- the report was written on {host_slug()} from the rows the device brought back" in text
