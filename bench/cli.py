@@ -26,7 +26,7 @@ import hydra
 from bench.config import CONF_DIR, LAUNCH_ID, available, launch_id, options, register_configs, resolve
 from bench.errors import ConfigError
 from bench.harness import command, rerun, runner, sweep
-from bench.harness.launch import LAUNCHER_PID, adopt, stop_descendants
+from bench.harness.launch import LAUNCHER_PID, adopt, quiet_helpers, stop_descendants
 from bench.harness.preflight import compose_trials, preflight, searchpath
 from bench.report import build as report
 from bench.report import dashboard
@@ -121,6 +121,7 @@ def trials(argv: list[str]) -> int:
     """Trials and sweeps through Hydra: preflight every trial, run the jobs, return the launch's exit code."""
     os.environ[LAUNCHER_PID] = str(os.getpid())  # jobs name their temp folders after this launch
     os.environ.pop(LAUNCH_ID, None)
+    quiet_helpers()
     launch_id()  # a new id for this launch: its Hydra folder and sweep_id, for every job it starts
     flags, config_dir, overrides = hydra_flags(argv)
     info = any(f in _HYDRA_INFO_FLAGS for f in flags)

@@ -35,6 +35,10 @@ PARENT_PID = "BENCH_PARENT_PID"  # set for a child that must die with the proces
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 TRIAL_MODULE = "bench.scenarios"  # python -m bench.scenarios PAYLOAD RESULT: a trial process (its __main__)
 STOP_GRACE_S = 5.0  # what an interrupted launch gives its jobs to stop their trials and clean up (they take < 1 s)
+# joblib's loky resource tracker, a child of the launch, unlinks what a worker stopped by an interrupt had registered
+# and warns of each at its own exit, after the launch's last line (a race with the launch's own unlink): its
+# clean-up is kept, its warning left out.
+QUIET_TRACKER = "ignore::UserWarning:joblib.externals.loky.backend.resource_tracker"
 
 
 def processes_per_node(cfg: BenchConfig) -> int:
@@ -181,6 +185,14 @@ def die_with_parent(parent: int, sig: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     if os.getppid() != parent:
         os.kill(os.getpid(), sig)
+
+
+def quiet_helpers() -> None:
+    """The launch's environment, which every process it starts inherits, leaves out the warnings of loky's resource
+    tracker (QUIET_TRACKER)."""
+    filters = [f for f in os.environ.get("PYTHONWARNINGS", "").split(",") if f]
+    if QUIET_TRACKER not in filters:
+        os.environ["PYTHONWARNINGS"] = ",".join([*filters, QUIET_TRACKER])
 
 
 def is_ancestor(pid: int) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.harness.launch import TRIAL_MODULE
+from bench.harness.launch import QUIET_TRACKER, TRIAL_MODULE, quiet_helpers
 from bench.store.read import read_rows
 from tests.support import FAST, REPO
 
@@ -159,3 +159,20 @@ def test_an_interrupt_to_a_single_trial_stops_it(tmp_path):
     _, err = proc.communicate(timeout=STOP_WITHIN_S)
     assert proc.returncode == 130 and err.strip().splitlines()[-1].startswith("bench: interrupted (SIGINT)"), err
     assert not trial_processes_anywhere(proc.pid) and not (tmp_path / "runs.csv").exists()
+
+
+LEAK = "from joblib.externals.loky.backend import resource_tracker; resource_tracker.register({path!r}, 'file')"
+
+
+def test_lokys_resource_tracker_says_nothing_after_a_launchs_last_line(tmp_path, monkeypatch):
+    """joblib's loky tracker cleans up after a process that registered a resource and ended without unregistering
+    it (a worker stopped by Ctrl-C), and warns at its own exit, after the launch's one line: a launch's environment
+    keeps the clean-up and leaves the warning out, a user's own warning filters kept."""
+    leak = [sys.executable, "-c", LEAK.format(path=str(tmp_path / "registered-never-made"))]
+    # the tracker holds the stderr it inherited until it exits: capture_output waits for its warning
+    assert "leaked file objects" in subprocess.run(leak, capture_output=True, text=True, timeout=60).stderr
+    monkeypatch.setenv("PYTHONWARNINGS", "error::ResourceWarning")
+    quiet_helpers()
+    quiet_helpers()  # a second launch in the same process adds nothing
+    assert os.environ["PYTHONWARNINGS"] == f"error::ResourceWarning,{QUIET_TRACKER}"
+    assert subprocess.run(leak, capture_output=True, text=True, timeout=60).stderr == ""
