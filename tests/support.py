@@ -22,11 +22,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from bench import cli
 from bench.config import LAUNCH_ID, BenchConfig, resolve, to_dict
 from bench.harness.launch import child_env
 from bench.harness.preflight import compose_trials, preflight
+from bench.harness import runner
 from bench.harness.runner import record_job, trial_env
 from bench.harness.scenario import RUN_ID_ENV
 from bench.harness.trial import outcome as trial_outcome
@@ -87,6 +89,15 @@ def bench_here(*args: str, results: Path | None = None) -> subprocess.CompletedP
         os.environ.update(saved_env)
         sys.argv[:] = saved_argv
     return subprocess.CompletedProcess(["python", "-m", "bench", *cmd], code, out.getvalue(), err.getvalue())
+
+
+def sweep_here(*args: str, results: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m bench -m ARGS results_dir=RESULTS` through Hydra as the command runs it (its sweeper, resume,
+    outcomes and exit code, Hydra's basic launcher running the jobs in this process), each trial measured in this
+    process (measure_here) instead of its own: for a sweeper's logic, which run_here's plain grid does not run."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runner, "spawn_trial", measure_here)
+        return bench_here(*args, results=results)
 
 
 def run_here(*args: str, results: Path, env: dict | None = None) -> list[dict]:

@@ -25,7 +25,7 @@ from bench.report.build import build, results_of
 from bench.scenarios import REPORT_SECTIONS
 from bench.scenarios.model.trial import Target
 from bench.store.read import read_history, read_rows
-from tests.support import bench_here, run_here
+from tests.support import bench_here, run_here, sweep_here
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
@@ -177,9 +177,9 @@ def tuned(tmp_path_factory):
         "target.max_steps=5",
         f"results_dir={results}",
     ]
-    out = bench(*args)
+    out = sweep_here(*args)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    resumed = bench(*args, "resume=true")
+    resumed = sweep_here(*args, "resume=true")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     return results, read_rows(results / "runs.csv"), out.stdout, resumed.stdout
 

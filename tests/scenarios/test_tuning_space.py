@@ -15,7 +15,8 @@ from bench.errors import ConfigError
 from bench.harness.preflight import expand_sweep
 from bench.harness.tuning import below, check_tuning, expand, lr_of
 from bench.store.read import read_rows
-from tests.scenarios.test_cost_to_target import TINY, bench
+from tests.scenarios.test_cost_to_target import TINY
+from tests.support import sweep_here
 
 SIZES = {"classifier": 1_540, "bias": 27_652, "last_k": 1_925_000}  # made-up trained parameters per scope
 GRID = [{"optimizer.lr": 10.0**e} for e in range(-3, 1)]  # four points, three decades
@@ -122,7 +123,7 @@ def test_a_sweep_places_its_grid_by_the_composed_scope_and_searches_below_where_
     """A real sweep on the tiny model's classifier (132 parameters): one point, 1e6 at twice that d, so 2e6 here
     (the sweeper counted d from the composed config); it diverges, and the budget of 2 buys one point a decade
     below, which diverges too: two search trials, no winner, nothing repeated."""
-    out = bench(
+    out = sweep_here(
         "-m",
         *TINY,
         "trainable=classifier",
