@@ -26,9 +26,9 @@ import pytest
 
 from bench import cli
 from bench.config import LAUNCH_ID, BenchConfig, resolve, to_dict
+from bench.harness import runner
 from bench.harness.launch import child_env
 from bench.harness.preflight import compose_trials, preflight
-from bench.harness import runner
 from bench.harness.runner import record_job, trial_env
 from bench.harness.scenario import RUN_ID_ENV
 from bench.harness.trial import outcome as trial_outcome
