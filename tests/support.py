@@ -15,6 +15,7 @@ import hashlib
 import io
 import itertools
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -94,10 +95,17 @@ def bench_here(*args: str, results: Path | None = None) -> subprocess.CompletedP
 def sweep_here(*args: str, results: Path | None = None) -> subprocess.CompletedProcess:
     """`python -m bench -m ARGS results_dir=RESULTS` through Hydra as the command runs it (its sweeper, resume,
     outcomes and exit code, Hydra's basic launcher running the jobs in this process), each trial measured in this
-    process (measure_here) instead of its own: for a sweeper's logic, which run_here's plain grid does not run."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runner, "spawn_trial", measure_here)
-        return bench_here(*args, results=results)
+    process (measure_here) instead of its own: for a sweeper's logic, which run_here's plain grid does not run.
+    Hydra configures the root logger for its jobs; the test's is put back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(runner, "spawn_trial", measure_here)
+            return bench_here(*args, results=results)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 def run_here(*args: str, results: Path, env: dict | None = None) -> list[dict]:
