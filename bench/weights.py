@@ -138,6 +138,15 @@ def check_weights(weights: dict[str, np.ndarray], spec, allow_missing=(), lora: 
         if k in weights and tuple(weights[k].shape) != shapes[k]
     ]
     problems = []
+    if depth := _other_depth(weights, spec, missing, unexpected):
+        have, whole = depth
+        missing = [k for k in missing if k not in whole]
+        unexpected = [k for k in unexpected if k not in whole]
+        problems.append(
+            f"the checkpoint has {have} layers and the model {spec.num_layers} (model.num_layers): the "
+            f"{len(whole)} tensors of layers {min(have, spec.num_layers)}-{max(have, spec.num_layers) - 1} "
+            f"{'have no place' if have > spec.num_layers else 'are missing'}; model.num_layers={have} fits it"
+        )
     if missing:
         problems.append(f"missing {len(missing)}: {', '.join(missing)}")
     if unexpected:
@@ -146,6 +155,27 @@ def check_weights(weights: dict[str, np.ndarray], spec, allow_missing=(), lora: 
         problems.append(f"shape mismatch {len(mismatched)}: {'; '.join(mismatched)}")
     if problems:
         raise WeightsError("weights do not fit the model: " + " | ".join(problems))
+
+
+def _other_depth(weights: dict, spec, missing: list[str], unexpected: list[str]) -> tuple[int, list[str]] | None:
+    """(the checkpoint's layer count, the keys of the layers one of the two lacks) where a checkpoint differs from
+    the model by whole layers, each holding the tensors its first layer holds; None otherwise. Said in one clause
+    rather than as every key of those layers."""
+    layer = models.of(spec).SCOPES.layer
+    indexed = [(m, k) for k in weights if (m := layer.match(k))]
+    if not indexed:
+        return None
+    have = max(int(m.group(1)) for m, _ in indexed) + 1
+    lo, hi = sorted((have, spec.num_layers))
+    pool = unexpected if have > spec.num_layers else missing
+    whole = [k for k in pool if (m := layer.match(k)) and lo <= int(m.group(1)) < hi]
+    first = {k[m.end() :] for m, k in indexed if m.group(1) == "0"}
+    per_layer = {
+        i: {k[layer.match(k).end() :] for k in whole if int(layer.match(k).group(1)) == i} for i in range(lo, hi)
+    }
+    if have == spec.num_layers or any(suffixes != first for suffixes in per_layer.values()):
+        return None
+    return have, whole
 
 
 def build_weights(spec, seed: int, checkpoint: str | None = None) -> dict[str, np.ndarray]:

@@ -251,6 +251,36 @@ def test_a_checkpoint_without_safetensors_or_of_another_shape_is_refused(tmp_pat
     assert "weights do not fit the model: missing" in line and "shape mismatch 1" in line
 
 
+@pytest.mark.parametrize(
+    "layers, clause",
+    [(2, "the 64 tensors of layers 2-5 have no place"), (8, "the 32 tensors of layers 6-7 are missing")],
+)
+def test_a_checkpoint_of_another_depth_is_one_short_line_naming_both_depths(tmp_path, layers, clause):
+    """MiniLM's six layers against a model of two or eight: the depths and the option that fits, not every key of
+    the layers one of them lacks (a line of thousands of characters)."""
+    line = preflight_refuses(tmp_path, "model=minilm_l6", f"model.num_layers={layers}")
+    assert line == (
+        f"bench: error: weights do not fit the model: the checkpoint has 6 layers and the model {layers} "
+        f"(model.num_layers): {clause}; model.num_layers=6 fits it"
+    )
+
+
+def test_a_stray_layer_tensor_is_named_as_it_is(tmp_path):
+    """One tensor of a layer the model lacks is not a whole layer: listed by name, no depth claimed."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from bench.config import model_preset
+    from bench.weights import init_weights
+
+    spec, _ = model_preset("tiny")
+    weights = init_weights(spec, 0)
+    weights["bert.encoder.layer.5.output.dense.bias"] = np.zeros(spec.hidden_size, np.float32)
+    save_file(weights, str(tmp_path / "m.safetensors"))
+    line = preflight_refuses(tmp_path, f"model.checkpoint={tmp_path / 'm.safetensors'}")
+    assert line == "bench: error: weights do not fit the model: unexpected 1: bert.encoder.layer.5.output.dense.bias"
+
+
 def test_a_package_checkpoint_is_only_ever_a_known_weight_package(tmp_path, monkeypatch):
     """package:<module> is looked up in a table, never imported by the name given: a module on the path (the working
     directory is, under python -m) would run its code before anything is checked."""
