@@ -14,8 +14,6 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from scipy import stats
-
 from bench import estimators
 from bench.report.plots import Chart, Series
 from bench.report.tables import md_table, num
@@ -51,6 +49,8 @@ def fit_exponent(points: list[tuple[float, float]]) -> Fit | None:
     if n == 2:
         return Fit(slope, None, None, n)
     ssr = sum((y - my - slope * (x - mx)) ** 2 for x, y in pts)
+    from scipy import stats  # here: scipy.stats takes 0.6 s to import, and every trial process imports this module
+
     half = stats.t.ppf((1 + CONFIDENCE) / 2, n - 2) * math.sqrt(ssr / (n - 2) / sxx)
     return Fit(slope, slope - half, slope + half, n)
 
