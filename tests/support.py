@@ -15,7 +15,6 @@ import hashlib
 import io
 import itertools
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -96,16 +95,11 @@ def sweep_here(*args: str, results: Path | None = None) -> subprocess.CompletedP
     """`python -m bench -m ARGS results_dir=RESULTS` through Hydra as the command runs it (its sweeper, resume,
     outcomes and exit code, Hydra's basic launcher running the jobs in this process), each trial measured in this
     process (measure_here) instead of its own: for a sweeper's logic, which run_here's plain grid does not run.
-    Hydra configures the root logger for its jobs; the test's is put back."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(runner, "spawn_trial", measure_here)
-            return bench_here(*args, results=results)
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
+    Hydra leaves logging as it is (hydra/*_logging=none): configuring it would close every handler the test's
+    process holds, absl's among them, and absl's closes its stream, pytest's captured stderr."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runner, "spawn_trial", measure_here)
+        return bench_here(*args, "hydra/job_logging=none", "hydra/hydra_logging=none", results=results)
 
 
 def run_here(*args: str, results: Path, env: dict | None = None) -> list[dict]:
