@@ -162,20 +162,20 @@ def _other_depth(weights: dict, spec, missing: list[str], unexpected: list[str])
     the model by whole layers, each holding the tensors its first layer holds; None otherwise. Said in one clause
     rather than as every key of those layers."""
     layer = models.of(spec).SCOPES.layer
-    indexed = [(m, k) for k in weights if (m := layer.match(k))]
-    if not indexed:
+
+    def parts(keys) -> dict[str, tuple[int, str]]:  # key -> (its layer, its name within the layer)
+        return {k: (int(m.group(1)), k[m.end() :]) for k in keys if (m := layer.match(k))}
+
+    held = parts(weights).values()
+    have = 1 + max((i for i, _ in held), default=-1)
+    if have in (0, spec.num_layers):
         return None
-    have = max(int(m.group(1)) for m, _ in indexed) + 1
     lo, hi = sorted((have, spec.num_layers))
-    pool = unexpected if have > spec.num_layers else missing
-    whole = [k for k in pool if (m := layer.match(k)) and lo <= int(m.group(1)) < hi]
-    first = {k[m.end() :] for m, k in indexed if m.group(1) == "0"}
-    per_layer = {
-        i: {k[layer.match(k).end() :] for k in whole if int(layer.match(k).group(1)) == i} for i in range(lo, hi)
-    }
-    if have == spec.num_layers or any(suffixes != first for suffixes in per_layer.values()):
+    whole = {k: p for k, p in parts(unexpected if have > spec.num_layers else missing).items() if lo <= p[0] < hi}
+    first = {name for i, name in held if i == 0}
+    if any({name for i, name in whole.values() if i == j} != first for j in range(lo, hi)):
         return None
-    return have, whole
+    return have, list(whole)
 
 
 def build_weights(spec, seed: int, checkpoint: str | None = None) -> dict[str, np.ndarray]:

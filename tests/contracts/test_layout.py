@@ -64,8 +64,9 @@ def test_import_contracts_hold():
 
 
 def test_a_command_and_a_trial_start_without_scipy_stats():
-    """Every `python -m bench` and every trial process imports the report's modules; scipy.stats alone took 0.6 s
-    of their start, and only the curve's exponent interval needs it: imported where it is used."""
+    """Every `python -m bench` and every trial process imports the report's modules; scipy.stats is slow to import
+    (benchmarks/2026-11-27_2core-xeon_41b971c41bd2.md) and only the curve's exponent interval needs it: imported
+    where it is used."""
     code = "import sys, bench.cli, bench.scenarios.__main__; print(sorted(m for m in sys.modules if 'scipy' in m))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr

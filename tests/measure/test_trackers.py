@@ -39,7 +39,7 @@ def touched(mb: int) -> np.ndarray:
 def settled() -> None:
     """The test process's garbage collected before a baseline. In the whole suite it holds earlier tests' cycles
     (tensors, compiled programs) that a collection set off by the allocations below can free between the baseline
-    and the tracked peak: the whole suite once read 3 of 50 MiB. A trial process is fresh and has none."""
+    and the tracked peak, and the peak then reads low. A trial process is fresh and has none."""
     gc.collect()
 
 

@@ -49,7 +49,7 @@ def fit_exponent(points: list[tuple[float, float]]) -> Fit | None:
     if n == 2:
         return Fit(slope, None, None, n)
     ssr = sum((y - my - slope * (x - mx)) ** 2 for x, y in pts)
-    from scipy import stats  # here: scipy.stats takes 0.6 s to import, and every trial process imports this module
+    from scipy import stats  # here, not at the top: slow to import, and every command and trial imports this module
 
     half = stats.t.ppf((1 + CONFIDENCE) / 2, n - 2) * math.sqrt(ssr / (n - 2) / sxx)
     return Fit(slope, slope - half, slope + half, n)
