@@ -130,13 +130,14 @@ def test_the_dry_lease_runs_every_step_or_says_why_not(lease):
         and "pip install --no-index --no-deps" in by_name["install"]["reason"]
     )
     assert by_name["scale_out"]["status"] == "skipped" and "more than one" in by_name["scale_out"]["reason"]
-    for name in ("study", "modes_fp32", "modes_bf16", "torch_compile", "pathology", "what_fits", "repro"):
+    for name in ("study", "curve", "modes_fp32", "modes_bf16", "torch_compile", "pathology", "what_fits", "repro"):
         assert re.match(r"\d+ trial\(s\): \d+ ok$", by_name[name]["result"].split(";")[0]), by_name[name]
         assert all("device=cpu" in c and "model=tiny" in c for c in by_name[name]["commands"] if "rerun" not in c)
     assert "synthetic (AG News absent" in by_name["study"]["note"]
     assert "skipped" in by_name["cuda_tests"]["result"]  # no GPU here: every CUDA test skips
     assert "losses identical, bit for bit" in by_name["repro"]["result"]  # the deterministic trial, rerun
     assert "1 search(es)" in by_name["what_fits"]["result"]
+    assert by_name["curve"]["result"].startswith("2 trial(s): 2 ok")  # a search point, then its fresh seed
     print(f"dry lease: {lease.seconds:.0f} s, its first row at {lease.first_row_s:.0f} s")
 
 

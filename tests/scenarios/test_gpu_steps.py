@@ -13,9 +13,10 @@ import re
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from bench.config import resolve
+from bench.config import model_preset, resolve
 from bench.harness.preflight import compose_trials, preflight
 from bench.harness.scenario import config_hash
 from bench.measure import system
@@ -25,6 +26,7 @@ from bench.scenarios.gpu import check, steps, wheels
 from bench.scenarios.model.scenario import make_row
 from bench.scenarios.model.select import comparison, context_key, variant
 from bench.store.read import read_rows
+from bench.weights import build_weights, load_checkpoint
 from tests.support import REPO
 
 NOWHERE = Path("/nonexistent")  # a results folder with no rows: a step's commands before it ran
@@ -91,8 +93,10 @@ def test_every_gpu_command_passes_preflight(index, tmp_path):
 
 
 # The comparisons the GPU steps record: each is one report context (torch.compile's rows sit beside modes_fp32's
-# eager ones; a capacity search varies the batch; scale_out compares one trial beyond one device and on it).
+# eager ones; a capacity search varies the batch, the curve's tuning search the learning rate; scale_out compares
+# one trial beyond one device and on it).
 COMPARISONS = {
+    ("curve",): ("lr",),
     ("modes_fp32", "torch_compile", "zo_family"): (),
     ("opt",): (),
     ("modes_bf16",): (),
@@ -116,7 +120,7 @@ def test_the_modes_each_gpu_step_compares_share_one_report_context():
     for names, drop in COMPARISONS.items():
         compared = [r for n in names for r in rows[n]]
         assert len({context_key(r, drop=drop) for r in compared}) == 1, names
-        cells = [(r["framework"], variant(r), r.get("batch_size")) for r in compared]
+        cells = [(r["framework"], variant(r), r.get("batch_size"), *(r[k] for k in drop)) for r in compared]
         assert len(cells) == len(set(cells)) > 1, names
     assert len({comparison(context_key(r)) for r in rows["scale_out"]}) == 1
 
@@ -171,6 +175,32 @@ def test_the_carried_wheels_are_what_the_gpu_image_lacks():
     classified = set(wheels.IMAGE) | set(wheels.CARRIED) | set(wheels.NOT_CARRIED)
     assert names <= classified, names - classified
     assert not set(wheels.IMAGE) & set(wheels.CARRIED)
+
+
+def test_minilm_travels_in_float16_and_the_curve_step_trains_from_it(tmp_path):
+    """`make gpu-wheels` writes MiniLM's real weights in float16 beside the wheels (the float32 file is over what a
+    call carries): half the bytes, each weight within float16's rounding of the real one once read back as a run
+    reads a checkpoint. On a GPU without that file the curve step is skipped with its reason; with it, the step's
+    command trains from it, and every one of its trials passes preflight."""
+    carried = wheels.minilm_fp16(tmp_path)
+    spec, package = model_preset("minilm_l6")
+    real = load_checkpoint(package, spec)
+    assert carried.stat().st_size <= sum(v.nbytes for v in real.values()) / 2 + 2**20
+    weights, exact = build_weights(spec, 0, str(carried)), build_weights(spec, 0, package)
+    assert weights.keys() == exact.keys()
+    for name, w in weights.items():  # float16: 11 significant bits; below its normal range, 2^-24 apart
+        np.testing.assert_allclose(w, exact[name], rtol=2**-11, atol=2**-24, err_msg=name)
+        assert w.dtype == np.float32
+
+    (step,) = [s for s in steps.STEPS if s.name == "curve"]
+    assert "not among the carried wheels" in step.skip(steps.Context(False, tmp_path / "curve", 1, None))
+    ctx = steps.Context(False, tmp_path / "curve", 1, None, carried)
+    assert step.skip(ctx) is None
+    argv = ["device=cpu" if a == "device=cuda" else a for a in step.command(ctx)]
+    assert f"model.checkpoint={carried}" in argv
+    trials = [resolve(cfg) for _, cfg in compose_trials([a for a in argv[3:] if not a.startswith("-")], True)[0]]
+    assert len(trials) == 72 and {cfg.model.checkpoint for cfg in trials} == {str(carried)}
+    assert {cfg.trainable for cfg in trials} == {"classifier", "lora", "bias"}  # lora at ranks 1 and 8
 
 
 def test_a_slimmed_wheel_is_whole_and_says_so(tmp_path):

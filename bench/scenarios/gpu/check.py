@@ -467,10 +467,17 @@ def time_left(deadline: float) -> float:
 
 
 def run_steps(
-    args, names: list[str], out: Path, runner: Runner, deadline: float, ag_news: Path | None, ended: Callable[[], None]
+    args,
+    names: list[str],
+    out: Path,
+    runner: Runner,
+    deadline: float,
+    ag_news: Path | None,
+    ended: Callable[[], None],
+    minilm: Path | None = None,
 ) -> None:
     """install, facts, then the chosen steps in the table's order, each within its budget and the deadline;
-    `ended` after each (the summary, the streamed archive)."""
+    `ended` after each (the summary, the streamed archive). `minilm`: MiniLM's weights carried beside the wheels."""
     gpus = cuda_device_count()
     chosen = [s for s in STEPS if s.name in names]
     total = 2 * SETUP_BUDGET_S + sum(s.budget(args.dry_run) for s in chosen) + REPORT_BUDGET_S
@@ -484,7 +491,7 @@ def run_steps(
     facts(out, args.dry_run, runner.env)
     ended()
     for step in chosen:
-        run_step(step, Context(args.dry_run, out / step.name, gpus, ag_news), runner, time_left(deadline))
+        run_step(step, Context(args.dry_run, out / step.name, gpus, ag_news, minilm), runner, time_left(deadline))
         ended()
 
 
@@ -523,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise ConfigError(f"--steps={','.join(unknown)}: no such step; accepted: {','.join(NAMES)}")
         ag_news = Path(args.ag_news) if args.ag_news else None
+        minilm = Path(args.wheels).resolve() / wheels.MINILM_FP16  # the curve's weights, carried beside the wheels
         if ag_news and not all((ag_news / f).is_file() for f in ("train.csv", "test.csv")):
             raise ConfigError(f"--ag-news={ag_news}: no train.csv and test.csv there; accepted: AG News' folder")
         default = f"results_gpu/{datetime.now(timezone.utc):%Y-%m-%d}_{host_slug()}{'_dry' if args.dry_run else ''}"
@@ -533,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
             check_path_value("--out", "results_dir", out)
             if ag_news:
                 check_path_value("--ag-news", "data.path", ag_news)
+            check_path_value("--wheels", "model.checkpoint", minilm)
         folder = Path(args.stream).resolve() if args.stream else None
         if folder is not None and (folder == out or out in folder.parents):
             raise ConfigError(
@@ -556,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.summarize:
                 if args.lease and not args.dry_run and not args.fresh:
                     seed(out, steps)
-                run_steps(args, steps, out, runner, deadline, ag_news, ended)
+                run_steps(args, steps, out, runner, deadline, ag_news, ended, minilm if minilm.is_file() else None)
             else:
                 for line in keep(out):
                     print(line, flush=True)

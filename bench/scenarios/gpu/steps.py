@@ -66,6 +66,7 @@ class Context:
     folder: Path  # the step's results folder: runs.csv, logs/, history/, step.log, step.json
     gpus: int  # by `nvidia-smi -L`
     ag_news: Path | None  # a folder with AG News' train.csv and test.csv, or None: synthetic data
+    minilm: Path | None = None  # MiniLM's weights carried in float16 (wheels.MINILM_FP16), or None: not carried
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,61 @@ def study_data(ctx: Context) -> str:
     return (
         "data: synthetic (AG News absent: no --ag-news folder with train.csv and test.csv), same sizes as the "
         "study's 1000 training and 100 held-out samples"
+    )
+
+
+# The curve's scopes on the GPU (conf/experiment/cost_to_target_curve.yaml): last_k=1's 1.9 M parameters left out,
+# where a one-direction estimate would need about 10^5 steps (its steps grow as d); backprop's point there is the
+# CPU run's. Both frameworks, JAX's first.
+CURVE_SCOPES = "classifier,lora_r1,bias,lora_r8"
+CURVE = f"{{framework:'jax,torch',+experiment/cost_to_target_curve:'{CURVE_SCOPES}',case:'backprop,jvp,mezo'}}"
+# The dry run's one search point per case (every case's grid must have as many) and one fresh seed
+CURVE_DRY_SPACE = (
+    "{backprop:[{optimizer.lr:0.01}],"
+    + ",".join(f"{case}:{{points:[{{optimizer.lr:0.01}}]}}" for case in ("jvp", "mezo", "hizoo", "lozo"))
+    + "}"
+)
+
+
+def no_minilm(ctx: Context) -> str | None:
+    if ctx.dry or ctx.minilm:
+        return None
+    return "MiniLM's weights are not among the carried wheels (`make gpu-wheels` writes them beside the wheels)"
+
+
+def curve(ctx: Context) -> list[str]:
+    """Steps to the target against trained parameters (issue 45): the curve experiment on MiniLM (its real weights,
+    carried in float16, read back as float32) at the experiment's sizes, with the step cap its larger scopes need
+    (at steps ~ d, rank-8 LoRA's 75,268 parameters take about 50 times the probe's steps). Eight trials at a time
+    share the GPU (joblib): MiniLM's kernels leave it idle between launches, and the curve's answer is steps, not
+    seconds, so the winners are chosen by steps to the target. Resumed call after call, and lease after lease,
+    until its search and fresh seeds are all recorded."""
+    return bench(
+        "-m",
+        *overrides(
+            ctx,
+            {
+                "+experiment": "cost_to_target_curve",
+                **({"model.checkpoint": str(ctx.minilm)} if ctx.minilm else {}),
+                "hydra.sweeper.params": CURVE,
+                "hydra.sweeper.objective": "steps_to_target",
+                "target.max_steps": "10001",
+                "hydra/launcher": "joblib",
+                "hydra.launcher.n_jobs": "8",
+                "timeout_s": "300",
+            },
+            dry={
+                "model.checkpoint": None,  # the tiny model: seeded
+                "hydra.sweeper.params": "{framework:jax,+experiment/cost_to_target_curve:classifier,case:backprop}",
+                "hydra.sweeper.space": CURVE_DRY_SPACE,
+                "hydra.sweeper.repeats": "[1]",
+                "target.metric": "eval_loss",  # met at the first evaluation: the fresh seed runs too
+                "target.value": "100",
+                "target.max_steps": "3",
+                "eval_every": "1",
+                "hydra.launcher.n_jobs": "2",
+            },
+        ),
     )
 
 
@@ -328,6 +384,14 @@ STEPS: tuple[Step, ...] = (
         study,
         note=study_data,
         least_s=90,
+    ),
+    Step(
+        "curve",
+        "steps to the target against trained parameters (+experiment=cost_to_target_curve): backprop, jvp and MeZO "
+        "at four scopes of MiniLM, both frameworks, eight trials at a time",
+        CALL_STEP_S,
+        curve,
+        skip=no_minilm,
     ),
     Step(
         "zo_family",

