@@ -229,7 +229,7 @@ class BenchConfig:
     fsdp_offload: bool = _f(False, "parallel=fsdp, torch on CUDA: parameters and optimizer state in host memory")
     attn_implementation: str = _f("eager", "torch attention: eager | sdpa (sdpa has no forward-mode AD rule)")
     results_dir: str = _f("results", "folder of runs.csv / ops.csv, history/, logs/ and W&B runs (created if missing)")
-    resume: bool = _f(False, "skip trials already recorded ok for the same configuration")
+    resume: bool = _f(False, "skip trials already recorded ok (or diverged) for the same configuration")
     timeout_s: int = _f(1800, "per-trial wall-clock limit, seconds >= 1 (the trial ends as timeout)")
     max_host_mem_mb: float | None = _f(
         None, "null | MiB >= 1: kill a trial process whose host RSS exceeds this (status oom)"

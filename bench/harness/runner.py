@@ -1,10 +1,10 @@
 """The runner: every trial in its own freshly spawned process, whatever its scenario.
 
-Parent (`run_job`, one Hydra job): validate, skip the trial if resume finds it recorded ok, spawn the trial's
-processes (`python -m bench.scenarios PAYLOAD RESULT`, bench/harness/trial.py), watch them (timeout, host-memory
-limit, a rank that dies), classify the outcome, append its rows to the scenario's CSV, save its side files, log
-its W&B run, print progress, and return the outcome. The parent never imports torch or jax, and knows nothing of
-BERT or of ops: the scenario turns the outcome into rows.
+Parent (`run_job`, one Hydra job): validate, skip the trial if resume finds it finished (ok or diverged), spawn the
+trial's processes (`python -m bench.scenarios PAYLOAD RESULT`, bench/harness/trial.py), watch them (timeout,
+host-memory limit, a rank that dies), classify the outcome, append its rows to the scenario's CSV, save its side
+files, log its W&B run, print progress, and return the outcome. The parent never imports torch or jax, and knows
+nothing of BERT or of ops: the scenario turns the outcome into rows.
 
 Statuses: ok | oom (CUDA OOM, XLA RESOURCE_EXHAUSTED, MemoryError, host limit) | crashed (the child died: signal,
 abort, "Fatal Python error") | timeout | error (an exception: the message is in the row) | skipped (resume).
@@ -64,9 +64,9 @@ OUTCOMES = "BENCH_OUTCOMES"  # the folder where each job of a launch leaves its 
 
 
 def run_job(cfg, scenarios: Registry) -> dict:
-    """One Hydra job: skip it if resume finds it recorded ok, else spawn the trial and record its rows; returns
-    {"run_id", "status", "row"} (a sweeper reads the row) and leaves run_id and status for the launch's exit code
-    (BENCH_OUTCOMES). SIGINT, SIGTERM or SIGHUP stops the trial's processes, records nothing for it and raises
+    """One Hydra job: skip it if resume finds it finished (ok or diverged), else spawn the trial and record its rows;
+    returns {"run_id", "status", "row"} (a sweeper reads the row) and leaves run_id and status for the launch's exit
+    code (BENCH_OUTCOMES). SIGINT, SIGTERM or SIGHUP stops the trial's processes, records nothing for it and raises
     Interrupted; a full disk raises Abort (one line)."""
     cfg = resolve(cfg)
     scenario = scenario_of(scenarios, cfg.scenario)
@@ -110,8 +110,8 @@ def record_job(cfg: BenchConfig, scenario: Scenario, run_trial=None) -> dict:
     if cfg.resume:
         run_id = recorded_ok(csv_path, h)
         if run_id:
-            print(f"{progress}: skipped (recorded ok as {run_id})", flush=True)
             earlier = [r for r in read_rows(csv_path) if r.get("run_id") == run_id]
+            print(f"{progress}: skipped (recorded {earlier[0].get('status', 'ok')} as {run_id})", flush=True)
             return {"run_id": run_id, "status": "skipped", "row": earlier[0] if len(earlier) == 1 else {}}
     run_id = f"{datetime.now():%Y%m%d-%H%M%S}-{cfg.framework}-{scenario.kind(cfg)}-{uuid.uuid4().hex[:6]}"
     task = this_task(cfg)
@@ -156,11 +156,16 @@ def save_config(results_dir: Path, run_id: str, cfg: BenchConfig) -> None:
     tmp.replace(path)  # whole or absent: a rerun never reads half a config
 
 
+# What resume skips: a trial that ran to its result. A diverged trial's result is that its learning rate is unstable
+# (the same at every run of its seed); a tuning search reads it as such, so running it again would only repeat it.
+FINISHED = ("ok", "diverged")
+
+
 def recorded_ok(csv_path: Path, config_hash: str) -> str | None:
-    """The run_id of the latest run of this configuration whose every row is ok (a model trial writes one row,
-    an ops trial one per op and shape), or None."""
+    """The run_id of the latest run of this configuration whose every row is finished (FINISHED: a model trial writes
+    one row, an ops trial one per op and shape), or None."""
     mine = [r for r in read_rows(csv_path) if r.get("config_hash") == config_hash]
-    failed = {r["run_id"] for r in mine if r.get("status") != "ok"}
+    failed = {r["run_id"] for r in mine if r.get("status") not in FINISHED}
     ok = latest((r for r in mine if r["run_id"] not in failed), key=lambda r: r["config_hash"])
     return ok[-1]["run_id"] if ok else None
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from bench.harness.runner import LOG_TAIL_LINES, log_tail, trial_env
+from bench.harness.runner import LOG_TAIL_LINES, log_tail, recorded_ok, trial_env
 from bench.scenarios import SCENARIOS
 from bench.store.wandb import read_wandb_offline
 from tests.support import FAST, REPO, bench, composed, rows, run_here
@@ -127,6 +127,35 @@ def test_resume_skips_trials_recorded_ok(tmp_path):
     assert out.stdout.count(": skipped (recorded ok as") == 2
     assert "mezo" in out.stdout.split("excess MiB")[-1]  # the summary covers the whole sweep, resumed trials too
     assert out.stdout.strip().splitlines()[-1] == "bench: 3 trial(s): 2 skipped, 1 ok"
+
+
+def test_resume_finds_the_latest_run_whose_every_row_finished(tmp_path):
+    """What resume skips, on made-up rows: a run whose every row is ok or diverged (a tuning search's unstable
+    learning rate, the same at every run of its seed); never one with a row that crashed, timed out, ran out of
+    memory or raised, nor another configuration's."""
+    made_up = [
+        ("ok_then_error", "r1", "ok"),  # an earlier run finished, a later one failed: the earlier one stands
+        ("ok_then_error", "r2", "error"),
+        ("diverged", "r3", "diverged"),
+        ("ops", "r4", "ok"),  # an ops trial: a row per op and shape, one of them failed
+        ("ops", "r4", "crashed"),
+        ("timeout", "r5", "timeout"),
+        ("oom", "r6", "oom"),
+        ("two_ok", "r7", "ok"),
+        ("two_ok", "r8", "ok"),  # the latest
+    ]
+    csv_path = tmp_path / "runs.csv"
+    csv_path.write_text("config_hash,run_id,status\n" + "".join(f"{h},{r},{s}\n" for h, r, s in made_up))
+    found = {h: recorded_ok(csv_path, h) for h, _, _ in made_up} | {"other": recorded_ok(csv_path, "other")}
+    assert found == {
+        "ok_then_error": "r1",
+        "diverged": "r3",
+        "ops": None,
+        "timeout": None,
+        "oom": None,
+        "two_ok": "r8",
+        "other": None,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from bench.errors import ConfigError
 from bench.harness.command import OneLineParser, run
 from bench.harness.launch import child_env
 from bench.harness.preflight import check_path_value
+from bench.harness.runner import FINISHED
 from bench.measure.system import GIT_SHA_ENV, REPO, cpu_name, cuda_device_count, git_sha, host_slug, nvidia_smi
 from bench.scenarios.gpu import wheels
 from bench.scenarios.gpu.steps import NAMES, REPORT_BUDGET_S, STEPS, Context, Step, bench
@@ -287,13 +288,16 @@ def seed(out: Path, names: list[str], kept: Path = KEPT) -> None:
 
 
 def keep(out: Path, kept: Path = KEPT, device: str = "cuda") -> list[str]:
-    """Add every resuming step's new rows measured ok on `device` to kept/<step>.csv (each run_id once); returns
-    what it added, a line a step. A dry run's rows (the CPU's) are never kept."""
+    """Add every resuming step's new rows measured on `device` to kept/<step>.csv (each run_id once), those resume
+    skips (FINISHED: ok or diverged); returns what it added, a line a step. A dry run's rows (the CPU's) are never
+    kept."""
     said = []
     for name in sorted(RESUMES):
         rows = read_rows(out / name / "runs.csv")
         known = {r["run_id"] for r in read_rows(kept / f"{name}.csv")}
-        new = [r for r in rows if r.get("status") == "ok" and r.get("device") == device and r["run_id"] not in known]
+        new = [
+            r for r in rows if r.get("status") in FINISHED and r.get("device") == device and r["run_id"] not in known
+        ]
         if not new:
             continue
         sink = CsvSink(kept / f"{name}.csv", columns=list(rows[0]))

@@ -20,7 +20,7 @@ from bench.measure.system import REPO
 from bench.store.read import read_rows
 
 # Every GPU trial: the CUDA device; no W&B (not carried to the GPU host: docs/gpu.md); a step run again in the same
-# folder (a later call of the lease, the folder carried back) skips the trials it has recorded ok.
+# folder (a later call of the lease, the folder carried back) skips the trials it has recorded ok or diverged.
 GPU = {"device": "cuda", "logger": "none", "resume": "true"}
 # The study's shape: BERT-base, B8, T128 (issue 29; the UMass forward-AD study).
 BERT = {"model": "bert_base", "batch_size": "8", "seq_len": "128"}
@@ -81,7 +81,7 @@ class Step:
     # The least time in which it records its first row on the GPU: a lease with less left skips it for a later step
     # that fits, rather than stopping it before it has recorded anything (the dry run: check.MIN_STEP_S).
     least_s: int = 60
-    # Whether a later lease may skip the trials this one recorded ok (check.py keeps its rows and seeds the next
+    # Whether a later lease may skip the trials this one finished (check.py keeps its rows and seeds the next
     # lease with them). Not what_fits (no resume: a probe skipped as recorded would fail its search), nor repro
     # (it reruns what this lease recorded: another machine's row would make it a comparison across machines).
     resumes: bool = True
