@@ -177,6 +177,7 @@ def test_the_carried_wheels_are_what_the_gpu_image_lacks():
     assert not set(wheels.IMAGE) & set(wheels.CARRIED)
 
 
+@pytest.mark.slow
 def test_minilm_travels_in_float16_and_the_curve_step_trains_from_it(tmp_path):
     """`make gpu-wheels` writes MiniLM's real weights in float16 beside the wheels (the float32 file is over what a
     call carries): half the bytes, each weight within float16's rounding of the real one once read back as a run
