@@ -108,7 +108,7 @@ def record_job(cfg: BenchConfig, scenario: Scenario, run_trial=None) -> dict:
     except ResultsFileError as e:
         raise Abort(str(e)) from None
     if cfg.resume:
-        run_id = recorded_ok(csv_path, h)
+        run_id = recorded_finished(csv_path, h)
         if run_id:
             earlier = [r for r in read_rows(csv_path) if r.get("run_id") == run_id]
             print(f"{progress}: skipped (recorded {earlier[0].get('status', 'ok')} as {run_id})", flush=True)
@@ -161,7 +161,7 @@ def save_config(results_dir: Path, run_id: str, cfg: BenchConfig) -> None:
 FINISHED = ("ok", "diverged")
 
 
-def recorded_ok(csv_path: Path, config_hash: str) -> str | None:
+def recorded_finished(csv_path: Path, config_hash: str) -> str | None:
     """The run_id of the latest run of this configuration whose every row is finished (FINISHED: a model trial writes
     one row, an ops trial one per op and shape), or None."""
     mine = [r for r in read_rows(csv_path) if r.get("config_hash") == config_hash]

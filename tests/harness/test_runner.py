@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from bench.harness.runner import LOG_TAIL_LINES, log_tail, recorded_ok, trial_env
+from bench.harness.runner import LOG_TAIL_LINES, log_tail, recorded_finished, trial_env
 from bench.scenarios import SCENARIOS
 from bench.store.wandb import read_wandb_offline
 from tests.support import FAST, REPO, bench, composed, rows, run_here
@@ -116,7 +116,7 @@ def test_timeout_is_recorded(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_skips_trials_recorded_ok(tmp_path):
+def test_resume_skips_trials_recorded_finished(tmp_path):
     run_here("-m", "framework=torch", "mode=inference,backprop", *FAST, "logger=none", results=tmp_path)
     assert [r["status"] for r in rows(tmp_path)] == ["ok", "ok"]
     out = bench(
@@ -146,7 +146,7 @@ def test_resume_finds_the_latest_run_whose_every_row_finished(tmp_path):
     ]
     csv_path = tmp_path / "runs.csv"
     csv_path.write_text("config_hash,run_id,status\n" + "".join(f"{h},{r},{s}\n" for h, r, s in made_up))
-    found = {h: recorded_ok(csv_path, h) for h, _, _ in made_up} | {"other": recorded_ok(csv_path, "other")}
+    found = {h: recorded_finished(csv_path, h) for h, _, _ in made_up} | {"other": recorded_finished(csv_path, "other")}
     assert found == {
         "ok_then_error": "r1",
         "diverged": "r3",
