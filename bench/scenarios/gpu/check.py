@@ -534,7 +534,10 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise ConfigError(f"--steps={','.join(unknown)}: no such step; accepted: {','.join(NAMES)}")
         ag_news = Path(args.ag_news) if args.ag_news else None
-        minilm = Path(args.wheels).resolve() / wheels.MINILM_FP16  # the curve's weights, carried beside the wheels
+        # The curve's weights, carried beside the wheels: named relative to the tree where they lie in it, as every
+        # trial runs there; the path is part of each trial's identity, so a lease in another folder still resumes
+        carried = Path(args.wheels).resolve() / wheels.MINILM_FP16
+        minilm = carried.relative_to(REPO) if carried.is_relative_to(REPO) else carried
         if ag_news and not all((ag_news / f).is_file() for f in ("train.csv", "test.csv")):
             raise ConfigError(f"--ag-news={ag_news}: no train.csv and test.csv there; accepted: AG News' folder")
         default = f"results_gpu/{datetime.now(timezone.utc):%Y-%m-%d}_{host_slug()}{'_dry' if args.dry_run else ''}"
@@ -545,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
             check_path_value("--out", "results_dir", out)
             if ag_news:
                 check_path_value("--ag-news", "data.path", ag_news)
-            check_path_value("--wheels", "model.checkpoint", minilm)
+            check_path_value("--wheels", "model.checkpoint", carried)
         folder = Path(args.stream).resolve() if args.stream else None
         if folder is not None and (folder == out or out in folder.parents):
             raise ConfigError(
@@ -569,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.summarize:
                 if args.lease and not args.dry_run and not args.fresh:
                     seed(out, steps)
-                run_steps(args, steps, out, runner, deadline, ag_news, ended, minilm if minilm.is_file() else None)
+                run_steps(args, steps, out, runner, deadline, ag_news, ended, minilm if carried.is_file() else None)
             else:
                 for line in keep(out):
                     print(line, flush=True)
