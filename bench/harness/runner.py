@@ -108,10 +108,10 @@ def record_job(cfg: BenchConfig, scenario: Scenario, run_trial=None) -> dict:
     except ResultsFileError as e:
         raise Abort(str(e)) from None
     if cfg.resume:
-        run_id = recorded_finished(csv_path, h)
-        if run_id:
-            earlier = [r for r in read_rows(csv_path) if r.get("run_id") == run_id]
-            print(f"{progress}: skipped (recorded {earlier[0].get('status', 'ok')} as {run_id})", flush=True)
+        earlier = recorded_finished(csv_path, h)
+        if earlier:
+            run_id = earlier[0]["run_id"]
+            print(f"{progress}: skipped (recorded {earlier[0]['status']} as {run_id})", flush=True)
             return {"run_id": run_id, "status": "skipped", "row": earlier[0] if len(earlier) == 1 else {}}
     run_id = f"{datetime.now():%Y%m%d-%H%M%S}-{cfg.framework}-{scenario.kind(cfg)}-{uuid.uuid4().hex[:6]}"
     task = this_task(cfg)
@@ -161,13 +161,13 @@ def save_config(results_dir: Path, run_id: str, cfg: BenchConfig) -> None:
 FINISHED = ("ok", "diverged")
 
 
-def recorded_finished(csv_path: Path, config_hash: str) -> str | None:
-    """The run_id of the latest run of this configuration whose every row is finished (FINISHED: a model trial writes
-    one row, an ops trial one per op and shape), or None."""
+def recorded_finished(csv_path: Path, config_hash: str) -> list[dict]:
+    """The rows of the latest run of this configuration whose every row is finished (FINISHED: a model trial writes
+    one row, an ops trial one per op and shape), or none."""
     mine = [r for r in read_rows(csv_path) if r.get("config_hash") == config_hash]
     failed = {r["run_id"] for r in mine if r.get("status") not in FINISHED}
-    ok = latest((r for r in mine if r["run_id"] not in failed), key=lambda r: r["config_hash"])
-    return ok[-1]["run_id"] if ok else None
+    done = latest((r for r in mine if r["run_id"] not in failed), key=lambda r: r["config_hash"])
+    return [r for r in mine if r["run_id"] == done[-1]["run_id"]] if done else []
 
 
 def progress_info(cfg: BenchConfig) -> tuple[int, int | str, str, str]:

@@ -116,7 +116,7 @@ def test_timeout_is_recorded(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_skips_trials_recorded_finished(tmp_path):
+def test_resume_skips_trials_recorded_ok(tmp_path):
     run_here("-m", "framework=torch", "mode=inference,backprop", *FAST, "logger=none", results=tmp_path)
     assert [r["status"] for r in rows(tmp_path)] == ["ok", "ok"]
     out = bench(
@@ -146,15 +146,16 @@ def test_resume_finds_the_latest_run_whose_every_row_finished(tmp_path):
     ]
     csv_path = tmp_path / "runs.csv"
     csv_path.write_text("config_hash,run_id,status\n" + "".join(f"{h},{r},{s}\n" for h, r, s in made_up))
-    found = {h: recorded_finished(csv_path, h) for h, _, _ in made_up} | {"other": recorded_finished(csv_path, "other")}
+    runs = lambda h: [r["run_id"] for r in recorded_finished(csv_path, h)]  # noqa: E731
+    found = {h: runs(h) for h, _, _ in made_up} | {"other": runs("other")}
     assert found == {
-        "ok_then_error": "r1",
-        "diverged": "r3",
-        "ops": None,
-        "timeout": None,
-        "oom": None,
-        "two_ok": "r8",
-        "other": None,
+        "ok_then_error": ["r1"],
+        "diverged": ["r3"],
+        "ops": [],
+        "timeout": [],
+        "oom": [],
+        "two_ok": ["r8"],
+        "other": [],
     }
 
 

@@ -132,15 +132,21 @@ def study_data(ctx: Context) -> str:
     )
 
 
-# The curve's scopes on the GPU (conf/experiment/cost_to_target_curve.yaml): last_k=1's 1.9 M parameters left out,
-# where a one-direction estimate would need about 10^5 steps (its steps grow as d); backprop's point there is the
-# CPU run's. Both frameworks, JAX's first.
-CURVE_SCOPES = "classifier,lora_r1,bias,lora_r8"
-CURVE = f"{{framework:'jax,torch',+experiment/cost_to_target_curve:'{CURVE_SCOPES}',case:'backprop,jvp,mezo'}}"
-# The dry run's one search point per case (every case's grid must have as many) and one fresh seed
+# The curve's sweep on the GPU: the experiment's own (conf/experiment/cost_to_target_curve.yaml) but last_k=1's
+# 1.9 M parameters, where a one-direction estimate would need about 10^5 steps (its steps grow as d; backprop's point
+# there is the CPU run's), and JAX's trials first.
+CURVE_SWEEP = OmegaConf.load(CONF_DIR / "experiment" / "cost_to_target_curve.yaml").hydra.sweeper
+SCOPES = "+experiment/cost_to_target_curve"
+CURVE_SCOPES = ",".join(s for s in CURVE_SWEEP.params[SCOPES].split(",") if s != "last_k1")
+CURVE = f"{{framework:'jax,torch',{SCOPES}:'{CURVE_SCOPES}',case:'{CURVE_SWEEP.params.case}'}}"
+# The dry run's one search point per case (every case's grid must have as many), in each grid's own form
+_POINT = "[{optimizer.lr:0.01}]"
 CURVE_DRY_SPACE = (
-    "{backprop:[{optimizer.lr:0.01}],"
-    + ",".join(f"{case}:{{points:[{{optimizer.lr:0.01}}]}}" for case in ("jvp", "mezo", "hizoo", "lozo"))
+    "{"
+    + ",".join(
+        f"{case}:{_POINT}" if OmegaConf.is_list(grid) else f"{case}:{{points:{_POINT}}}"
+        for case, grid in CURVE_SWEEP.space.items()
+    )
     + "}"
 )
 

