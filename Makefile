@@ -93,4 +93,4 @@ gpu-lease: $(if $(GPU_CHECK_DRY),$(STAMP))  ## on a lent GPU: one device call, m
 	@$(MAKE) --no-print-directory gpu-check ARGS="--lease $(ARGS)"
 
 clean:  ## remove results, Hydra outputs and caches (keeps .venv)
-	rm -rf results outputs multirun .pytest_cache .ruff_cache
+	rm -rf results outputs multirun .pytest_cache .ruff_cache .cache

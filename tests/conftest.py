@@ -6,24 +6,23 @@ import functools
 import os
 import shutil
 import subprocess
-import tempfile
+from pathlib import Path
 
 import pytest
 
-# One XLA compilation cache for the session, shared by the test process and every trial it starts (they inherit
-# the environment): the suite compiles the same tiny programs in many trials, and a trial that finds its program
-# there skips XLA's compile (about a tenth of the JAX tests' time). Nothing asserts how long a compile takes.
-# Under pytest-xdist the workers inherit the controller's folder (it is set before they start); only the process
-# that made it removes it, once every worker is done.
-_XLA_CACHE = None
+# One XLA compilation cache, shared by the test process and every trial it starts (they inherit the environment),
+# and kept between runs in .cache/xla (ignored by git; `make clean` removes it): the suite compiles the same tiny
+# programs in many trials, and a run finds there what the last one compiled, so a second `make test` skips most of
+# XLA's compiling (docs/testing.md has it measured). JAX's cache key is the program, the jax/jaxlib versions, the XLA
+# flags and the device, so an edited program compiles anew; least recently used entries go beyond 1 GiB. Nothing
+# asserts how long a compile takes. JAX_COMPILATION_CACHE_DIR set by the caller wins (an empty folder: a cold run).
+# Under pytest-xdist the workers inherit the folder, and JAX's file lock keeps their writes apart.
+XLA_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "xla"
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    _XLA_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-tests-xla-")
+    XLA_CACHE.mkdir(parents=True, exist_ok=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(XLA_CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-
-
-def pytest_unconfigure(config):
-    if _XLA_CACHE is not None:
-        shutil.rmtree(_XLA_CACHE, ignore_errors=True)
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(1 << 30))
 
 
 @functools.cache
