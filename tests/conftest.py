@@ -6,9 +6,10 @@ import functools
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
+
+from bench.measure.system import REPO  # imports neither jax nor torch: the cache is set before either
 
 # One XLA compilation cache, shared by the test process and every trial it starts (they inherit the environment),
 # and kept between runs in .cache/xla (ignored by git; `make clean` removes it): the suite compiles the same tiny
@@ -17,7 +18,7 @@ import pytest
 # flags and the device, so an edited program compiles anew; least recently used entries go beyond 1 GiB. Nothing
 # asserts how long a compile takes. JAX_COMPILATION_CACHE_DIR set by the caller wins (an empty folder: a cold run).
 # Under pytest-xdist the workers inherit the folder, and JAX's file lock keeps their writes apart.
-XLA_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "xla"
+XLA_CACHE = REPO / ".cache" / "xla"
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     XLA_CACHE.mkdir(parents=True, exist_ok=True)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = str(XLA_CACHE)

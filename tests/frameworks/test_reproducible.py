@@ -24,7 +24,7 @@ MODES = {"backprop": {}, "backprop+remat": {"remat": True}, "jvp": {}, "jacfwd":
 
 def losses(framework: str, mode: str, seed: int, build: int = 0) -> list[float]:
     """The losses of three steps of a trainer built afresh (`build` tells builds apart for the cache below). A second
-    JAX trainer of the same program reads it from the session's XLA compilation cache (tests/conftest.py): built
+    JAX trainer of the same program reads it from the suite's XLA compilation cache (tests/conftest.py): built
     anew, as a trial builds it, without paying the compile twice."""
     return steps_of(framework, mode, seed, build)
 
