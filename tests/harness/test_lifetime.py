@@ -49,6 +49,14 @@ def trials_of(launcher: int) -> list[psutil.Process]:
     return found
 
 
+def cmdline(p: psutil.Process) -> list[str]:
+    """A process's command line, or nothing for one that ended (or is a zombie) between listing and reading it."""
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
 def wait_for(predicate, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -91,7 +99,7 @@ def test_no_trial_outlives_its_launcher(surface, sig, tmp_path):
     try:
         assert wait_for(lambda: len(trials_of(proc.pid)) == ranks, 120), proc.stderr.read() if proc.poll() else ""
         os.kill(proc.pid, sig)
-        assert wait_for(lambda: not trials_of(proc.pid), GONE_WITHIN_S), [p.cmdline() for p in trials_of(proc.pid)]
+        assert wait_for(lambda: not trials_of(proc.pid), GONE_WITHIN_S), [cmdline(p) for p in trials_of(proc.pid)]
         proc.wait(timeout=30)
         if sig == signal.SIGHUP:  # handled: the trial stopped, one line, 128 + SIGHUP
             assert proc.returncode == 129 and "interrupted (SIGHUP)" in proc.stderr.read()
@@ -159,7 +167,7 @@ def test_perf_interrupted_is_one_line_and_130(tmp_path):
         start_new_session=True,
     )
     try:
-        suite_trial = lambda: any(TRIAL_MODULE in c.cmdline() for c in psutil.Process(proc.pid).children(True))
+        suite_trial = lambda: any(TRIAL_MODULE in cmdline(c) for c in psutil.Process(proc.pid).children(True))
         assert wait_for(suite_trial, 120)  # the first round's suite side is timing its steps
         os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole group
         _, err = proc.communicate(timeout=60)
