@@ -22,12 +22,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from bench import cli
 from bench.config import LAUNCH_ID, BenchConfig, resolve, to_dict
 from bench.harness import runner
-from bench.harness.launch import child_env
+from bench.harness.launch import TRIAL_MODULE, child_env
 from bench.harness.preflight import compose_trials, preflight
 from bench.harness.runner import record_job, trial_env
 from bench.harness.scenario import RUN_ID_ENV
@@ -566,3 +567,22 @@ def trained_adapters(spec, lora, seed: int = 1) -> dict:
         if ".lora_B." in k:
             out[k] = (0.2 * rng.standard_normal(out[k].shape)).astype(np.float32)
     return out
+
+
+def cmdline(p: psutil.Process) -> list[str]:
+    """A process's command line, or nothing for one that ended (or is a zombie) between listing and reading it."""
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+def trials_anywhere(launcher_pid: int) -> list[psutil.Process]:
+    """Trial processes of this launch, wherever they were reparented: their temp folder names the launcher."""
+    mark = f"bench-{launcher_pid}-"
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        argv = p.info["cmdline"] or []
+        if TRIAL_MODULE in argv and any(mark in part for part in argv):  # python -m bench.scenarios PAYLOAD RESULT
+            found.append(p)
+    return found

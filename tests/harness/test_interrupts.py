@@ -17,7 +17,7 @@ import pytest
 
 from bench.harness.launch import QUIET_TRACKER, TRIAL_MODULE, quiet_helpers
 from bench.store.read import read_rows
-from tests.support import FAST, REPO
+from tests.support import FAST, REPO, cmdline, trials_anywhere
 
 LAUNCHERS = {
     "basic": [],
@@ -36,25 +36,6 @@ def trials_of(pid: int) -> list[psutil.Process]:
     except psutil.NoSuchProcess:
         return []
     return [p for p in kids if TRIAL_MODULE in cmdline(p)]  # python -m bench.scenarios PAYLOAD RESULT
-
-
-def cmdline(p: psutil.Process) -> list[str]:
-    """A process's command line, or nothing for one that ended (or is a zombie) while we looked."""
-    try:
-        return p.cmdline()
-    except psutil.Error:
-        return []
-
-
-def trial_processes_anywhere(launcher_pid: int) -> list[psutil.Process]:
-    """Trial processes of this launch, wherever they were reparented: their temp folder names the launcher."""
-    mark = f"bench-{launcher_pid}-"
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        argv = p.info["cmdline"] or []
-        if TRIAL_MODULE in argv and mark in " ".join(argv):  # python -m bench.scenarios PAYLOAD RESULT
-            found.append(p)
-    return found
 
 
 def reported_in_timed_steps(launcher_pid: int) -> bool:
@@ -110,7 +91,7 @@ def test_an_interrupt_stops_the_trial_records_nothing_and_resume_finishes(tmp_pa
         proc.kill()  # a no-op for one that ended; its trials die with it
     assert proc.returncode == 128 + sig, err
     assert err.strip().splitlines()[-1].startswith(f"bench: interrupted ({signal.Signals(sig).name})"), err
-    assert not trial_processes_anywhere(proc.pid)
+    assert not trials_anywhere(proc.pid)
     assert not list(Path(tempfile.gettempdir()).glob(f"bench-{proc.pid}-*"))
     assert (tmp_path / "runs.csv").read_bytes() == recorded  # nothing partial
     earlier = [r["run_id"] for r in read_rows(tmp_path / "runs.csv")]
@@ -158,7 +139,7 @@ def test_an_interrupt_to_a_single_trial_stops_it(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=STOP_WITHIN_S)
     assert proc.returncode == 130 and err.strip().splitlines()[-1].startswith("bench: interrupted (SIGINT)"), err
-    assert not trial_processes_anywhere(proc.pid) and not (tmp_path / "runs.csv").exists()
+    assert not trials_anywhere(proc.pid) and not (tmp_path / "runs.csv").exists()
 
 
 LEAK = "from joblib.externals.loky.backend import resource_tracker; resource_tracker.register({path!r}, 'file')"

@@ -22,7 +22,7 @@ import pytest
 
 from bench.harness.launch import TRIAL_MODULE
 from bench.store.read import read_rows
-from tests.support import bench_here, run_here
+from tests.support import bench_here, cmdline, run_here, trials_anywhere
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
@@ -36,25 +36,6 @@ TINY = [
 ]
 FOREVER = "steps=1000000"
 GONE_WITHIN_S = 10  # the kernel signals the children at once; a loaded CI host takes a moment to reap them
-
-
-def trials_of(launcher: int) -> list[psutil.Process]:
-    """Every trial process of this launch (their temp folders name the launcher), wherever they were re-parented."""
-    mark = f"bench-{launcher}-"
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if TRIAL_MODULE in cmd and any(mark in part for part in cmd):
-            found.append(p)
-    return found
-
-
-def cmdline(p: psutil.Process) -> list[str]:
-    """A process's command line, or nothing for one that ended (or is a zombie) between listing and reading it."""
-    try:
-        return p.cmdline()
-    except psutil.Error:
-        return []
 
 
 def wait_for(predicate, timeout: float) -> bool:
@@ -97,16 +78,18 @@ def test_no_trial_outlives_its_launcher(surface, sig, tmp_path):
     proc = start([*SURFACES[surface], f"results_dir={tmp_path}"])
     ranks = 2 if surface == "ddp" else 1
     try:
-        assert wait_for(lambda: len(trials_of(proc.pid)) == ranks, 120), proc.stderr.read() if proc.poll() else ""
+        assert wait_for(lambda: len(trials_anywhere(proc.pid)) == ranks, 120), proc.stderr.read() if proc.poll() else ""
         os.kill(proc.pid, sig)
-        assert wait_for(lambda: not trials_of(proc.pid), GONE_WITHIN_S), [cmdline(p) for p in trials_of(proc.pid)]
+        assert wait_for(lambda: not trials_anywhere(proc.pid), GONE_WITHIN_S), [
+            cmdline(p) for p in trials_anywhere(proc.pid)
+        ]
         proc.wait(timeout=30)
         if sig == signal.SIGHUP:  # handled: the trial stopped, one line, 128 + SIGHUP
             assert proc.returncode == 129 and "interrupted (SIGHUP)" in proc.stderr.read()
         bench_here("targets", str(tmp_path))  # any command of the suite first removes what killed launches left
         assert not list(Path(tempfile.gettempdir()).glob(f"bench-{proc.pid}-*"))  # the next command removed it
     finally:
-        for p in trials_of(proc.pid):
+        for p in trials_anywhere(proc.pid):
             p.kill()
         proc.kill()
 
