@@ -46,7 +46,17 @@ from bench.harness.launch import (
     this_task,
 )
 from bench.harness.plan import read_plan
-from bench.harness.scenario import CONFIGS, LOGS, RUN_ID_ENV, Registry, Scenario, config_hash, scenario_of, validate
+from bench.harness.scenario import (
+    CONFIGS,
+    FINISHED,
+    LOGS,
+    RUN_ID_ENV,
+    Registry,
+    Scenario,
+    config_hash,
+    scenario_of,
+    validate,
+)
 from bench.harness.signals import Abort, interrupts_raise
 from bench.harness.sweep import worst
 from bench.measure.system import REPO
@@ -154,11 +164,6 @@ def save_config(results_dir: Path, run_id: str, cfg: BenchConfig) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(to_dict(cfg), indent=1))
     tmp.replace(path)  # whole or absent: a rerun never reads half a config
-
-
-# What resume skips: a trial that ran to its result. A diverged trial's result is that its learning rate is unstable
-# (the same at every run of its seed); a tuning search reads it as such, so running it again would only repeat it.
-FINISHED = ("ok", "diverged")
 
 
 def recorded_finished(csv_path: Path, config_hash: str) -> list[dict]:

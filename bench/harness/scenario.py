@@ -27,6 +27,10 @@ RUN_ID_ENV = "BENCH_RUN_ID"
 CONFIGS, LOGS = "configs", "logs"
 RUNNER_FOLDERS = (CONFIGS, LOGS)
 
+# What resume skips: a trial that ran to its result. A diverged trial's result is that its learning rate is unstable
+# (the same at every run of its seed); a tuning search reads it as such, so running it again would only repeat it.
+FINISHED = ("ok", "diverged")
+
 
 class Scenario(ABC):
     name: str  # the `scenario=` value

@@ -23,6 +23,7 @@ from bench.harness.preflight import compose_trials
 from bench.harness.tuning import expand, winners
 from bench.report.build import build, results_of
 from bench.scenarios import REPORT_SECTIONS
+from bench.scenarios.model.scenario import MODEL
 from bench.scenarios.model.trial import Target
 from bench.store.read import read_history, read_rows
 from tests.support import bench_here, run_here, sweep_here
@@ -212,6 +213,21 @@ def test_a_tuning_sweep_counts_its_own_trials_and_a_resume_its_skipped_ones(tune
     table = resumed.split("excess MiB")[-1].splitlines()
     assert sum(line.startswith("torch ") for line in table) == 6  # the summary table: each trial it skipped
     assert len(rows) == 6  # nothing ran again
+
+
+def test_a_resumed_sweeps_summary_shows_the_trials_it_skipped_as_diverged():
+    """Resume skips a trial recorded ok or diverged; the sweep's summary shows the row that made it skip for both (a
+    search below a diverged point is resumed with its diverged trials), never a crashed row or another sweep's."""
+    rows = [
+        {"config_hash": "a", "sweep_id": "old", "run_id": "1", "status": "ok"},
+        {"config_hash": "b", "sweep_id": "old", "run_id": "2", "status": "diverged"},
+        {"config_hash": "c", "sweep_id": "old", "run_id": "3", "status": "crashed"},
+        {"config_hash": "d", "sweep_id": "old", "run_id": "4", "status": "diverged"},
+        {"config_hash": "c", "sweep_id": "new", "run_id": "5", "status": "ok"},
+        {"config_hash": "e", "sweep_id": "new", "run_id": "6", "status": "ok"},  # a repeat: not known up front
+    ]
+    shown = MODEL.sweep_rows(rows, ["a", "b", "c"], "new")
+    assert [r["run_id"] for r in shown] == ["1", "2", "5", "6"]
 
 
 @pytest.mark.slow

@@ -50,7 +50,7 @@ from bench.errors import ConfigError
 from bench.harness.command import OneLineParser, run
 from bench.harness.launch import child_env
 from bench.harness.preflight import check_path_value
-from bench.harness.runner import FINISHED
+from bench.harness.scenario import FINISHED
 from bench.measure.system import GIT_SHA_ENV, REPO, cpu_name, cuda_device_count, git_sha, host_slug, nvidia_smi
 from bench.scenarios.gpu import wheels
 from bench.scenarios.gpu.steps import NAMES, REPORT_BUDGET_S, STEPS, Context, Step, bench
