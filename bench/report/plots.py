@@ -8,6 +8,7 @@ report and the W&B dashboard alike.
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,6 +176,15 @@ def fit_title(title: str, width: float) -> str:
     return "\n".join(lines)
 
 
+def measured_ticks(xs: list[float]) -> bool:
+    """Whether a log axis's ticks are its measured values: a few whole numbers (layers, trained parameters), no two
+    closer than a twentieth of the axis's span in log (their labels would overlap)."""
+    if not 1 < len(xs) <= 12 or not all(x > 0 and float(x).is_integer() for x in xs):
+        return False
+    logs = [math.log10(x) for x in xs]
+    return min(b - a for a, b in zip(logs, logs[1:])) >= (logs[-1] - logs[0]) / 20
+
+
 def _draw_panel(ax, p: Chart) -> None:
     if p.categories:
         _draw_bars(ax, p)
@@ -200,9 +210,13 @@ def _draw_panel(ax, p: Chart) -> None:
         xs = sorted({x for s in p.series if not s.guide for x in s.xs})
         if p.logx:
             ax.set_xscale("log", base=p.logx)
-            if p.logx == 2 and 0 < len(xs) <= 12:  # the measured values as ticks: 1, 2, 4, 8 layers...
-                ax.set_xticks(xs, [f"{x:g}" for x in xs])
+            if measured_ticks(xs):  # the measured values as ticks: 1, 2, 4, 8 layers; a model's trained scopes
+                ax.set_xticks(xs, [f"{x:,.0f}" for x in xs])
                 ax.minorticks_off()
+            else:  # a log axis spanning a decade or two labels its minor ticks too, over each other
+                from matplotlib.ticker import NullFormatter
+
+                ax.xaxis.set_minor_formatter(NullFormatter())
         elif all(float(x).is_integer() for s in p.series for x in s.xs):  # steps, layers: no 2.5th step
             if len(xs) <= 12:  # a sweep's few values (1, 2, 4, 8 layers) as the ticks
                 ax.set_xticks(xs, [f"{x:g}" for x in xs])

@@ -167,3 +167,24 @@ def test_pathology_is_explained_where_naive_jvp_rows_exist(full):
     section = full["md"].split("## The UMass study's jvp pathology", 1)[1].split("\n## ", 1)[0]
     assert "require" in section and "detach" in section
     assert "| jvp[naive] | ok | " in section and "| 2.00× |" in section  # 1800 / 900
+
+
+def test_a_log_axis_is_ticked_at_the_measured_values_or_has_no_minor_labels():
+    """A log axis over a few measured values (a model's trained scopes) is ticked at them, named in full; one over
+    many values keeps the default decades without labelling its minor ticks, which overlapped over two decades."""
+    from matplotlib.figure import Figure
+
+    from bench.report.plots import Chart, Series, _draw_panel
+
+    def labels(xs: list[float]) -> tuple[list[str], list[str]]:
+        ax = Figure().add_subplot()
+        _draw_panel(
+            ax, Chart("t", "trained parameters", "steps", [Series("torch", "mezo", xs, [1.0] * len(xs))], logx=10)
+        )
+        ax.figure.canvas.draw()
+        text = lambda minor: [t.get_text() for t in ax.get_xticklabels(minor=minor) if t.get_text()]
+        return text(False), text(True)
+
+    assert labels([1540, 10756, 27652, 75268]) == (["1,540", "10,756", "27,652", "75,268"], [])
+    assert labels([1540, 1560, 75268])[1] == []  # two scopes too close to name apart: decades, unlabelled minors
+    assert labels([float(x) for x in range(1500, 80000, 2000)])[1] == []
