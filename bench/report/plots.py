@@ -146,7 +146,7 @@ def draw(plot: Plot, path: Path) -> Path:
         for panel in row:
             left += PAD_LEFT
             ax = fig.add_axes((left / fig_w, bottom / fig_h, _panel_width(panel) / fig_w, PANEL_HEIGHT / fig_h))
-            _draw_panel(ax, panel)
+            draw_panel(ax, panel)
             left += _panel_width(panel) + legend_w(panel)
     fig.suptitle(plot.title, fontsize=11, y=1 - 0.1 / fig_h, va="top")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,7 +185,8 @@ def measured_ticks(xs: list[float]) -> bool:
     return min(b - a for a, b in zip(logs, logs[1:])) >= (logs[-1] - logs[0]) / 20
 
 
-def _draw_panel(ax, p: Chart) -> None:
+def draw_panel(ax, p: Chart) -> None:
+    """Draw one chart on a matplotlib Axes: its lines or bars, axes, ticks and legend."""
     if p.categories:
         _draw_bars(ax, p)
     else:

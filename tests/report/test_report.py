@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from matplotlib.figure import Figure
 
+from bench.report.plots import Chart, Series, draw_panel
 from bench.scenarios.model.report.modes import depth_growth
 from bench.scenarios.model.report.plots import plan_plots
 from bench.scenarios.model.select import group_contexts, select
@@ -172,13 +174,10 @@ def test_pathology_is_explained_where_naive_jvp_rows_exist(full):
 def test_a_log_axis_is_ticked_at_the_measured_values_or_has_no_minor_labels():
     """A log axis over a few measured values (a model's trained scopes) is ticked at them, named in full; one over
     many values keeps the default decades without labelling its minor ticks, which overlapped over two decades."""
-    from matplotlib.figure import Figure
-
-    from bench.report.plots import Chart, Series, _draw_panel
 
     def labels(xs: list[float]) -> tuple[list[str], list[str]]:
         ax = Figure().add_subplot()
-        _draw_panel(
+        draw_panel(
             ax, Chart("t", "trained parameters", "steps", [Series("torch", "mezo", xs, [1.0] * len(xs))], logx=10)
         )
         ax.figure.canvas.draw()
