@@ -577,6 +577,15 @@ def cmdline(p: psutil.Process) -> list[str]:
         return []
 
 
+def trials_under(pid: int) -> list[psutil.Process]:
+    """Trial processes among this process's descendants (none once it has ended)."""
+    try:
+        kids = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [p for p in kids if TRIAL_MODULE in cmdline(p)]  # python -m bench.scenarios PAYLOAD RESULT
+
+
 def trials_anywhere(launcher_pid: int) -> list[psutil.Process]:
     """Trial processes of this launch, wherever they were reparented: their temp folder names the launcher."""
     mark = f"bench-{launcher_pid}-"

@@ -12,12 +12,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from bench.harness.launch import QUIET_TRACKER, TRIAL_MODULE, quiet_helpers
+from bench.harness.launch import QUIET_TRACKER, quiet_helpers
 from bench.store.read import read_rows
-from tests.support import FAST, REPO, cmdline, trials_anywhere
+from tests.support import FAST, REPO, trials_anywhere, trials_under
 
 LAUNCHERS = {
     "basic": [],
@@ -28,14 +27,6 @@ LAUNCHERS = {
 # batches before its first step (a million steps' took it past a minute).
 ENDLESS = 10_000
 STOP_WITHIN_S = 20  # the parent gives its jobs 5 s to stop their trials, then kills; loaded CI hosts are slow
-
-
-def trials_of(pid: int) -> list[psutil.Process]:
-    try:
-        kids = psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    return [p for p in kids if TRIAL_MODULE in cmdline(p)]  # python -m bench.scenarios PAYLOAD RESULT
 
 
 def reported_in_timed_steps(launcher_pid: int) -> bool:
@@ -78,7 +69,7 @@ def test_an_interrupt_stops_the_trial_records_nothing_and_resume_finishes(tmp_pa
             time.sleep(0.2)  # the short trial is recorded
         while time.monotonic() < deadline and not reported_in_timed_steps(proc.pid):
             time.sleep(0.2)  # the endless one is inside its timed steps
-        assert trials_of(proc.pid) and reported_in_timed_steps(proc.pid), "no trial in its timed steps"
+        assert trials_under(proc.pid) and reported_in_timed_steps(proc.pid), "no trial in its timed steps"
         recorded = (tmp_path / "runs.csv").read_bytes()
         if group:
             os.killpg(proc.pid, sig)
@@ -134,7 +125,7 @@ def test_an_interrupt_to_a_single_trial_stops_it(tmp_path):
         env=env,
     )
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not trials_of(proc.pid):
+    while time.monotonic() < deadline and not trials_under(proc.pid):
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=STOP_WITHIN_S)

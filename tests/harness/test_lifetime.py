@@ -17,12 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from bench.harness.launch import TRIAL_MODULE
 from bench.store.read import read_rows
-from tests.support import bench_here, cmdline, run_here, trials_anywhere
+from tests.support import bench_here, cmdline, run_here, trials_anywhere, trials_under
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
@@ -150,7 +148,7 @@ def test_perf_interrupted_is_one_line_and_130(tmp_path):
         start_new_session=True,
     )
     try:
-        suite_trial = lambda: any(TRIAL_MODULE in cmdline(c) for c in psutil.Process(proc.pid).children(True))
+        suite_trial = lambda: bool(trials_under(proc.pid))
         assert wait_for(suite_trial, 120)  # the first round's suite side is timing its steps
         os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole group
         _, err = proc.communicate(timeout=60)
