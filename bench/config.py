@@ -246,6 +246,11 @@ class BenchConfig:
         "| rerun (python -m bench rerun)",
     )
     tune_group: str | None = _f(None, "set by the tuning sweeper: what is tuned together (the sweep's fixed choices)")
+    tune_stop_after: int | None = _f(
+        None,
+        "set by the tuning sweeper (hydra.sweeper.capping=true): a search trial that has not met the target by "
+        "this step (warm-up included) ends there, capped: it can no longer beat its group's best",
+    )
     divergence_factor: float = _f(
         10.0, "a loss that turns non-finite or grows past this many times the first stops the trial as diverged, > 1"
     )
@@ -279,6 +284,7 @@ class TuningSweeperConf:
     params: Any = None  # what is compared, as Hydra's basic sweeper takes it: {key: "a,b"}
     space: Any = None  # {case or mode: [point, ...] or {points, scale: 1/d, at}}, a point: overrides {key: value}
     objective: str = "wall_to_target_s"  # a column of the trial's row; lower is better
+    capping: bool = False  # a group's points in rounds, each stopped at the steps its group's best took
     repeats: list[int] = field(default_factory=list)  # the seeds each winner runs again with
     budget: int | None = None  # trials per group: its points, then points below them while all diverged
     max_batch_size: int | None = None

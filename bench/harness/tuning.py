@@ -14,6 +14,7 @@ every submission the same tuning budget:
         objective: wall_to_target_s                                    # a column of the row: lower is better
         repeats: [1, 2]                                                # seeds the winner runs again with
         budget: 5                                                      # trials per group, extensions included
+        capping: true                                                  # stop a point once it cannot win
 
 A case's space may instead be placed by the trained dimension d (the parameters its combination trains): a
 one-direction estimate's (a forward gradient's, MeZO's) variance grows about as d, so its stable learning rate
@@ -24,6 +25,14 @@ falls about as 1/d, and one grid for every trainable scope misses the larger one
 The sweeper counts d from each combination's composed config. And where every point of a group diverged, the
 search goes on below it, a point at a time at the grid's own spacing, while the group has trials left in
 `budget` (the same for every case; its points when not given).
+
+With `capping`, phase one runs each group's points in rounds, from its highest learning rate down (the ones that
+diverge end at once; the first stable one is likely the fastest), and a point runs only as far as its group's best
+so far took to reach the target (`tune_stop_after`; its row says `capped`): past that step it can no longer win.
+This is ParamILS's adaptive capping for a cost to a target: with the steps as objective the winners are exactly the
+full grid's (a point's trajectory does not depend on when it stops), and with a time as objective too while a
+group's points run the same step (they differ in the learning rate only); what it saves is the steps of the
+points that would have gone on to the cap.
 
 Phase one runs every point of every combination of `params` (`tuning=search`); phase two runs each combination's
 winner, the point with the smallest objective among the trials that reached it, at every seed of `repeats`
@@ -51,7 +60,7 @@ from omegaconf import OmegaConf
 from bench import models
 from bench.config import lora_spec, model_spec
 from bench.errors import ConfigError
-from bench.harness.plan import add_trials
+from bench.harness.plan import add_trials, read_plan
 from bench.spec import MAX_SEED
 
 # What picks a winner: a cost to the target, lower is better (each a column of scenario=model's rows)
@@ -212,6 +221,29 @@ def below(results: list[tuple[str, list[str], dict]], budget: int | None) -> lis
     return out
 
 
+def rounds(search: list[tuple[str, list[str]]]) -> list[list[tuple[str, list[str]]]]:
+    """Phase one's trials in capping's rounds: round k holds the k-th point of every group that has one, each
+    group's points from its highest learning rate down (those without one after, in their order)."""
+    groups: dict[str, list[list[str]]] = {}
+    for group, overrides in search:
+        groups.setdefault(group, []).append(overrides)
+    for points in groups.values():
+        points.sort(key=lambda o: -(lr_of(o) or -math.inf))
+    depth = max((len(p) for p in groups.values()), default=0)
+    return [[(g, p[k]) for g, p in groups.items() if k < len(p)] for k in range(depth)]
+
+
+def incumbents(results: list[tuple[str, list[str], dict]]) -> dict[str, int]:
+    """Each group's best so far in steps: the fewest steps to the target among its trials that reached it (ended
+    ok); what capping stops the group's next points at."""
+    best: dict[str, int] = {}
+    for group, _, row in results:
+        if row.get("status") == "ok" and row.get("target_status") == "reached":
+            steps = int(float(row["steps_to_target"]))
+            best[group] = min(best.get(group, steps), steps)
+    return best
+
+
 def winners(results: list[tuple[str, list[str], dict]], objective: str) -> dict[str, list[str]]:
     """Each group's winning overrides: the smallest objective among its trials that have one (reached the
     target, ended ok); a group none of whose trials has one has no winner."""
@@ -234,13 +266,14 @@ class TuningSweeper(Sweeper):
         objective: str = "wall_to_target_s",
         repeats: Sequence[int] = (),
         budget: int | None = None,
+        capping: bool = False,
         max_batch_size: int | None = None,
     ) -> None:
         super().__init__()
         self.params = dict(params or {})
         self.space = OmegaConf.to_container(space, resolve=True) if OmegaConf.is_config(space) else dict(space or {})
         self.objective, self.repeats, self.max_batch_size = objective, list(repeats), max_batch_size
-        self.budget = budget
+        self.budget, self.capping = budget, capping
 
     def setup(self, *, hydra_context, task_function, config) -> None:
         from hydra.core.plugins import Plugins  # as Hydra's BasicSweeper: plugins are found when a sweep starts
@@ -266,11 +299,14 @@ class TuningSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         dimension = lambda combo: trained_params(self.config_loader.load_sweep_config(self.config, combo))  # noqa: E731
         search = expand(self.params, self.space, arguments, dimension, self.budget)
-        batches = [self.launch([overrides for _, overrides in search], 0)]
-        rows = [
-            (group, overrides, (r.return_value or {}).get("row") or {})
-            for (group, overrides), r in zip(search, batches[0])
-        ]
+        batches, rows = [], []
+        for trials in rounds(search) if self.capping else [search]:
+            best = incumbents(rows)  # capping: each group's next points stop at its best so far
+            trials = [(g, [*o, f"tune_stop_after={best[g]}"] if g in best else o) for g, o in trials]
+            if capped := [o for g, o in trials if g in best]:  # configurations of their own: the summary's too
+                add_trials(sweep_dir, capped, read_plan(sweep_dir).get("total"))
+            batches.append(self.launch([o for _, o in trials], len(rows)))
+            rows += [(g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(trials, batches[-1])]
         groups = len({group for group, _ in search})
         while extra := below(rows, self.budget):  # groups every point of which diverged: the points below
             print(f"bench: every point of {len(extra)} group(s) diverged: searching below them", flush=True)
@@ -279,7 +315,11 @@ class TuningSweeper(Sweeper):
             rows += [(g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(extra, batches[-1])]
         won = winners(rows, self.objective)
         repeats = [
-            [*(o for o in overrides if not o.startswith(("tuning=", "seed="))), "tuning=repeat", f"seed={seed}"]
+            [
+                *(o for o in overrides if not o.startswith(("tuning=", "seed=", "tune_stop_after="))),
+                "tuning=repeat",
+                f"seed={seed}",
+            ]
             for overrides in won.values()
             for seed in self.repeats
         ]

@@ -20,7 +20,7 @@ import pytest
 from bench.config import resolve
 from bench.errors import ConfigError
 from bench.harness.preflight import compose_trials
-from bench.harness.tuning import expand, winners
+from bench.harness.tuning import expand, incumbents, rounds, winners
 from bench.report.build import build, results_of
 from bench.scenarios import REPORT_SECTIONS
 from bench.scenarios.model.scenario import MODEL
@@ -53,7 +53,7 @@ def bench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     )
 
 
-def target(metric="eval_accuracy", value=0.5, max_steps=9, warmup=1):
+def target(metric="eval_accuracy", value=0.5, max_steps=9, warmup=1, *more: str):
     ((_, composed),) = compose_trials(
         [
             *TINY,
@@ -61,6 +61,7 @@ def target(metric="eval_accuracy", value=0.5, max_steps=9, warmup=1):
             f"target.metric={metric}",
             f"target.value={value}",
             f"target.max_steps={max_steps}",
+            *more,
         ],
         False,
     )[0]
@@ -78,6 +79,42 @@ def test_the_first_evaluation_that_meets_the_target_is_the_one():
     loss = target(metric="eval_loss", value=1.0)
     assert not loss.check((1.2, 0.9), 1, 0.0) and loss.check((0.99, 0.1), 3, 0.0)  # lower is better
     assert target().columns([1.0], [0.1], 4) == {"target_status": "not_reached"}
+
+
+def test_a_capped_search_trial_ends_at_its_groups_best_unless_it_meets_the_target_there():
+    """tune_stop_after=6 (the group's best took 6 steps): the evaluation at step 6 still decides (a tie reaches), the
+    first one past it that has not met the target ends the trial capped; at the step cap it is not_reached."""
+    tie = target("eval_accuracy", 0.5, 11, 2, "tune_stop_after=6")
+    assert not tie.check((1.3, 0.2), 1, 0.0) and tie.check((1.2, 0.5), 3, 0.0)  # steps 2 + 4 = 6: reached
+    assert tie.columns([0.1, 0.1], [0.1] * 4, 4)["target_status"] == "reached"
+    late = target("eval_accuracy", 0.5, 11, 2, "tune_stop_after=6")
+    assert not late.check((1.3, 0.2), 1, 0.0) and late.check((1.2, 0.4), 3, 0.0)  # step 6, not met: capped
+    assert not late.check((1.0, 0.9), 5, 0.0)  # capped once: a later evaluation changes nothing
+    assert late.columns([0.1, 0.1], [0.1] * 4, 4) == {"target_status": "capped"}
+    at_cap = target("eval_accuracy", 0.5, 6, 2, "tune_stop_after=6")  # the cap ends it first: not_reached
+    assert not at_cap.check((1.2, 0.4), 3, 0.0) and at_cap.columns([0.1], [0.1], 4) == {"target_status": "not_reached"}
+
+
+def test_capping_runs_each_groups_points_from_its_highest_learning_rate_down_stopped_at_its_best():
+    search = [
+        ("g", ["case=mezo", "optimizer.lr=0.01"]),
+        ("g", ["case=mezo", "optimizer.lr=1.0"]),
+        ("g", ["case=mezo", "optimizer.lr=0.1"]),
+        ("h", ["case=backprop", "optimizer.lr=0.3"]),
+    ]
+    assert [[(g, o[-1]) for g, o in r] for r in rounds(search)] == [
+        [("g", "optimizer.lr=1.0"), ("h", "optimizer.lr=0.3")],
+        [("g", "optimizer.lr=0.1")],
+        [("g", "optimizer.lr=0.01")],
+    ]
+    rows = [
+        ("g", [], {"status": "diverged", "target_status": "", "steps_to_target": ""}),
+        ("g", [], {"status": "ok", "target_status": "reached", "steps_to_target": "301"}),
+        ("g", [], {"status": "ok", "target_status": "reached", "steps_to_target": "181"}),
+        ("g", [], {"status": "ok", "target_status": "capped", "steps_to_target": ""}),
+        ("h", [], {"status": "ok", "target_status": "not_reached", "steps_to_target": ""}),
+    ]
+    assert incumbents(rows) == {"g": 181}  # h has none yet: its next point runs uncapped
 
 
 def test_a_trial_stops_at_its_target_and_records_what_it_cost(tmp_path, capsys):
@@ -111,6 +148,22 @@ def test_a_target_not_reached_by_the_cap_is_a_row_not_a_failure(tmp_path):
     assert row["steps_to_target"] == "" and row["wall_to_target_s"] == ""
     history = read_history({**row, "_source": str(tmp_path / "runs.csv")})
     assert [i for i, a in enumerate(history["eval_accuracy"]) if a is not None] == [1, 3, 5]
+
+
+def test_a_capped_trial_is_a_row_that_says_where_it_stopped(tmp_path, capsys):
+    (outcome,) = run_here(
+        *TINY,
+        "target.metric=eval_accuracy",
+        "target.value=1.0",
+        "target.max_steps=9",
+        "tune_stop_after=5",
+        "optimizer.lr=1e-6",
+        results=tmp_path,
+    )
+    assert outcome["status"] == "ok", outcome
+    (row,) = read_rows(tmp_path / "runs.csv")
+    assert row["target_status"] == "capped" and row["tune_stop_after"] == "5" and row["steps_timed"] == "4"
+    assert "eval_accuracy 1 not reached in 5 steps, its group's best: capped" in capsys.readouterr().out
 
 
 @pytest.mark.slow
@@ -213,6 +266,34 @@ def test_a_tuning_sweep_counts_its_own_trials_and_a_resume_its_skipped_ones(tune
     table = resumed.split("excess MiB")[-1].splitlines()
     assert sum(line.startswith("torch ") for line in table) == 6  # the summary table: each trial it skipped
     assert len(rows) == 6  # nothing ran again
+
+
+@pytest.mark.slow
+def test_a_capped_sweep_runs_the_highest_learning_rate_first_and_caps_the_rest_at_its_steps(tmp_path):
+    """hydra.sweeper.capping=true: the first round's point (the higher learning rate) runs uncapped and reaches
+    the target at its first evaluation (step 3), the next runs with tune_stop_after=3 (and ties, so reaches too),
+    the winner's repeat runs uncapped; the sweep's summary counts all three."""
+    out = sweep_here(
+        "-m",
+        *TINY,
+        "hydra/sweeper=bench_tuning",
+        "hydra.sweeper.params={framework:torch,case:backprop}",
+        "hydra.sweeper.space={backprop:[{optimizer.lr:0.01},{optimizer.lr:0.02}]}",
+        "hydra.sweeper.repeats=[1]",
+        "hydra.sweeper.capping=true",
+        "target.metric=eval_loss",
+        "target.value=100",
+        "target.max_steps=5",
+        f"results_dir={tmp_path}",
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = read_rows(tmp_path / "runs.csv")
+    assert [(r["tuning"], r["lr"], r["tune_stop_after"], r["target_status"]) for r in rows] == [
+        ("search", "0.02", "", "reached"),
+        ("search", "0.01", "3", "reached"),
+        ("repeat", rows[2]["lr"], "", "reached"),
+    ]
+    assert out.stdout.strip().splitlines()[-1] == "bench: 3 trial(s): 3 ok"
 
 
 def test_a_resumed_sweeps_summary_shows_the_trials_it_skipped_as_diverged():

@@ -168,6 +168,7 @@ EXTRA_COLUMNS = (
     "eval_every",
     "tune_objective",
     "flops_forward",
+    "tune_stop_after",  # the tuning sweeper's adaptive cap: the steps the search trial's group's best took
 )
 # each estimator's settings (bench/estimators/<name>.py): NAME_<setting>, those not named above at the end
 SETTING_COLUMNS = tuple(c for c in estimators.setting_columns() if c not in REQUIRED_COLUMNS + EXTRA_COLUMNS)

@@ -48,6 +48,7 @@ ADDED_KEYS = {
     "deterministic": False,
     "compile": False,
     "divergence_factor": 10.0,
+    "tune_stop_after": None,
     "target": TargetConfig(),
     "profile": False,
     "profile_steps": 3,
@@ -258,6 +259,7 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "eval_every": cfg.eval_every if cfg.evaluate else None,
         "tuning": cfg.tuning,
         "tune_group": cfg.tune_group,
+        "tune_stop_after": cfg.tune_stop_after,
         **{k: v for k, v in host_facts().items() if k in COLUMNS},
         **{k: v for k, v in outcome.items() if k in COLUMNS},
     }
@@ -276,6 +278,11 @@ def describe(row: dict) -> str:
         )
     elif row.get("target_status") == "not_reached":
         target = f"  {row['target_metric']} {row['target_value']:g} not reached in {row['target_max_steps']} steps"
+    elif row.get("target_status") == "capped":
+        target = (
+            f"  {row['target_metric']} {row['target_value']:g} not reached in {row['tune_stop_after']} steps, "
+            "its group's best: capped"
+        )
     return (
         f"ok  excess {row['excess_mem_mb']:.0f} MiB  peak {row['peak_mem_mb']:.0f} MiB  "
         f"step {row['step_time_median_s'] * 1e3:.1f} ms  compile {row['compile_time_s']:.1f} s  "

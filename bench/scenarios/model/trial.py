@@ -162,7 +162,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
                     on_progress({"history": curve()})
                 maybe_inject_fault("after_eval")  # tests: a trial that dies mid-curve keeps the curve so far
                 if target.check(evals[i], i, t0):
-                    break  # reached: the first evaluation that meets the target ends the trial
+                    break  # reached (the first evaluation that meets the target), or capped: the trial ends
     n_done = len(losses)  # < n_timed when max_timed_s cut the window short or the target was reached
     comm = world.comm_bytes_per_step(trainer, n_done)
     # After the measurements: held-out accuracy at the final weights, then gradient quality on the first batch.
@@ -334,26 +334,33 @@ class Target:
     """Cost to a target (cfg.target): whether an evaluation meets it, and when the first one did. The trial
     stops there; its columns give what it cost: steps and samples (warm-up steps included: they train too), the
     steps' own time (the first, compiling step counted at the median step), the wall time from the compilation
-    to the end of that evaluation, and the target's status, reached or not_reached (at the step cap)."""
+    to the end of that evaluation, and the target's status: reached, not_reached (at the step cap), or capped (a
+    search trial past the steps its group's best took, cfg.tune_stop_after: it can no longer win)."""
 
     def __init__(self, cfg: BenchConfig):
         self.metric, self.value, self.warmup = cfg.target.metric, cfg.target.value, cfg.warmup_steps
+        self.stop_after, self.max_steps = cfg.tune_stop_after, cfg.target.max_steps
         self.reached: tuple[int, float] | None = None  # (timed step index, wall seconds since the compilation)
+        self.capped = False
 
     def check(self, evaluation: tuple[float, float], step: int, t0: float) -> bool:
-        if self.metric is None or self.reached is not None:
+        """Whether the trial ends at this evaluation: it met the target, or it is capped (not met by the step
+        its group's best met it at, and short of the step cap, where it would end not_reached anyway)."""
+        if self.metric is None or self.reached is not None or self.capped:
             return False
         loss, accuracy = evaluation
         met = accuracy >= self.value if self.metric == "eval_accuracy" else loss <= self.value
         if met:
             self.reached = (step, time.perf_counter() - t0)
-        return met
+        elif self.stop_after is not None and self.stop_after <= self.warmup + step + 1 < self.max_steps:
+            self.capped = True
+        return met or self.capped
 
     def columns(self, warm: list[float], times: list[float], samples_per_step: int) -> dict:
         if self.metric is None:
             return {}
         if self.reached is None:
-            return {"target_status": "not_reached"}
+            return {"target_status": "capped" if self.capped else "not_reached"}
         step, wall = self.reached
         steps = self.warmup + step + 1
         own = sorted(times)[len(times) // 2] + sum(warm[1:]) + sum(times[: step + 1])  # first step at the median

@@ -204,6 +204,13 @@ def training_modes() -> list[str]:
 def validate_target(cfg: BenchConfig) -> None:
     """target.*: a trial that stops at a held-out accuracy or loss, checked at each evaluation."""
     t = cfg.target
+    if cfg.tune_stop_after is not None:
+        if t.metric is None:
+            raise ConfigError(
+                f"tune_stop_after={cfg.tune_stop_after}: caps a trial short of its target; accepted with "
+                "target.metric set (the tuning sweeper sets it: hydra.sweeper.capping=true)"
+            )
+        at_least("tune_stop_after", cfg.tune_stop_after, 1)
     if t.metric is None:
         if t.value is not None or t.max_steps is not None:
             raise ConfigError(

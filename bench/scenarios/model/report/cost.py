@@ -138,9 +138,7 @@ def cost_table(groups: dict[tuple[str, str], Group]) -> str:
             g.label,
             f"{num(w or g.rows[0], 'n_trainable') or 0:,.0f}",
             point_label(w) if w else "-",
-            (f"{reached}/{len(g.search)}" + (f" ({g.diverged} diverged)" if g.diverged else ""))
-            if g.search
-            else "no search",
+            search_cell(g, reached) if g.search else "no search",
             seeds_cell(g),
             fmt_spread(g.cost("steps_to_target"), fmt=count),
             "-" if bracket is None or math.isinf(bracket[1]) else f"{bracket[0]:.0f}–{bracket[1]:.0f}",
@@ -183,6 +181,12 @@ def dropout_note(groups: dict[tuple[str, str], Group]) -> str:
         f"Dropout differs between the modes: {parts} (the zeroth-order estimators run the model in eval mode, as "
         "MeZO's recipe does; `model.dropout=0.0` trains every mode without it)."
     )
+
+
+def search_cell(g: Group, reached: int) -> str:
+    """reached/searched, then how many of the rest were capped and how many diverged."""
+    rest = [f"{n} {what}" for n, what in ((g.capped, "capped"), (g.diverged, "diverged")) if n]
+    return f"{reached}/{len(g.search)}" + (f" ({', '.join(rest)})" if rest else "")
 
 
 KIND_ORDER = {"search": 0, "repeat": 1, "": 2, "rerun": 3}
@@ -344,7 +348,9 @@ class CostSection(Section):
             "with the same budget of trials (a grid per mode: `+experiment=cost_to_target`, docs/cost-to-target.md). "
             "**tuned point**: the search trial that reached the target with the lowest value of the sweep's objective "
             "(its rows' `tune_objective`; wall time before rows named it); **reached (search)** counts its search "
-            "trials that reached the target, and those that diverged (where all did, its grid never went low enough). "
+            "trials that reached the target, those capped (stopped at the steps the group's best took: "
+            "`hydra.sweeper.capping`, they could no longer win) and those that diverged (where all did, its grid "
+            "never went low enough). "
             "Its costs come only from fresh seeds: the median [lowest–highest] over its repeats at seeds the search "
             "did not use (**seeds**: how many; a seed that missed counts as infinite), never the search trial that "
             "chose it; a target trial run without a sweep is its own point, every trial of it a seed. **steps** "

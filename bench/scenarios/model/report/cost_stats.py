@@ -165,6 +165,11 @@ class Group:
         return sum(r.get("status") == "diverged" for r in self.search)
 
     @property
+    def capped(self) -> int:
+        """Search trials stopped at the steps their group's best took (the sweeper's capping): they could not win."""
+        return sum(r.get("target_status") == "capped" for r in self.search)
+
+    @property
     def objective(self) -> str:
         """The column the search picked its winner by, as its latest row names it."""
         return next((r["tune_objective"] for r in reversed(self.search) if r.get("tune_objective")), DEFAULT_OBJECTIVE)
