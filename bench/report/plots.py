@@ -29,10 +29,11 @@ class Series:
     lo: list[float] | None = None  # bars: whisker ends (p10, p90)
     hi: list[float] | None = None
     guide: str = ""  # non-empty: a reference line, not a measurement; the text is its legend entry
+    note: str = ""  # said after the label in the legend (a line drawn over another one: which)
 
     @property
     def label(self) -> str:
-        return self.guide or f"{self.framework} {self.mode}"
+        return self.guide or f"{self.framework} {self.mode}{self.note}"
 
 
 @dataclass

@@ -97,6 +97,27 @@ def test_the_curve_section_renders_from_rows_with_a_missed_target(tmp_path):
     assert theory_line.ys[-1] / theory_line.ys[0] == pytest.approx(theory_line.xs[-1] / theory_line.xs[0])
 
 
+def test_a_line_drawn_over_another_says_so_in_the_legend():
+    """jvp and MeZO with the same medians at every scope (they draw the same directions): the line drawn second
+    would hide the first, so its legend entry names it; another framework's same numbers are not the same line."""
+    rows = curve_rows(missed="")
+    rows += [
+        {**r, "mode": "jvp", "tune_group": r["tune_group"].replace("mezo", "jvp")} for r in rows if r["mode"] == "mezo"
+    ]
+    (key,) = cost_groups(rows)
+    labels = [s.label for s in params_chart(key, only(rows)).series if not s.guide]
+    assert sorted(labels) == ["torch backprop", "torch jvp", "torch mezo (= jvp)"] or sorted(labels) == [
+        "torch backprop",
+        "torch jvp (= mezo)",
+        "torch mezo",
+    ]
+    other = [{**r, "framework": "jax"} for r in rows if r["mode"] == "mezo"]
+    keys = cost_groups(rows + other)
+    assert all(
+        "(=" not in s.label or s.framework == "torch" for k in keys for s in params_chart(k, only(rows + other)).series
+    )
+
+
 def test_the_cost_section_shows_the_curve_and_the_dropout(tmp_path):
     class Results:  # what the section reads of a results folder: its rows
         cache: dict = {}

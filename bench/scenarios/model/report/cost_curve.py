@@ -161,7 +161,11 @@ def params_chart(key: Context, groups: dict[tuple[str, str], Group]) -> Chart | 
                 missed[p.d] = p.cap
         if len(points) < 2 or not reached:
             continue
-        series.append(Series(fw, mode, [p.d for p in reached], [p.steps.median for p in reached]))
+        line = Series(fw, mode, [p.d for p in reached], [p.steps.median for p in reached])
+        # jvp and MeZO draw the same directions: their medians can be the same at every scope, one line over the other
+        if same := [s.mode for s in series if (s.framework, s.xs, s.ys) == (fw, line.xs, line.ys)]:
+            line.note = f" (= {', '.join(same)})"
+        series.append(line)
         if theory(_base(mode)) == 1 and (anchor is None or reached[0].d < anchor[0]):
             anchor = (reached[0].d, reached[0].steps.median)
     if not series:
