@@ -97,6 +97,17 @@ def test_the_curve_section_renders_from_rows_with_a_missed_target(tmp_path):
     assert theory_line.ys[-1] / theory_line.ys[0] == pytest.approx(theory_line.xs[-1] / theory_line.xs[0])
 
 
+def test_a_winner_not_yet_run_at_a_fresh_seed_is_not_a_miss():
+    """A search that reached the target whose repeats have not run (a search-only sweep, repeats=[]): its scope says
+    so, is not fitted, and draws no step-cap line as a missed one would."""
+    rows = [r for r in curve_rows(missed="") if not (r["mode"] == "mezo" and r.get("tuning") == "repeat")]
+    (key,) = cost_groups(rows)
+    groups = only(rows)
+    mezo = next(line for line in curve_table(groups).splitlines() if "| mezo |" in line)
+    assert mezo.count("reached in the search; no fresh seed yet") == 5 and "not reached" not in mezo
+    assert not any(s.guide == "the step cap" for s in params_chart(key, groups).series)
+
+
 def test_a_line_drawn_over_another_says_so_in_the_legend():
     """jvp and MeZO with the same medians at every scope (they draw the same directions): the line drawn second
     would hide the first, so its legend entry names it; another framework's same numbers are not the same line."""

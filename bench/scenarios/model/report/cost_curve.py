@@ -68,6 +68,7 @@ class Point:
     steps: Cost  # median [lowest-highest] over the winner's fresh seeds; not finite: missed
     cap: float | None  # the step cap, where the target was missed
     diverged: bool = False  # every search trial diverged: the grid never reached a stable learning rate
+    unpriced: bool = False  # the search found a winner, not yet run at a fresh seed: no cost, and not a miss
 
     @property
     def reached(self) -> bool:
@@ -83,8 +84,9 @@ def curves(groups: dict[tuple[str, str], Group]) -> dict[tuple[str, str], list[P
             continue
         steps = g.cost("steps_to_target") if g.winner else Cost()
         every = bool(g.search) and g.diverged == len(g.search)
+        unpriced = g.winner is not None and not g.seeds()
         out[(g.framework, g.mode)].append(
-            Point(num(row, "n_trainable"), g.scope, steps, num(row, "target_max_steps"), every)
+            Point(num(row, "n_trainable"), g.scope, steps, num(row, "target_max_steps"), every, unpriced)
         )
     return {k: sorted(v, key=lambda p: p.d) for k, v in out.items()}
 
@@ -101,6 +103,8 @@ def _steps_cell(p: Point) -> str:
         )
     if p.diverged:
         return "diverged at every lr"
+    if p.unpriced:
+        return "reached in the search; no fresh seed yet"
     return f"not reached (cap {p.cap:.0f})" if p.cap else "not reached"
 
 
@@ -157,7 +161,7 @@ def params_chart(key: Context, groups: dict[tuple[str, str], Group]) -> Chart | 
     for (fw, mode), points in found.items():
         reached = [p for p in points if p.reached]
         for p in points:
-            if not p.reached and p.cap:
+            if not p.reached and p.cap and not p.unpriced:
                 missed[p.d] = p.cap
         if len(points) < 2 or not reached:
             continue
