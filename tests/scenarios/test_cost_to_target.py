@@ -133,17 +133,24 @@ def test_a_trial_stops_at_its_target_and_records_what_it_cost(tmp_path, capsys):
     assert 2 < float(row["flops_per_step"]) / float(row["flops_forward"]) < 4
 
 
-def test_a_target_not_reached_by_the_cap_is_a_row_not_a_failure(tmp_path):
+def unreached_row(tmp_path, max_steps: int, *more: str) -> dict:
+    """The row of a trial that never meets its target (accuracy 1.0 at a learning rate that barely moves)."""
     (outcome,) = run_here(
         *TINY,
         "target.metric=eval_accuracy",
         "target.value=1.0",
-        "target.max_steps=7",
+        f"target.max_steps={max_steps}",
         "optimizer.lr=1e-6",
+        *more,
         results=tmp_path,
     )
     assert outcome["status"] == "ok", outcome
     (row,) = read_rows(tmp_path / "runs.csv")
+    return row
+
+
+def test_a_target_not_reached_by_the_cap_is_a_row_not_a_failure(tmp_path):
+    row = unreached_row(tmp_path, 7)
     assert row["status"] == "ok" and row["target_status"] == "not_reached" and row["steps_timed"] == "6"
     assert row["steps_to_target"] == "" and row["wall_to_target_s"] == ""
     history = read_history({**row, "_source": str(tmp_path / "runs.csv")})
@@ -151,17 +158,7 @@ def test_a_target_not_reached_by_the_cap_is_a_row_not_a_failure(tmp_path):
 
 
 def test_a_capped_trial_is_a_row_that_says_where_it_stopped(tmp_path, capsys):
-    (outcome,) = run_here(
-        *TINY,
-        "target.metric=eval_accuracy",
-        "target.value=1.0",
-        "target.max_steps=9",
-        "tune_stop_after=5",
-        "optimizer.lr=1e-6",
-        results=tmp_path,
-    )
-    assert outcome["status"] == "ok", outcome
-    (row,) = read_rows(tmp_path / "runs.csv")
+    row = unreached_row(tmp_path, 9, "tune_stop_after=5")
     assert row["target_status"] == "capped" and row["tune_stop_after"] == "5" and row["steps_timed"] == "4"
     assert "eval_accuracy 1 not reached in 5 steps, its group's best: capped" in capsys.readouterr().out
 
