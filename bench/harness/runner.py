@@ -48,12 +48,12 @@ from bench.harness.launch import (
 from bench.harness.plan import read_plan
 from bench.harness.scenario import (
     CONFIGS,
-    FINISHED,
     LOGS,
     RUN_ID_ENV,
     Registry,
     Scenario,
     config_hash,
+    finished_runs,
     scenario_of,
     validate,
 )
@@ -62,7 +62,7 @@ from bench.harness.sweep import worst
 from bench.measure.system import REPO
 from bench.measure.trackers import HostMemWatchdog
 from bench.store.csv import CsvSink, ResultsFileError, check_free_space
-from bench.store.read import latest, read_rows
+from bench.store.read import read_rows
 
 LOG_TAIL_LINES = 12  # stderr lines kept in the row of a crashed trial
 WATCH_INTERVAL_S = 0.05  # how often the parent looks at its trial processes (a poll is a waitpid)
@@ -167,12 +167,8 @@ def save_config(results_dir: Path, run_id: str, cfg: BenchConfig) -> None:
 
 
 def recorded_finished(csv_path: Path, config_hash: str) -> list[dict]:
-    """The rows of the latest run of this configuration whose every row is finished (FINISHED: a model trial writes
-    one row, an ops trial one per op and shape), or none."""
-    mine = [r for r in read_rows(csv_path) if r.get("config_hash") == config_hash]
-    failed = {r["run_id"] for r in mine if r.get("status") not in FINISHED}
-    done = latest((r for r in mine if r["run_id"] not in failed), key=lambda r: r["config_hash"])
-    return [r for r in mine if r["run_id"] == done[-1]["run_id"]] if done else []
+    """The rows of the latest run of this configuration whose every row is finished, or none."""
+    return finished_runs(r for r in read_rows(csv_path) if r.get("config_hash") == config_hash).get(config_hash, [])
 
 
 def progress_info(cfg: BenchConfig) -> tuple[int, int | str, str, str]:

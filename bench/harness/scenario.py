@@ -11,11 +11,12 @@ describe them in one line, log them to W&B, summarise a sweep. Child side (the s
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from bench.config import NOT_IDENTITY, BenchConfig, hash_identity, to_dict, validate_process
 from bench.errors import ConfigError
+from bench.store.read import latest
 
 # The trial process's environment carries its run_id: what it writes beside its row (a profiler's trace, under
 # results_dir/traces/<run_id>/) is named by it.
@@ -122,6 +123,20 @@ def validate(scenario: Scenario, cfg: BenchConfig) -> None:
 
 def config_hash(scenario: Scenario, cfg: BenchConfig) -> str:
     return hash_identity(scenario.identity(cfg))
+
+
+def finished_runs(rows: Iterable[dict]) -> dict[str, list[dict]]:
+    """Per config hash, the rows of its latest run whose every row is finished (FINISHED: a model trial writes one
+    row, an ops trial one per op and shape): what resume skips a trial on, and what a sweep's summary shows for it."""
+    rows = list(rows)
+    failed = {r["run_id"] for r in rows if r.get("status") not in FINISHED}
+    finished = (r for r in rows if r["run_id"] not in failed)
+    done = {r["config_hash"]: r["run_id"] for r in latest(finished, key=lambda r: r["config_hash"])}
+    runs: dict[str, list[dict]] = {}
+    for r in rows:
+        if done.get(r.get("config_hash")) == r["run_id"]:
+            runs.setdefault(r["config_hash"], []).append(r)
+    return runs
 
 
 def identity_of(cfg: BenchConfig, keys) -> dict:

@@ -8,6 +8,7 @@ import pytest
 
 from bench.ops_spec import OP_NAMES
 from bench.report.build import build, results_of
+from bench.scenarios import SCENARIOS
 from bench.scenarios.ops.columns import COLUMNS as OPS_CSV_COLUMNS
 from bench.scenarios.ops.report import OpsSection, summary_table
 from bench.store.csv import CsvSink
@@ -65,6 +66,21 @@ def test_a_crash_keeps_the_finished_rows(tmp_path):
     assert add["op"] == "add" and add["status"] == "ok"
     assert matmul["status"] == "crashed" and "SIGSEGV" in matmul["error"]
     assert total["status"] == "crashed" and total["error"] == "not reached: the trial ended in matmul 8x8 (crashed)"
+
+
+def test_a_resumed_sweeps_summary_shows_the_run_that_made_a_trial_skip():
+    """Resume skips an ops trial on its latest run whose every row finished; the sweep's summary shows that run's
+    rows for it, not a later run that crashed part-way, and never another configuration's."""
+    rows = [
+        {"config_hash": "a", "sweep_id": "old", "run_id": "1", "status": "ok", "started_at": "1"},
+        {"config_hash": "a", "sweep_id": "old", "run_id": "1", "status": "ok", "started_at": "1"},
+        {"config_hash": "a", "sweep_id": "old", "run_id": "2", "status": "ok", "started_at": "2"},
+        {"config_hash": "a", "sweep_id": "old", "run_id": "2", "status": "crashed", "started_at": "2"},
+        {"config_hash": "b", "sweep_id": "old", "run_id": "3", "status": "ok", "started_at": "3"},
+        {"config_hash": "c", "sweep_id": "new", "run_id": "4", "status": "ok", "started_at": "4"},
+    ]
+    shown = SCENARIOS["ops"].sweep_rows(rows, ["a", "c"], "new")
+    assert [r["run_id"] for r in shown] == ["4", "1", "1"]
 
 
 @pytest.mark.parametrize(

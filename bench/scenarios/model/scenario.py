@@ -23,7 +23,7 @@ from bench.config import (
     lora_columns,
     settings_columns,
 )
-from bench.harness.scenario import FINISHED, Scenario, identity_of
+from bench.harness.scenario import Scenario, finished_runs, identity_of
 from bench.measure.system import cuda_memory_mb, host_facts, jaxlib_at_least
 from bench.scenarios.model import trial
 from bench.scenarios.model.columns import COLUMNS
@@ -170,8 +170,8 @@ class ModelScenario(Scenario):
         # the sweep's rows (a tuning sweep's repeats too, whose configurations were not known up front); a
         # resumed trial shows the row that made it skip (the latest finished one: ok or diverged, as resume reads)
         mine = {r["config_hash"]: r for r in rows if r.get("sweep_id") == sweep_id}
-        earlier = {r["config_hash"]: r for r in rows if r.get("status") in FINISHED}
-        known = [mine.get(h) or earlier[h] for h in hashes if h in mine or h in earlier]
+        earlier = finished_runs(rows)
+        known = [mine.get(h) or earlier[h][0] for h in hashes if h in mine or h in earlier]
         return known + [r for h, r in mine.items() if h not in set(hashes)]
 
     def summary(self, rows: list[dict]) -> str:

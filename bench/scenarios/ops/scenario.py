@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench.config import BenchConfig, at_least, choice
 from bench.errors import ConfigError
-from bench.harness.scenario import Scenario, identity_of
+from bench.harness.scenario import Scenario, finished_runs, identity_of
 from bench.harness.signals import classify, error_line, maybe_inject_fault
 from bench.measure.system import cpu_name, host_facts, thread_env
 from bench.measure.timing import time_calls
@@ -135,14 +135,13 @@ class OpsScenario(Scenario):
         ).write(summary, tables={OPS_TABLE: rows})
 
     def sweep_rows(self, rows: list[dict], hashes: list[str], sweep_id: str) -> list[dict]:
-        # every row of this sweep's trials (one per op and shape); a resumed trial shows its earlier run's rows
+        # every row of this sweep's trials (one per op and shape); a resumed trial shows the rows of the run that made
+        # it skip (its latest run whose every row finished, as resume reads)
         mine = [r for r in rows if r.get("sweep_id") == sweep_id]
-        skipped = {h for h in hashes} - {r.get("config_hash") for r in mine}
-        earlier: dict[str, str] = {}  # config hash -> the latest run_id recorded for it
-        for r in rows:
-            if r.get("config_hash") in skipped:
-                earlier[r["config_hash"]] = r["run_id"]
-        return mine + [r for r in rows if r.get("run_id") in set(earlier.values())]
+        skipped = set(hashes) - {r.get("config_hash") for r in mine}
+        earlier = finished_runs(r for r in rows if r.get("config_hash") in skipped)
+        runs = {rs[0]["run_id"] for rs in earlier.values()}
+        return mine + [r for r in rows if r.get("run_id") in runs]
 
     def summary(self, rows: list[dict]) -> str:
         return summary_table(rows)
