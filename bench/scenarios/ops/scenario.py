@@ -140,8 +140,7 @@ class OpsScenario(Scenario):
         mine = [r for r in rows if r.get("sweep_id") == sweep_id]
         skipped = set(hashes) - {r.get("config_hash") for r in mine}
         earlier = finished_runs(r for r in rows if r.get("config_hash") in skipped)
-        runs = {rs[0]["run_id"] for rs in earlier.values()}
-        return mine + [r for r in rows if r.get("run_id") in runs]
+        return mine + [r for run in earlier.values() for r in run]
 
     def summary(self, rows: list[dict]) -> str:
         return summary_table(rows)
