@@ -35,9 +35,10 @@ group's points run the same step (they differ in the learning rate only); what i
 points that would have gone on to the cap.
 
 Phase one runs every point of every combination of `params` (`tuning=search`); phase two runs each combination's
-winner, the point with the smallest objective among the trials that reached it, at every seed of `repeats`
-(`tuning=repeat`). Every trial carries its combination as `tune_group`. A combination that no point brought to
-the target has no winner, and is not repeated. Both phases go through the configured launcher (joblib, SLURM...).
+winner, the point with the smallest objective among the trials that reached it (points that tie: the middle
+learning rate among them, `best_of`), at every seed of `repeats` (`tuning=repeat`). Every trial carries its
+combination as `tune_group`. A combination that no point brought to the target has no winner, and is not repeated.
+Both phases go through the configured launcher (joblib, SLURM...).
 
 Why a grid and not hydra-optuna-sweeper: the budgets here are a handful of points per mode, where a TPE sampler
 has nothing to learn from; a grid is the same for every mode and framework (fair), runs in parallel, and is the
@@ -52,6 +53,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.plugins.sweeper import Sweeper
@@ -71,6 +73,7 @@ LR = "optimizer.lr"  # what a scale rule places and a diverged group's search ex
 # How a case's learning rate moves with the trained dimension d, from `at` where its points were measured to work
 SCALES = {"1/d": lambda at, d: at / d}
 EXTEND_STEP = 0.1  # below a grid of one point, the next is a decade lower
+T = TypeVar("T")
 
 
 def check_tuning(objective, repeats, budget=None) -> None:
@@ -244,18 +247,32 @@ def incumbents(results: list[tuple[str, list[str], dict]]) -> dict[str, int]:
     return best
 
 
+def best_of(candidates: Sequence[T], cost: Callable[[T], float], lr: Callable[[T], float | None]) -> T | None:
+    """The candidate with the lowest cost. Points that tie (steps to the target come in whole evaluations, so a
+    grid's neighbours often do) go to the middle learning rate among them, the lower of the two middle ones for an
+    even count: the tied point farthest from both edges, divergence above and slowness below, so the one most likely
+    to hold at fresh seeds. The sweeper and the report choose with this one rule."""
+    if not candidates:
+        return None
+    low = min(cost(c) for c in candidates)
+    tied = [c for c in candidates if cost(c) == low]
+    if len(tied) == 1 or any(lr(c) is None for c in tied):
+        return tied[0]
+    return sorted(tied, key=lr)[(len(tied) - 1) // 2]
+
+
 def winners(results: list[tuple[str, list[str], dict]], objective: str) -> dict[str, list[str]]:
-    """Each group's winning overrides: the smallest objective among its trials that have one (reached the
+    """Each group's winning overrides: best_of its trials that have a value of the objective (reached the
     target, ended ok); a group none of whose trials has one has no winner."""
-    best: dict[str, tuple[float, list[str]]] = {}
+    costs: dict[str, list[tuple[float, list[str]]]] = {}
     for group, overrides, row in results:
         try:
             value = float(row.get(objective) or "nan")
         except ValueError:
             continue
-        if row.get("status") == "ok" and math.isfinite(value) and (group not in best or value < best[group][0]):
-            best[group] = (value, overrides)
-    return {group: overrides for group, (_, overrides) in best.items()}
+        if row.get("status") == "ok" and math.isfinite(value):
+            costs.setdefault(group, []).append((value, overrides))
+    return {group: best_of(c, lambda v: v[0], lambda v: lr_of(v[1]))[1] for group, c in costs.items()}
 
 
 class TuningSweeper(Sweeper):

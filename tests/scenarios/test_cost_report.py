@@ -11,6 +11,7 @@ import math
 import pytest
 
 from bench.harness.rerun import as_rerun
+from bench.harness.tuning import winners
 from bench.scenarios.model.report.cost import cost_table, matched_memory, profile_table, trials_table
 from bench.scenarios.model.report.cost_stats import (
     INF,
@@ -116,6 +117,20 @@ def test_the_winner_is_picked_by_the_objective_the_rows_name():
     assert g.winner["lr"] == 0.1 and g.seeds() == []  # lr 0.1 had the fewest steps; it was never repeated
     (g,) = only(BACKPROP).values()  # rows without the column: the sweeper's default, wall time
     assert g.winner["lr"] == 0.01 and len(g.seeds()) == 3
+
+
+def test_the_report_breaks_a_tie_as_the_sweeper_does():
+    """Three points tie at 161 steps (run from the highest learning rate down, as capping's rounds run them): the
+    report's winner is the sweeper's, the middle learning rate, and its cost comes from that point's seeds."""
+    rows = [
+        {**cost_row("jvp", steps, 30.0, lr=lr, reached=steps is not None), "tune_objective": "steps_to_target"}
+        for lr, steps in ((1.0, 161), (0.316, 161), (0.1, 161), (0.0316, None))
+    ]
+    repeats = [cost_row("jvp", 141 + 20 * s, 30.0, lr=0.316, tuning="repeat", seed=s) for s in (1, 2, 3)]
+    (g,) = only([*rows, *repeats]).values()
+    search = [(r["tune_group"], [f"optimizer.lr={r['lr']}"], r) for r in rows]
+    assert winners(search, "steps_to_target") == {"torch-jvp": ["optimizer.lr=0.316"]}
+    assert g.winner["lr"] == 0.316 and g.seeds() == repeats
 
 
 def test_a_rerun_does_not_join_the_search():

@@ -190,6 +190,22 @@ def test_the_tuning_choice_is_the_fastest_trial_that_reached():
     assert winners(rows, "wall_to_target_s") == {"g": ["lr=2"]}  # h reached nowhere: no winner, no repeats
 
 
+@pytest.mark.parametrize(
+    "reached, won",
+    [
+        ({"1": 161, "0.316": 161, "0.1": 161, "0.0316": 181}, "0.316"),  # three tie: the middle one
+        ({"1": 161, "0.316": 181, "0.1": 161}, "0.1"),  # two tie, not neighbours: the lower
+        ({"1": 21, "0.316": 41}, "1"),  # no tie: the fewest steps, wherever it sits
+    ],
+)
+def test_points_that_tie_go_to_the_middle_learning_rate(reached, won):
+    """Steps to the target come in whole evaluations, so grid neighbours tie; the rounds run the highest learning
+    rate first, and taking the first of the tied would take the one nearest divergence."""
+    rows = [("g", [f"optimizer.lr={lr}"], {"status": "ok", "steps_to_target": str(n)}) for lr, n in reached.items()]
+    rows.append(("g", ["optimizer.lr=3.16"], {"status": "diverged", "steps_to_target": ""}))
+    assert winners(rows, "steps_to_target") == {"g": [f"optimizer.lr={won}"]}
+
+
 def test_every_mode_gets_the_same_budget():
     space = {
         "backprop": [{"optimizer.lr": 0.1}, {"optimizer.lr": 0.3}],

@@ -9,7 +9,7 @@ value, step cap, evaluation interval, warm-up steps). Within a group, as AlgoPer
 
 - the search (`tuning=search`) picks the winner, the trial that reached the target with the lowest value of the
   sweeper's objective (the rows' `tune_objective`; wall_to_target_s, the sweeper's default, for rows written
-  before that column);
+  before that column), ties broken as the sweeper breaks them (its `best_of`: the middle learning rate);
 - the winner's cost is the median, with the lowest and highest, over its repeats (`tuning=repeat`) at seeds the
   search did not use; a repeat that missed the target counts as infinitely slow. The search trial that chose the
   winner is never among them: the best of N trials is biased low, and N differs between modes;
@@ -25,6 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from bench import estimators
+from bench.harness.tuning import best_of
 from bench.report.tables import num
 from bench.scenarios.model.select import (
     KNOB_DEFAULTS,
@@ -179,7 +180,7 @@ class Group:
         if not self.search:
             return self.fixed[-1] if self.fixed else None
         reached = [r for r in self.search if reached_row(r) and value(r, self.objective) is not None]
-        return min(reached, key=lambda r: value(r, self.objective)) if reached else None
+        return best_of(reached, lambda r: value(r, self.objective), lambda r: value(r, "lr"))
 
     def seeds(self) -> list[dict]:
         """The rows the winner's cost is taken over: its repeats at seeds the search did not use (never the search
