@@ -147,7 +147,10 @@ def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
         if base.hydra.sweeper.get("space") is not None:  # the tuning sweeper: a grid of points per case
             sweeper = OmegaConf.to_container(base.hydra.sweeper, resolve=True)
             check_tuning(
-                sweeper.get("objective", "wall_to_target_s"), sweeper.get("repeats", []), sweeper.get("budget")
+                sweeper.get("objective", "wall_to_target_s"),
+                sweeper.get("repeats", []),
+                sweeper.get("budget"),
+                sweeper.get("confirm", []),
             )
             arguments = fixed + [f"{k}={','.join(v.split('=', 1)[1] for v in vs)}" for k, vs in sweeps.items()]
             with _hydra_context():  # a space placed by the trained parameters composes each combination for them

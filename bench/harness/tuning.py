@@ -76,9 +76,10 @@ EXTEND_STEP = 0.1  # below a grid of one point, the next is a decade lower
 T = TypeVar("T")
 
 
-def check_tuning(objective, repeats, budget=None) -> None:
-    """Before any trial: the objective is a cost the rows carry, the repeats are seeds, the budget a number of
-    trials (ConfigError, one line)."""
+def check_tuning(objective, repeats, budget=None, confirm=()) -> None:
+    """Before any trial: the objective is a cost the rows carry, the repeats and the confirming seeds are seeds
+    (none of them both: a winner's cost comes from seeds its choice did not use), the budget a number of trials
+    (ConfigError, one line)."""
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
         raise ConfigError(
             f"hydra.sweeper.budget={budget}: accepted a positive integer, the trials each group may run (its "
@@ -89,11 +90,19 @@ def check_tuning(objective, repeats, budget=None) -> None:
             f"hydra.sweeper.objective={objective}: accepted {' | '.join(OBJECTIVES)} (a cost to the "
             "target: the lowest wins)"
         )
-    seeds = list(repeats) if isinstance(repeats, (list, tuple)) else None
-    if seeds is None or any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < MAX_SEED for s in seeds):
+    for name, value, what in (
+        ("repeats", repeats, "each winner runs again with"),
+        ("confirm", confirm, "a winner must reach the target at too before it wins"),
+    ):
+        seeds = list(value) if isinstance(value, (list, tuple)) else None
+        if seeds is None or any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < MAX_SEED for s in seeds):
+            raise ConfigError(
+                f"hydra.sweeper.{name}={value}: accepted a list of seeds, integers in [0, 2^63), that {what}"
+            )
+    if both := sorted(set(repeats) & set(confirm)):
         raise ConfigError(
-            f"hydra.sweeper.repeats={repeats}: accepted a list of seeds, integers in [0, 2^63), that "
-            "each winner runs again with"
+            f"hydra.sweeper.confirm={list(confirm)}: seed {both[0]} is also in repeats; accepted: seeds apart from "
+            "the repeats' (a winner's cost comes only from seeds that did not choose it)"
         )
 
 
@@ -266,13 +275,71 @@ def winners(results: list[tuple[str, list[str], dict]], objective: str) -> dict[
     target, ended ok); a group none of whose trials has one has no winner."""
     costs: dict[str, list[tuple[float, list[str]]]] = {}
     for group, overrides, row in results:
-        try:
-            value = float(row.get(objective) or "nan")
-        except ValueError:
-            continue
-        if row.get("status") == "ok" and math.isfinite(value):
+        if row.get("status") == "ok" and math.isfinite(value := cost_of(row, objective)):
             costs.setdefault(group, []).append((value, overrides))
     return {group: best_of(c, lambda v: v[0], lambda v: lr_of(v[1]))[1] for group, c in costs.items()}
+
+
+def cost_of(row: dict, objective: str) -> float:
+    """The row's value of the objective; nan where it has none (not reached, or a column it predates)."""
+    try:
+        return float(row.get(objective) or "nan")
+    except ValueError:
+        return math.nan
+
+
+PER_TRIAL = ("tuning=", "seed=", "tune_stop_after=")  # what the sweeper adds to a point's overrides per trial
+
+
+def point_of(overrides: Sequence[str]) -> list[str]:
+    """A trial's point: its overrides less the sweeper's per-trial ones (its phase, seed and cap)."""
+    return [o for o in overrides if not o.startswith(PER_TRIAL)]
+
+
+def reached(row: dict) -> bool:
+    return row.get("status") == "ok" and row.get("target_status") == "reached"
+
+
+def confirming(
+    results: list[tuple[str, list[str], dict]], objective: str, seeds: Sequence[int]
+) -> tuple[dict[str, list[str]], list[tuple[str, list[str]]]]:
+    """With `confirm` seeds, a point wins only if it also reaches the target at each of them (`tuning=confirm`
+    trials, uncapped): the search's seed alone picks points at the edge of stability (backprop with LoRA reaches at
+    a learning rate that stalls at other seeds). Per group, the best unrefuted point (best_of over the search's
+    reached trials, less points a confirming trial missed at): where a capped point was stopped short of its steps
+    (its cap came from a point since refuted) it runs again capped at them; else the best runs at the seeds it
+    lacks; once it has reached at every one, it is the winner. With no unrefuted point left, the highest learning
+    rate still capped runs uncapped. Returns (the winners so far, each as its point; the trials to run next)."""
+    groups: dict[str, list[tuple[list[str], dict]]] = {}
+    for group, overrides, row in results:
+        groups.setdefault(group, []).append((overrides, row))
+    won, todo = {}, []
+    for group, trials in groups.items():
+        search = [(point_of(o), o, r) for o, r in trials if "tuning=confirm" not in o]
+        checks = [(point_of(o), r) for o, r in trials if "tuning=confirm" in o]
+        refuted = [p for p, r in checks if not reached(r)]
+        cost = lambda t: cost_of(t[2], objective)  # noqa: E731
+        candidates = [t for t in search if reached(t[2]) and t[0] not in refuted and math.isfinite(cost(t))]
+        best = best_of(candidates, cost, lambda t: lr_of(t[0]))
+        settled = [p for p, _, r in search if not (r.get("status") == "ok" and r.get("target_status") == "capped")]
+        caps: dict[tuple, int] = {}  # each point stopped only by caps so far: its largest one
+        for p, o, _ in search:
+            if p not in settled:
+                cap = int(next(v.split("=", 1)[1] for v in o if v.startswith("tune_stop_after=")))
+                caps[tuple(p)] = max(caps.get(tuple(p), 0), cap)
+        if best is None:
+            if caps:  # every point that reached was refuted: the highest learning rate still capped, uncapped
+                p = max(caps, key=lambda p: lr_of(p) or -math.inf)
+                todo.append((group, [*p, "tuning=search"]))
+            continue
+        steps = int(float(best[2]["steps_to_target"]))
+        if short := [p for p, cap in caps.items() if cap < steps]:
+            todo += [(group, [*p, "tuning=search", f"tune_stop_after={steps}"]) for p in short]
+        elif missing := [s for s in seeds if not any(p == best[0] and r.get("seed") in (s, str(s)) for p, r in checks)]:
+            todo += [(group, [*best[0], "tuning=confirm", f"seed={s}"]) for s in missing]
+        else:
+            won[group] = best[0]
+    return won, todo
 
 
 class TuningSweeper(Sweeper):
@@ -284,13 +351,14 @@ class TuningSweeper(Sweeper):
         repeats: Sequence[int] = (),
         budget: int | None = None,
         capping: bool = False,
+        confirm: Sequence[int] = (),
         max_batch_size: int | None = None,
     ) -> None:
         super().__init__()
         self.params = dict(params or {})
         self.space = OmegaConf.to_container(space, resolve=True) if OmegaConf.is_config(space) else dict(space or {})
         self.objective, self.repeats, self.max_batch_size = objective, list(repeats), max_batch_size
-        self.budget, self.capping = budget, capping
+        self.budget, self.capping, self.confirm = budget, capping, list(confirm)
 
     def setup(self, *, hydra_context, task_function, config) -> None:
         from hydra.core.plugins import Plugins  # as Hydra's BasicSweeper: plugins are found when a sweep starts
@@ -331,12 +399,16 @@ class TuningSweeper(Sweeper):
             batches.append(self.launch([o for _, o in extra], len(rows)))
             rows += [(g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(extra, batches[-1])]
         won = winners(rows, self.objective)
+        while self.confirm:  # each winner at the confirming seeds first: a winner that misses at one loses
+            won, extra = confirming(rows, self.objective, self.confirm)
+            if not extra:
+                break
+            print(f"bench: confirming the winners: {len(extra)} trial(s)", flush=True)
+            add_trials(sweep_dir, [o for _, o in extra], len(rows) + len(extra) + groups * len(self.repeats))
+            batches.append(self.launch([o for _, o in extra], len(rows)))
+            rows += [(g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(extra, batches[-1])]
         repeats = [
-            [
-                *(o for o in overrides if not o.startswith(("tuning=", "seed=", "tune_stop_after="))),
-                "tuning=repeat",
-                f"seed={seed}",
-            ]
+            [*point_of(overrides), "tuning=repeat", f"seed={seed}"]
             for overrides in won.values()
             for seed in self.repeats
         ]

@@ -133,6 +133,22 @@ def test_the_report_breaks_a_tie_as_the_sweeper_does():
     assert g.winner["lr"] == 0.316 and g.seeds() == repeats
 
 
+def test_a_point_that_missed_at_a_confirming_seed_cannot_win():
+    """The search's fastest point (lr 0.316, 21 steps) missed the target at the sweeper's confirming seed 4; lr 0.1
+    (41 steps) reached there too: the report's winner is 0.1, as the sweeper's, and seed 4 prices nothing."""
+    rows = [
+        {**cost_row("backprop", 21, 5.0, lr=0.316), "tune_objective": "steps_to_target"},
+        {**cost_row("backprop", 41, 9.0, lr=0.1), "tune_objective": "steps_to_target"},
+        cost_row("backprop", None, 0.0, lr=0.316, tuning="confirm", seed=4, reached=False),
+        cost_row("backprop", 41, 9.0, lr=0.1, tuning="confirm", seed=4),
+    ]
+    repeats = [cost_row("backprop", 41, 9.0, lr=0.1, tuning="repeat", seed=s) for s in (1, 2, 3, 4)]
+    (g,) = only([*rows, *repeats]).values()
+    assert g.winner["lr"] == 0.1 and g.seeds() == repeats[:3] and len(g.confirms) == 2
+    (g,) = only([*rows[:2], *repeats]).values()  # without the confirming rows: the fastest point wins
+    assert g.winner["lr"] == 0.316
+
+
 def test_a_rerun_does_not_join_the_search():
     """A rerun (python -m bench rerun) of the slower search point, faster this time: the search still has two
     trials, its winner stays, the rerun is no seed of it; the trials table lists it as a rerun."""

@@ -20,7 +20,7 @@ import pytest
 from bench.config import resolve
 from bench.errors import ConfigError
 from bench.harness.preflight import compose_trials
-from bench.harness.tuning import expand, incumbents, rounds, winners
+from bench.harness.tuning import confirming, expand, incumbents, rounds, winners
 from bench.report.build import build, results_of
 from bench.scenarios import REPORT_SECTIONS
 from bench.scenarios.model.scenario import MODEL
@@ -206,6 +206,48 @@ def test_points_that_tie_go_to_the_middle_learning_rate(reached, won):
     assert winners(rows, "steps_to_target") == {"g": [f"optimizer.lr={won}"]}
 
 
+def backprop_at_lora(*trials) -> list[tuple[str, list[str], dict]]:
+    """A capped search as backprop's at rank-1 LoRA ran (3.16 and 1 stalled to the cap, 0.316 reached at the first
+    evaluation, the lower points capped at it), then the trials given: (lr, tuning, seed, cap, target, steps)."""
+    search = [
+        ("3.16", "search", None, None, "not_reached", None),
+        ("1", "search", None, None, "not_reached", None),
+        ("0.316", "search", None, None, "reached", 21),
+        ("0.1", "search", None, 21, "capped", None),
+        ("0.0316", "search", None, 21, "capped", None),
+    ]
+    out = []
+    for lr, tuning, seed, cap, status, steps in (*search, *trials):
+        extra = [f"seed={seed}"] * (seed is not None) + [f"tune_stop_after={cap}"] * (cap is not None)
+        row = {"status": "ok", "target_status": status, "steps_to_target": steps or "", "seed": seed or 0}
+        out.append(("g", ["case=backprop", f"optimizer.lr={lr}", f"tuning={tuning}", *extra], row))
+    return out
+
+
+def test_a_winner_that_misses_at_a_confirming_seed_loses_and_the_points_it_capped_run_again():
+    """hydra.sweeper.confirm: the search's winner must reach the target at the confirming seed too. 0.316 misses
+    there, so the capped points are no longer known to lose: the highest runs uncapped (41 steps), the one below it
+    runs again capped at 41, then 0.1 is confirmed and wins; without confirm, 0.316 would."""
+    point = lambda lr: ["case=backprop", f"optimizer.lr={lr}"]  # noqa: E731
+    steps = lambda *trials: confirming(backprop_at_lora(*trials), "steps_to_target", [4])  # noqa: E731
+    assert winners(backprop_at_lora(), "steps_to_target")["g"][:2] == point("0.316")
+    assert steps() == ({}, [("g", [*point("0.316"), "tuning=confirm", "seed=4"])])
+    missed = ("0.316", "confirm", 4, None, "not_reached", None)
+    assert steps(missed) == ({}, [("g", [*point("0.1"), "tuning=search"])])
+    uncapped = ("0.1", "search", None, None, "reached", 41)
+    assert steps(missed, uncapped) == ({}, [("g", [*point("0.0316"), "tuning=search", "tune_stop_after=41"])])
+    again = ("0.0316", "search", None, 41, "capped", None)
+    assert steps(missed, uncapped, again) == ({}, [("g", [*point("0.1"), "tuning=confirm", "seed=4"])])
+    held = ("0.1", "confirm", 4, None, "reached", 41)
+    assert steps(missed, uncapped, again, held) == ({"g": point("0.1")}, [])
+
+
+def test_a_winner_confirmed_at_its_seeds_wins_at_once():
+    held = [("0.316", "confirm", s, None, "reached", 21) for s in (4, 5)]
+    won, todo = confirming(backprop_at_lora(*held), "steps_to_target", [4, 5])
+    assert won == {"g": ["case=backprop", "optimizer.lr=0.316"]} and todo == []
+
+
 def test_every_mode_gets_the_same_budget():
     space = {
         "backprop": [{"optimizer.lr": 0.1}, {"optimizer.lr": 0.3}],
@@ -309,6 +351,39 @@ def test_a_capped_sweep_runs_the_highest_learning_rate_first_and_caps_the_rest_a
     assert out.stdout.strip().splitlines()[-1] == "bench: 3 trial(s): 3 ok"
 
 
+@pytest.mark.slow
+def test_a_confirming_seed_runs_before_the_repeats_and_its_row_says_so(tmp_path):
+    """hydra.sweeper.confirm=[2]: the search's winner runs at seed 2 (tuning=confirm), reaches, and only then is
+    repeated at the fresh seed; the report counts seed 2 as the choice's, never as a seed of its cost."""
+    out = sweep_here(
+        "-m",
+        *TINY,
+        "hydra/sweeper=bench_tuning",
+        "hydra.sweeper.params={framework:torch,case:backprop}",
+        "hydra.sweeper.space={backprop:[{optimizer.lr:0.01},{optimizer.lr:0.02}]}",
+        "hydra.sweeper.repeats=[1]",
+        "hydra.sweeper.capping=true",
+        "hydra.sweeper.confirm=[2]",
+        "hydra.sweeper.objective=steps_to_target",
+        "target.metric=eval_loss",
+        "target.value=100",
+        "target.max_steps=5",
+        f"results_dir={tmp_path}",
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = read_rows(tmp_path / "runs.csv")
+    assert [(r["tuning"], r["lr"], r["seed"], r["target_status"]) for r in rows] == [
+        ("search", "0.02", "0", "reached"),
+        ("search", "0.01", "0", "reached"),
+        ("confirm", "0.01", "2", "reached"),  # the tie goes to the lower of two: 0.01
+        ("repeat", "0.01", "1", "reached"),
+    ]
+    assert "bench: confirming the winners: 1 trial(s)" in out.stdout
+    report = build(REPORT_SECTIONS, results_of([tmp_path]), tmp_path)
+    backprop = next(line for line in report.text.splitlines() if line.startswith("| PyTorch | backprop |"))
+    assert "| 2/2 | 1 |" in backprop  # two search trials reached; one seed prices the winner (seed 1, not 2)
+
+
 def test_a_resumed_sweeps_summary_shows_the_trials_it_skipped_as_diverged():
     """Resume skips a trial recorded ok or diverged; the sweep's summary shows the row that made it skip for both (a
     search below a diverged point is resumed with its diverged trials), never a crashed row or another sweep's."""
@@ -378,6 +453,8 @@ def test_an_empty_search_space_is_refused_before_anything_runs(tmp_path):
         ),
         ("hydra.sweeper.repeats=[-1]", "hydra.sweeper.repeats=[-1]: accepted a list of seeds, integers in [0, 2^63)"),
         (f"hydra.sweeper.repeats=[{2**70}]", f"hydra.sweeper.repeats=[{2**70}]: accepted a list of seeds"),
+        ("hydra.sweeper.confirm=[-1]", "hydra.sweeper.confirm=[-1]: accepted a list of seeds"),
+        ("hydra.sweeper.confirm=[4,1]", "hydra.sweeper.confirm=[4, 1]: seed 1 is also in repeats"),
     ],
 )
 def test_a_bad_objective_or_repeat_is_refused_before_the_search_runs(setting, message, tmp_path):
@@ -389,6 +466,7 @@ def test_a_bad_objective_or_repeat_is_refused_before_the_search_runs(setting, me
         "hydra/sweeper=bench_tuning",
         "hydra.sweeper.params={case:backprop}",
         "hydra.sweeper.space={backprop:[{optimizer.lr:0.1}]}",
+        "hydra.sweeper.repeats=[1]",
         setting,
         results=tmp_path,
     )

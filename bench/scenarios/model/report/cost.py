@@ -189,7 +189,7 @@ def search_cell(g: Group, reached: int) -> str:
     return f"{reached}/{len(g.search)}" + (f" ({', '.join(rest)})" if rest else "")
 
 
-KIND_ORDER = {"search": 0, "repeat": 1, "": 2, "rerun": 3}
+KIND_ORDER = {"search": 0, "confirm": 1, "repeat": 2, "": 3, "rerun": 4}
 
 
 def trials_table(groups: dict[tuple[str, str], Group]) -> str:

@@ -10,6 +10,7 @@ value, step cap, evaluation interval, warm-up steps). Within a group, as AlgoPer
 - the search (`tuning=search`) picks the winner, the trial that reached the target with the lowest value of the
   sweeper's objective (the rows' `tune_objective`; wall_to_target_s, the sweeper's default, for rows written
   before that column), ties broken as the sweeper breaks them (its `best_of`: the middle learning rate);
+- with the sweeper's `confirm` seeds, a point that missed the target at one of them (`tuning=confirm`) cannot win;
 - the winner's cost is the median, with the lowest and highest, over its repeats (`tuning=repeat`) at seeds the
   search did not use; a repeat that missed the target counts as infinitely slow. The search trial that chose the
   winner is never among them: the best of N trials is biased low, and N differs between modes;
@@ -152,13 +153,14 @@ class Group:
     mode: str = ""  # the same without the trainable scope
     scope: str = ""
     search: list[dict] = field(default_factory=list)
+    confirms: list[dict] = field(default_factory=list)  # a winner at the sweeper's confirming seeds (its choice)
     repeats: list[dict] = field(default_factory=list)
     reruns: list[dict] = field(default_factory=list)
     fixed: list[dict] = field(default_factory=list)  # no tuning: one point, nothing chosen
 
     @property
     def rows(self) -> list[dict]:
-        return [*self.search, *self.repeats, *self.reruns, *self.fixed]
+        return [*self.search, *self.confirms, *self.repeats, *self.reruns, *self.fixed]
 
     @property
     def diverged(self) -> int:
@@ -179,7 +181,12 @@ class Group:
     def winner(self) -> dict | None:
         if not self.search:
             return self.fixed[-1] if self.fixed else None
-        reached = [r for r in self.search if reached_row(r) and value(r, self.objective) is not None]
+        refuted = [point(r) for r in self.confirms if not reached_row(r)]  # missed at a confirming seed: lost
+        reached = [
+            r
+            for r in self.search
+            if reached_row(r) and value(r, self.objective) is not None and point(r) not in refuted
+        ]
         return best_of(reached, lambda r: value(r, self.objective), lambda r: value(r, "lr"))
 
     def seeds(self) -> list[dict]:
@@ -190,7 +197,7 @@ class Group:
         w = self.winner
         if w is None:
             return []
-        used = {str(r.get("seed")) for r in self.search}
+        used = {str(r.get("seed")) for r in (*self.search, *self.confirms)}
         return [r for r in self.repeats if point(r) == point(w) and str(r.get("seed")) not in used]
 
     def cost(self, column: str) -> Cost:
@@ -237,7 +244,7 @@ def cost_groups(rows: list[dict]) -> dict[Context, dict[tuple[str, str], Group]]
         free = _without(r, tuned)
         group = out[key].setdefault(cell, Group(*cell, mode=mode_label(free), scope=scope_label(r)))
         # a kind the sweeper does not write (a rerun, or one added later) is kept apart, never searched or counted
-        kinds = {"search": group.search, "repeat": group.repeats, "": group.fixed}
+        kinds = {"search": group.search, "confirm": group.confirms, "repeat": group.repeats, "": group.fixed}
         kinds.get(r.get("tuning") or "", group.reruns).append(r)
     return dict(out)
 
