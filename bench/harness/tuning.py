@@ -15,6 +15,7 @@ every submission the same tuning budget:
         repeats: [1, 2]                                                # seeds the winner runs again with
         budget: 5                                                      # trials per group, extensions included
         capping: true                                                  # stop a point once it cannot win
+        confirm: [4]                                                   # seeds a winner must reach at too
 
 A case's space may instead be placed by the trained dimension d (the parameters its combination trains): a
 one-direction estimate's (a forward gradient's, MeZO's) variance grows about as d, so its stable learning rate
@@ -36,7 +37,8 @@ points that would have gone on to the cap.
 
 Phase one runs every point of every combination of `params` (`tuning=search`); phase two runs each combination's
 winner, the point with the smallest objective among the trials that reached it (points that tie: the middle
-learning rate among them, `best_of`), at every seed of `repeats` (`tuning=repeat`). Every trial carries its
+learning rate among them, `best_of`), at every seed of `repeats` (`tuning=repeat`). With `confirm`, the winner
+must first reach the target at those seeds too (`tuning=confirm`; `confirming`). Every trial carries its
 combination as `tune_group`. A combination that no point brought to the target has no winner, and is not repeated.
 Both phases go through the configured launcher (joblib, SLURM...).
 
