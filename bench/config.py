@@ -242,8 +242,8 @@ class BenchConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     tuning: str | None = _f(
         None,
-        "set by the tuning sweeper: search (a point of a mode's search space) | confirm (a winner at a confirming "
-        "seed, hydra.sweeper.confirm) | repeat (its winner at another seed) | rerun (python -m bench rerun)",
+        "set by the tuning sweeper: search (a point of a mode's search space) | confirm (a candidate winner at a "
+        "confirming seed, hydra.sweeper.confirm) | repeat (its winner at another seed) | rerun (python -m bench rerun)",
     )
     tune_group: str | None = _f(None, "set by the tuning sweeper: what is tuned together (the sweep's fixed choices)")
     tune_stop_after: int | None = _f(
@@ -286,7 +286,7 @@ class TuningSweeperConf:
     objective: str = "wall_to_target_s"  # a column of the trial's row; lower is better
     capping: bool = False  # a group's points in rounds, each stopped at the steps its group's best took
     repeats: list[int] = field(default_factory=list)  # the seeds each winner runs again with
-    confirm: list[int] = field(default_factory=list)  # seeds a winner must reach the target at too, before it wins
+    confirm: list[int] = field(default_factory=list)  # seeds a point's search cost is also its worst over
     budget: int | None = None  # trials per group: its points, then points below them while all diverged
     max_batch_size: int | None = None
 

@@ -15,7 +15,7 @@ every submission the same tuning budget:
         repeats: [1, 2]                                                # seeds the winner runs again with
         budget: 5                                                      # trials per group, extensions included
         capping: true                                                  # stop a point once it cannot win
-        confirm: [4]                                                   # seeds a winner must reach at too
+        confirm: [4]                                                   # a point's cost: its worst with these
 
 A case's space may instead be placed by the trained dimension d (the parameters its combination trains): a
 one-direction estimate's (a forward gradient's, MeZO's) variance grows about as d, so its stable learning rate
@@ -37,8 +37,8 @@ points that would have gone on to the cap.
 
 Phase one runs every point of every combination of `params` (`tuning=search`); phase two runs each combination's
 winner, the point with the smallest objective among the trials that reached it (points that tie: the middle
-learning rate among them, `best_of`), at every seed of `repeats` (`tuning=repeat`). With `confirm`, the winner
-must first reach the target at those seeds too (`tuning=confirm`; `confirming`). Every trial carries its
+learning rate among them, `best_of`), at every seed of `repeats` (`tuning=repeat`). With `confirm`, a point's cost
+is its worst over the search's seed and those seeds (`tuning=confirm` trials; `confirming`). Every trial carries its
 combination as `tune_group`. A combination that no point brought to the target has no winner, and is not repeated.
 Both phases go through the configured launcher (joblib, SLURM...).
 
@@ -53,7 +53,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -94,7 +94,7 @@ def check_tuning(objective, repeats, budget=None, confirm=()) -> None:
         )
     for name, value, what in (
         ("repeats", repeats, "each winner runs again with"),
-        ("confirm", confirm, "a winner must reach the target at too before it wins"),
+        ("confirm", confirm, "a point's search cost is also its worst over"),
     ):
         seeds = list(value) if isinstance(value, (list, tuple)) else None
         if seeds is None or any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < MAX_SEED for s in seeds):
@@ -302,45 +302,62 @@ def reached(row: dict) -> bool:
     return row.get("status") == "ok" and row.get("target_status") == "reached"
 
 
+@dataclass
+class Known:
+    """What a group's trials say of one point: its worst objective and steps over the seeds it has reached at (the
+    search's and the confirming ones; a miss is inf), the confirming seeds it has run, and, for a point the search
+    only ever capped, the largest step it was capped at."""
+
+    point: list[str]
+    worst: float = -math.inf
+    steps: float = -math.inf
+    seeds: set = field(default_factory=set)
+    cap: int = 0
+    reached: bool = False
+
+
 def confirming(
     results: list[tuple[str, list[str], dict]], objective: str, seeds: Sequence[int]
 ) -> tuple[dict[str, list[str]], list[tuple[str, list[str]]]]:
-    """With `confirm` seeds, a point wins only if it also reaches the target at each of them (`tuning=confirm`
-    trials, uncapped): the search's seed alone picks points at the edge of stability (backprop with LoRA reaches at
-    a learning rate that stalls at other seeds). Per group, the best unrefuted point (best_of over the search's
-    reached trials, less points a confirming trial missed at): where a capped point was stopped short of its steps
-    (its cap came from a point since refuted) it runs again capped at them; else the best runs at the seeds it
-    lacks; once it has reached at every one, it is the winner. With no unrefuted point left, the highest learning
-    rate still capped runs uncapped. Returns (the winners so far, each as its point; the trials to run next)."""
-    groups: dict[str, list[tuple[list[str], dict]]] = {}
+    """With `confirm` seeds a point's cost is its worst over the search's seed and those seeds (a miss at any is
+    inf), and the lowest wins: the search's seed alone picks points at the edge of stability (backprop with LoRA
+    reaches the target at a learning rate that stalls at other seeds). Branch and bound on what the rows know, per
+    group: the point with the lowest cost so far that lacks a confirming seed runs at it (`tuning=confirm`,
+    uncapped), best first; then a point the search capped short of the best confirmed point's steps (its cap came
+    from a point since found worse) runs again capped at them (uncapped while nothing is confirmed), the highest
+    learning rate first, one at a time; when neither is left, the best confirmed point (ties as best_of) wins.
+    Returns (the winners, each as its point; the trials to run next)."""
+    groups: dict[str, dict[tuple, Known]] = {}
     for group, overrides, row in results:
-        groups.setdefault(group, []).append((overrides, row))
-    won, todo = {}, []
-    for group, trials in groups.items():
-        search = [(point_of(o), o, r) for o, r in trials if "tuning=confirm" not in o]
-        checks = [(point_of(o), r) for o, r in trials if "tuning=confirm" in o]
-        refuted = [p for p, r in checks if not reached(r)]
-        cost = lambda t: cost_of(t[2], objective)  # noqa: E731
-        candidates = [t for t in search if reached(t[2]) and t[0] not in refuted and math.isfinite(cost(t))]
-        best = best_of(candidates, cost, lambda t: lr_of(t[0]))
-        settled = [p for p, _, r in search if not (r.get("status") == "ok" and r.get("target_status") == "capped")]
-        caps: dict[tuple, int] = {}  # each point stopped only by caps so far: its largest one
-        for p, o, _ in search:
-            if p not in settled:
-                cap = int(next(v.split("=", 1)[1] for v in o if v.startswith("tune_stop_after=")))
-                caps[tuple(p)] = max(caps.get(tuple(p), 0), cap)
-        if best is None:
-            if caps:  # every point that reached was refuted: the highest learning rate still capped, uncapped
-                p = max(caps, key=lambda p: lr_of(p) or -math.inf)
-                todo.append((group, [*p, "tuning=search"]))
+        p = point_of(overrides)
+        k = groups.setdefault(group, {}).setdefault(tuple(p), Known(p))
+        confirm = "tuning=confirm" in overrides
+        if confirm:
+            k.seeds.add(str(row.get("seed")))
+        if not confirm and row.get("status") == "ok" and row.get("target_status") == "capped":
+            k.cap = max(k.cap, int(next(o.split("=", 1)[1] for o in overrides if o.startswith("tune_stop_after="))))
             continue
-        steps = int(float(best[2]["steps_to_target"]))
-        if short := [p for p, cap in caps.items() if cap < steps]:
-            todo += [(group, [*p, "tuning=search", f"tune_stop_after={steps}"]) for p in short]
-        elif missing := [s for s in seeds if not any(p == best[0] and r.get("seed") in (s, str(s)) for p, r in checks)]:
-            todo += [(group, [*best[0], "tuning=confirm", f"seed={s}"]) for s in missing]
-        else:
-            won[group] = best[0]
+        done = reached(row) and math.isfinite(cost_of(row, objective))
+        k.reached |= done and not confirm
+        k.worst = max(k.worst, cost_of(row, objective) if done else math.inf)
+        k.steps = max(k.steps, float(row["steps_to_target"]) if done else math.inf)
+    want = {str(s) for s in seeds}
+    won, todo = {}, []
+    for group, known in groups.items():
+        lr = lambda k: lr_of(k.point)  # noqa: E731
+        confirmed = [k for k in known.values() if k.reached and want <= k.seeds and math.isfinite(k.worst)]
+        best = best_of(confirmed, lambda k: k.worst, lr)
+        bound, steps = (best.worst, best.steps) if best else (math.inf, math.inf)
+        pending = [k for k in known.values() if k.reached and not want <= k.seeds and k.worst < bound]
+        capped = [k for k in known.values() if not k.reached and k.worst == -math.inf and 0 < k.cap < steps]
+        if nxt := best_of(pending, lambda k: k.worst, lr):
+            todo += [(group, [*nxt.point, "tuning=confirm", f"seed={s}"]) for s in seeds if str(s) not in nxt.seeds]
+        elif capped:
+            k = max(capped, key=lambda k: lr(k) or -math.inf)
+            cap = [f"tune_stop_after={int(steps)}"] if math.isfinite(steps) else []
+            todo.append((group, [*k.point, "tuning=search", *cap]))
+        elif best is not None:
+            won[group] = best.point
     return won, todo
 
 

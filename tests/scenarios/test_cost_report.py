@@ -135,7 +135,8 @@ def test_the_report_breaks_a_tie_as_the_sweeper_does():
 
 def test_a_point_that_missed_at_a_confirming_seed_cannot_win():
     """The search's fastest point (lr 0.316, 21 steps) missed the target at the sweeper's confirming seed 4; lr 0.1
-    (41 steps) reached there too: the report's winner is 0.1, as the sweeper's, and seed 4 prices nothing."""
+    (41 steps) reached there too: the report's winner is 0.1, as the sweeper's, and seed 4 prices nothing. Where
+    0.316 reaches at seed 4 but in 821 steps, its worst is 821 and 0.1 still wins."""
     rows = [
         {**cost_row("backprop", 21, 5.0, lr=0.316), "tune_objective": "steps_to_target"},
         {**cost_row("backprop", 41, 9.0, lr=0.1), "tune_objective": "steps_to_target"},
@@ -147,6 +148,9 @@ def test_a_point_that_missed_at_a_confirming_seed_cannot_win():
     assert g.winner["lr"] == 0.1 and g.seeds() == repeats[:3] and len(g.confirms) == 2
     (g,) = only([*rows[:2], *repeats]).values()  # without the confirming rows: the fastest point wins
     assert g.winner["lr"] == 0.316
+    slow = cost_row("backprop", 821, 90.0, lr=0.316, tuning="confirm", seed=4)  # reached, but its worst is 821
+    (g,) = only([*rows[:2], slow, rows[3], *repeats]).values()
+    assert g.winner["lr"] == 0.1
 
 
 def test_a_rerun_does_not_join_the_search():

@@ -225,9 +225,10 @@ def backprop_at_lora(*trials) -> list[tuple[str, list[str], dict]]:
 
 
 def test_a_winner_that_misses_at_a_confirming_seed_loses_and_the_points_it_capped_run_again():
-    """hydra.sweeper.confirm: the search's winner must reach the target at the confirming seed too. 0.316 misses
-    there, so the capped points are no longer known to lose: the highest runs uncapped (41 steps), the one below it
-    runs again capped at 41, then 0.1 is confirmed and wins; without confirm, 0.316 would."""
+    """hydra.sweeper.confirm: a point's cost is its worst over the search's seed and the confirming ones. 0.316
+    misses at seed 4, so the capped points are no longer known to lose: the highest runs uncapped (41 steps), is
+    confirmed, and the one below it runs again capped at 41 (it could still tie); then 0.1 wins. Without confirm,
+    0.316 would."""
     point = lambda lr: ["case=backprop", f"optimizer.lr={lr}"]  # noqa: E731
     steps = lambda *trials: confirming(backprop_at_lora(*trials), "steps_to_target", [4])  # noqa: E731
     assert winners(backprop_at_lora(), "steps_to_target")["g"][:2] == point("0.316")
@@ -235,11 +236,23 @@ def test_a_winner_that_misses_at_a_confirming_seed_loses_and_the_points_it_cappe
     missed = ("0.316", "confirm", 4, None, "not_reached", None)
     assert steps(missed) == ({}, [("g", [*point("0.1"), "tuning=search"])])
     uncapped = ("0.1", "search", None, None, "reached", 41)
-    assert steps(missed, uncapped) == ({}, [("g", [*point("0.0316"), "tuning=search", "tune_stop_after=41"])])
-    again = ("0.0316", "search", None, 41, "capped", None)
-    assert steps(missed, uncapped, again) == ({}, [("g", [*point("0.1"), "tuning=confirm", "seed=4"])])
+    assert steps(missed, uncapped) == ({}, [("g", [*point("0.1"), "tuning=confirm", "seed=4"])])
     held = ("0.1", "confirm", 4, None, "reached", 41)
-    assert steps(missed, uncapped, again, held) == ({"g": point("0.1")}, [])
+    assert steps(missed, uncapped, held) == ({}, [("g", [*point("0.0316"), "tuning=search", "tune_stop_after=41"])])
+    again = ("0.0316", "search", None, 41, "capped", None)
+    assert steps(missed, uncapped, held, again) == ({"g": point("0.1")}, [])
+
+
+def test_a_winner_slow_at_a_confirming_seed_loses_to_a_point_fast_at_both():
+    """0.316 reaches at seed 4 only at step 821: its cost is 821, and the points capped at 21 might beat it. 0.1
+    runs again capped at 821, reaches at 41 at both seeds, and wins; 0.0316 then runs capped at 41."""
+    point = lambda lr: ["case=backprop", f"optimizer.lr={lr}"]  # noqa: E731
+    steps = lambda *trials: confirming(backprop_at_lora(*trials), "steps_to_target", [4])  # noqa: E731
+    slow = ("0.316", "confirm", 4, None, "reached", 821)
+    assert steps(slow) == ({}, [("g", [*point("0.1"), "tuning=search", "tune_stop_after=821"])])
+    fast = [("0.1", "search", None, 821, "reached", 41), ("0.1", "confirm", 4, None, "reached", 41)]
+    assert steps(slow, *fast) == ({}, [("g", [*point("0.0316"), "tuning=search", "tune_stop_after=41"])])
+    assert steps(slow, *fast, ("0.0316", "search", None, 41, "capped", None)) == ({"g": point("0.1")}, [])
 
 
 def test_a_winner_confirmed_at_its_seeds_wins_at_once():

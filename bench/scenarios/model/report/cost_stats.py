@@ -10,7 +10,8 @@ value, step cap, evaluation interval, warm-up steps). Within a group, as AlgoPer
 - the search (`tuning=search`) picks the winner, the trial that reached the target with the lowest value of the
   sweeper's objective (the rows' `tune_objective`; wall_to_target_s, the sweeper's default, for rows written
   before that column), ties broken as the sweeper breaks them (its `best_of`: the middle learning rate);
-- with the sweeper's `confirm` seeds, a point that missed the target at one of them (`tuning=confirm`) cannot win;
+- with the sweeper's `confirm` seeds (`tuning=confirm` rows), the winner is the confirmed point whose worst over its
+  search and confirming seeds is lowest (a miss is infinite), as the sweeper picks it;
 - the winner's cost is the median, with the lowest and highest, over its repeats (`tuning=repeat`) at seeds the
   search did not use; a repeat that missed the target counts as infinitely slow. The search trial that chose the
   winner is never among them: the best of N trials is biased low, and N differs between modes;
@@ -181,12 +182,14 @@ class Group:
     def winner(self) -> dict | None:
         if not self.search:
             return self.fixed[-1] if self.fixed else None
-        refuted = [point(r) for r in self.confirms if not reached_row(r)]  # missed at a confirming seed: lost
-        reached = [
-            r
-            for r in self.search
-            if reached_row(r) and value(r, self.objective) is not None and point(r) not in refuted
-        ]
+        reached = [r for r in self.search if reached_row(r) and value(r, self.objective) is not None]
+        if self.confirms:  # the sweeper's confirm: a confirmed point's cost is its worst over its seeds (a miss: INF)
+            worst = lambda r: max(  # noqa: E731
+                value(c, self.objective) if reached_row(c) and value(c, self.objective) is not None else INF
+                for c in (r, *(c for c in self.confirms if point(c) == point(r)))
+            )
+            confirmed = {point(c) for c in self.confirms}
+            return best_of([r for r in reached if point(r) in confirmed], worst, lambda r: value(r, "lr"))
         return best_of(reached, lambda r: value(r, self.objective), lambda r: value(r, "lr"))
 
     def seeds(self) -> list[dict]:
