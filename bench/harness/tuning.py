@@ -418,11 +418,11 @@ class TuningSweeper(Sweeper):
             batches.append(self.launch([o for _, o in extra], len(rows)))
             rows += [(g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(extra, batches[-1])]
         won = winners(rows, self.objective)
-        while self.confirm:  # each winner at the confirming seeds first: a winner that misses at one loses
+        while self.confirm:  # a point's cost is its worst over the search's and the confirming seeds
             won, extra = confirming(rows, self.objective, self.confirm)
             if not extra:
                 break
-            print(f"bench: confirming the winners: {len(extra)} trial(s)", flush=True)
+            print(f"bench: confirming: {len(extra)} trial(s) (confirming seeds, or points capped short)", flush=True)
             add_trials(sweep_dir, [o for _, o in extra], len(rows) + len(extra) + groups * len(self.repeats))
             batches.append(self.launch([o for _, o in extra], len(rows)))
             rows += [(g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(extra, batches[-1])]

@@ -391,7 +391,7 @@ def test_a_confirming_seed_runs_before_the_repeats_and_its_row_says_so(tmp_path)
         ("confirm", "0.01", "2", "reached"),  # the tie goes to the lower of two: 0.01
         ("repeat", "0.01", "1", "reached"),
     ]
-    assert "bench: confirming the winners: 1 trial(s)" in out.stdout
+    assert "bench: confirming: 1 trial(s)" in out.stdout
     report = build(REPORT_SECTIONS, results_of([tmp_path]), tmp_path)
     backprop = next(line for line in report.text.splitlines() if line.startswith("| PyTorch | backprop |"))
     assert "| 2/2 | 1 |" in backprop  # two search trials reached; one seed prices the winner (seed 1, not 2)
