@@ -336,11 +336,9 @@ def test_a_tuning_sweep_counts_its_own_trials_and_a_resume_its_skipped_ones(tune
     assert len(rows) == 6  # nothing ran again
 
 
-@pytest.mark.slow
-def test_a_capped_sweep_runs_the_highest_learning_rate_first_and_caps_the_rest_at_its_steps(tmp_path):
-    """hydra.sweeper.capping=true: the first round's point (the higher learning rate) runs uncapped and reaches
-    the target at its first evaluation (step 3), the next runs with tune_stop_after=3 (and ties, so reaches too),
-    the winner's repeat runs uncapped; the sweep's summary counts all three."""
+def capped_sweep(results: Path, *settings: str):
+    """A real capped tuning sweep of torch backprop at two learning rates on the tiny model, a target every point
+    reaches (eval_loss <= 100) by its first evaluation, the winner repeated at seed 1: (its output, its rows)."""
     out = sweep_here(
         "-m",
         *TINY,
@@ -349,13 +347,22 @@ def test_a_capped_sweep_runs_the_highest_learning_rate_first_and_caps_the_rest_a
         "hydra.sweeper.space={backprop:[{optimizer.lr:0.01},{optimizer.lr:0.02}]}",
         "hydra.sweeper.repeats=[1]",
         "hydra.sweeper.capping=true",
+        *settings,
         "target.metric=eval_loss",
         "target.value=100",
         "target.max_steps=5",
-        f"results_dir={tmp_path}",
+        f"results_dir={results}",
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    rows = read_rows(tmp_path / "runs.csv")
+    return out, read_rows(results / "runs.csv")
+
+
+@pytest.mark.slow
+def test_a_capped_sweep_runs_the_highest_learning_rate_first_and_caps_the_rest_at_its_steps(tmp_path):
+    """hydra.sweeper.capping=true: the first round's point (the higher learning rate) runs uncapped and reaches
+    the target at its first evaluation (step 3), the next runs with tune_stop_after=3 (and ties, so reaches too),
+    the winner's repeat runs uncapped; the sweep's summary counts all three."""
+    out, rows = capped_sweep(tmp_path)
     assert [(r["tuning"], r["lr"], r["tune_stop_after"], r["target_status"]) for r in rows] == [
         ("search", "0.02", "", "reached"),
         ("search", "0.01", "3", "reached"),
@@ -368,23 +375,7 @@ def test_a_capped_sweep_runs_the_highest_learning_rate_first_and_caps_the_rest_a
 def test_a_confirming_seed_runs_before_the_repeats_and_its_row_says_so(tmp_path):
     """hydra.sweeper.confirm=[2]: the search's winner runs at seed 2 (tuning=confirm), reaches, and only then is
     repeated at the fresh seed; the report counts seed 2 as the choice's, never as a seed of its cost."""
-    out = sweep_here(
-        "-m",
-        *TINY,
-        "hydra/sweeper=bench_tuning",
-        "hydra.sweeper.params={framework:torch,case:backprop}",
-        "hydra.sweeper.space={backprop:[{optimizer.lr:0.01},{optimizer.lr:0.02}]}",
-        "hydra.sweeper.repeats=[1]",
-        "hydra.sweeper.capping=true",
-        "hydra.sweeper.confirm=[2]",
-        "hydra.sweeper.objective=steps_to_target",
-        "target.metric=eval_loss",
-        "target.value=100",
-        "target.max_steps=5",
-        f"results_dir={tmp_path}",
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    rows = read_rows(tmp_path / "runs.csv")
+    out, rows = capped_sweep(tmp_path, "hydra.sweeper.confirm=[2]", "hydra.sweeper.objective=steps_to_target")
     assert [(r["tuning"], r["lr"], r["seed"], r["target_status"]) for r in rows] == [
         ("search", "0.02", "0", "reached"),
         ("search", "0.01", "0", "reached"),
