@@ -247,12 +247,17 @@ def rounds(search: list[tuple[str, list[str]]]) -> list[list[tuple[str, list[str
     return [[(g, p[k]) for g, p in groups.items() if k < len(p)] for k in range(depth)]
 
 
+def reached(row: dict) -> bool:
+    """The trial ended ok and met its target."""
+    return row.get("status") == "ok" and row.get("target_status") == "reached"
+
+
 def incumbents(results: list[tuple[str, list[str], dict]]) -> dict[str, int]:
     """Each group's best so far in steps: the fewest steps to the target among its trials that reached it (ended
     ok); what capping stops the group's next points at."""
     best: dict[str, int] = {}
     for group, _, row in results:
-        if row.get("status") == "ok" and row.get("target_status") == "reached":
+        if reached(row):
             steps = int(float(row["steps_to_target"]))
             best[group] = min(best.get(group, steps), steps)
     return best
@@ -296,10 +301,6 @@ PER_TRIAL = ("tuning=", "seed=", "tune_stop_after=")  # what the sweeper adds to
 def point_of(overrides: Sequence[str]) -> list[str]:
     """A trial's point: its overrides less the sweeper's per-trial ones (its phase, seed and cap)."""
     return [o for o in overrides if not o.startswith(PER_TRIAL)]
-
-
-def reached(row: dict) -> bool:
-    return row.get("status") == "ok" and row.get("target_status") == "reached"
 
 
 @dataclass

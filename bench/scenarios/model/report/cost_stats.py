@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from bench import estimators
 from bench.harness.tuning import best_of
+from bench.harness.tuning import reached as reached_row  # the sweeper's test: ended ok, target reached
 from bench.report.tables import num
 from bench.scenarios.model.select import (
     KNOB_DEFAULTS,
@@ -65,10 +66,6 @@ def ran_dropout(row: dict) -> float:
     mode = row.get("mode", "")
     on = estimators.get(mode).dropout if mode in estimators.names() else True
     return float(knob(row, "dropout")) if on else 0.0
-
-
-def reached_row(row: dict) -> bool:
-    return row.get("status") == "ok" and row.get("target_status") == "reached"
 
 
 def _setting(row: dict, column: str) -> str:
