@@ -11,7 +11,7 @@ import math
 import pytest
 
 from bench.harness.rerun import as_rerun
-from bench.harness.tuning import winners
+from bench.harness.tuning import incumbents, winners
 from bench.scenarios.model.report.cost import cost_table, matched_memory, profile_table, trials_table
 from bench.scenarios.model.report.cost_stats import (
     INF,
@@ -151,6 +151,21 @@ def test_a_point_that_missed_at_a_confirming_seed_cannot_win():
     slow = cost_row("backprop", 821, 90.0, lr=0.316, tuning="confirm", seed=4)  # reached, but its worst is 821
     (g,) = only([*rows[:2], slow, rows[3], *repeats]).values()
     assert g.winner["lr"] == 0.1
+
+
+def test_the_sweeper_and_the_report_count_a_trial_reached_only_if_it_ended_ok():
+    """One rule (tuning.reached) for capping's incumbents, the report's winner and its seeds: a row whose target
+    says reached but whose trial did not end ok (it crashed after the evaluation) caps nothing, wins nothing and
+    prices a seed as missed."""
+    broken = lambda row: {**row, "status": "crashed"}  # noqa: E731
+    fast, slow = cost_row("mezo", 101, 5.0, lr=0.1), cost_row("mezo", 201, 9.0, lr=0.01)
+    search = [(r["tune_group"], [], r) for r in (broken(fast), slow)]
+    assert incumbents(search) == {"torch-mezo": 201}
+    repeats = [cost_row("mezo", 181 + 20 * s, 9.0, lr=0.01, tuning="repeat", seed=s) for s in (1, 2, 3)]
+    (g,) = only([broken(fast), slow, broken(repeats[0]), *repeats[1:]]).values()
+    assert g.winner["lr"] == 0.01
+    cost = g.cost("steps_to_target")
+    assert (cost.median, cost.lo, cost.hi) == (241, 221, INF)  # 221, 241 and the crashed seed as infinite
 
 
 def test_a_rerun_does_not_join_the_search():
