@@ -318,16 +318,17 @@ class Known:
 
 
 def confirming(
-    results: list[tuple[str, list[str], dict]], objective: str, seeds: Sequence[int]
+    results: list[tuple[str, list[str], dict]], objective: str, seeds: Sequence[int], capping: bool = False
 ) -> tuple[dict[str, list[str]], list[tuple[str, list[str]]]]:
     """With `confirm` seeds a point's cost is its worst over the search's seed and those seeds (a miss at any is
     inf), and the lowest wins: the search's seed alone picks points at the edge of stability (backprop with LoRA
     reaches the target at a learning rate that stalls at other seeds). Branch and bound on what the rows know, per
-    group: the point with the lowest cost so far that lacks a confirming seed runs at it (`tuning=confirm`,
-    uncapped), best first; then a point the search capped short of the best confirmed point's steps (its cap came
-    from a point since found worse) runs again capped at them (uncapped while nothing is confirmed), the highest
-    learning rate first, one at a time; when neither is left, the best confirmed point (ties as best_of) wins.
-    Returns (the winners, each as its point; the trials to run next)."""
+    group: the point with the lowest cost so far that lacks a confirming seed runs at it (`tuning=confirm`; with
+    `capping`, stopped at the best confirmed point's steps: past them its worst can no longer win, so a capped
+    confirming trial counts as a miss), best first; then a point the search capped short of the best confirmed
+    point's steps (its cap came from a point since found worse) runs again capped at them (uncapped while nothing
+    is confirmed), the highest learning rate first, one at a time; when neither is left, the best confirmed point
+    (ties as best_of) wins. Returns (the winners, each as its point; the trials to run next)."""
     groups: dict[str, dict[tuple, Known]] = {}
     for group, overrides, row in results:
         p = point_of(overrides)
@@ -351,11 +352,14 @@ def confirming(
         bound, steps = (best.worst, best.steps) if best else (math.inf, math.inf)
         pending = [k for k in known.values() if k.reached and not want <= k.seeds and k.worst < bound]
         capped = [k for k in known.values() if not k.reached and k.worst == -math.inf and 0 < k.cap < steps]
+        cap = [f"tune_stop_after={int(steps)}"] if math.isfinite(steps) else []
         if nxt := best_of(pending, lambda k: k.worst, lr):
-            todo += [(group, [*nxt.point, "tuning=confirm", f"seed={s}"]) for s in seeds if str(s) not in nxt.seeds]
+            bounded = cap if capping else []
+            todo += [
+                (group, [*nxt.point, "tuning=confirm", f"seed={s}", *bounded]) for s in seeds if str(s) not in nxt.seeds
+            ]
         elif capped:
             k = max(capped, key=lambda k: lr(k) or -math.inf)
-            cap = [f"tune_stop_after={int(steps)}"] if math.isfinite(steps) else []
             todo.append((group, [*k.point, "tuning=search", *cap]))
         elif best is not None:
             won[group] = best.point
@@ -420,7 +424,7 @@ class TuningSweeper(Sweeper):
             rows += [(g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(extra, batches[-1])]
         won = winners(rows, self.objective)
         while self.confirm:  # a point's cost is its worst over the search's and the confirming seeds
-            won, extra = confirming(rows, self.objective, self.confirm)
+            won, extra = confirming(rows, self.objective, self.confirm, self.capping)
             if not extra:
                 break
             print(f"bench: confirming: {len(extra)} trial(s) (confirming seeds, or points capped short)", flush=True)

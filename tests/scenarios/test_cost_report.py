@@ -151,6 +151,10 @@ def test_a_point_that_missed_at_a_confirming_seed_cannot_win():
     slow = cost_row("backprop", 821, 90.0, lr=0.316, tuning="confirm", seed=4)  # reached, but its worst is 821
     (g,) = only([*rows[:2], slow, rows[3], *repeats]).values()
     assert g.winner["lr"] == 0.1
+    # the sweeper's capping: 0.1's confirming trial stopped at 0.316's 821 steps without the target, a miss
+    stopped = cost_row("backprop", None, 0.0, lr=0.1, tuning="confirm", seed=4, reached=False, tune_stop_after=821)
+    (g,) = only([*rows[:2], slow, {**stopped, "target_status": "capped"}, *repeats]).values()
+    assert g.winner["lr"] == 0.316
 
 
 def test_the_sweeper_and_the_report_count_a_trial_reached_only_if_it_ended_ok():

@@ -255,6 +255,21 @@ def test_a_winner_slow_at_a_confirming_seed_loses_to_a_point_fast_at_both():
     assert steps(slow, *fast, ("0.0316", "search", None, 41, "capped", None)) == ({"g": point("0.1")}, [])
 
 
+def test_with_capping_a_confirming_trial_stops_at_the_best_confirmed_points_steps():
+    """capping: past the steps of the best point confirmed so far a confirming trial can no longer win, so it stops
+    there, and one so stopped counts as a miss. The first confirming trial runs uncapped (nothing is confirmed);
+    0.316 is confirmed at 821, 0.1 (41 at the search's seed) is confirmed capped at 821, misses there, and the
+    point below it runs again capped at 821; then 0.316 wins."""
+    point = lambda lr: ["case=backprop", f"optimizer.lr={lr}"]  # noqa: E731
+    steps = lambda *trials: confirming(backprop_at_lora(*trials), "steps_to_target", [4], capping=True)  # noqa: E731
+    assert steps() == ({}, [("g", [*point("0.316"), "tuning=confirm", "seed=4"])])
+    slow, fast = ("0.316", "confirm", 4, None, "reached", 821), ("0.1", "search", None, 821, "reached", 41)
+    assert steps(slow, fast) == ({}, [("g", [*point("0.1"), "tuning=confirm", "seed=4", "tune_stop_after=821"])])
+    stopped = ("0.1", "confirm", 4, 821, "capped", None)
+    assert steps(slow, fast, stopped) == ({}, [("g", [*point("0.0316"), "tuning=search", "tune_stop_after=821"])])
+    assert steps(slow, fast, stopped, ("0.0316", "search", None, 821, "capped", None)) == ({"g": point("0.316")}, [])
+
+
 def test_a_winner_confirmed_at_its_seeds_wins_at_once():
     held = [("0.316", "confirm", s, None, "reached", 21) for s in (4, 5)]
     won, todo = confirming(backprop_at_lora(*held), "steps_to_target", [4, 5])

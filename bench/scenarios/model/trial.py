@@ -335,7 +335,7 @@ class Target:
     stops there; its columns give what it cost: steps and samples (warm-up steps included: they train too), the
     steps' own time (the first, compiling step counted at the median step), the wall time from the compilation
     to the end of that evaluation, and the target's status: reached, not_reached (at the step cap), or capped (a
-    search trial past the steps its group's best took, cfg.tune_stop_after: it can no longer win)."""
+    tuning trial past the steps its group's best took, cfg.tune_stop_after: it can no longer win)."""
 
     def __init__(self, cfg: BenchConfig):
         self.metric, self.value, self.warmup = cfg.target.metric, cfg.target.value, cfg.warmup_steps
