@@ -224,35 +224,45 @@ def backprop_at_lora(*trials) -> list[tuple[str, list[str], dict]]:
     return out
 
 
+def lora_point(lr) -> list[str]:
+    """backprop_at_lora's point at learning rate lr, as the sweeper names it (its overrides less the per-trial ones)."""
+    return ["case=backprop", f"optimizer.lr={lr}"]
+
+
+def confirmed_next(*trials, capping: bool = False):
+    """What the sweeper's confirming (seed 4) makes of backprop_at_lora's search and then the trials given: (the
+    winners, the trials to run next)."""
+    return confirming(backprop_at_lora(*trials), "steps_to_target", [4], capping)
+
+
 def test_a_winner_that_misses_at_a_confirming_seed_loses_and_the_points_it_capped_run_again():
     """hydra.sweeper.confirm: a point's cost is its worst over the search's seed and the confirming ones. 0.316
     misses at seed 4, so the capped points are no longer known to lose: the highest runs uncapped (41 steps), is
     confirmed, and the one below it runs again capped at 41 (it could still tie); then 0.1 wins. Without confirm,
     0.316 would."""
-    point = lambda lr: ["case=backprop", f"optimizer.lr={lr}"]  # noqa: E731
-    steps = lambda *trials: confirming(backprop_at_lora(*trials), "steps_to_target", [4])  # noqa: E731
-    assert winners(backprop_at_lora(), "steps_to_target")["g"][:2] == point("0.316")
-    assert steps() == ({}, [("g", [*point("0.316"), "tuning=confirm", "seed=4"])])
+    assert winners(backprop_at_lora(), "steps_to_target")["g"][:2] == lora_point("0.316")
+    assert confirmed_next() == ({}, [("g", [*lora_point("0.316"), "tuning=confirm", "seed=4"])])
     missed = ("0.316", "confirm", 4, None, "not_reached", None)
-    assert steps(missed) == ({}, [("g", [*point("0.1"), "tuning=search"])])
+    assert confirmed_next(missed) == ({}, [("g", [*lora_point("0.1"), "tuning=search"])])
     uncapped = ("0.1", "search", None, None, "reached", 41)
-    assert steps(missed, uncapped) == ({}, [("g", [*point("0.1"), "tuning=confirm", "seed=4"])])
+    assert confirmed_next(missed, uncapped) == ({}, [("g", [*lora_point("0.1"), "tuning=confirm", "seed=4"])])
     held = ("0.1", "confirm", 4, None, "reached", 41)
-    assert steps(missed, uncapped, held) == ({}, [("g", [*point("0.0316"), "tuning=search", "tune_stop_after=41"])])
+    assert confirmed_next(missed, uncapped, held) == (
+        {},
+        [("g", [*lora_point("0.0316"), "tuning=search", "tune_stop_after=41"])],
+    )
     again = ("0.0316", "search", None, 41, "capped", None)
-    assert steps(missed, uncapped, held, again) == ({"g": point("0.1")}, [])
+    assert confirmed_next(missed, uncapped, held, again) == ({"g": lora_point("0.1")}, [])
 
 
 def test_a_winner_slow_at_a_confirming_seed_loses_to_a_point_fast_at_both():
     """0.316 reaches at seed 4 only at step 821: its cost is 821, and the points capped at 21 might beat it. 0.1
     runs again capped at 821, reaches at 41 at both seeds, and wins; 0.0316 then runs capped at 41."""
-    point = lambda lr: ["case=backprop", f"optimizer.lr={lr}"]  # noqa: E731
-    steps = lambda *trials: confirming(backprop_at_lora(*trials), "steps_to_target", [4])  # noqa: E731
     slow = ("0.316", "confirm", 4, None, "reached", 821)
-    assert steps(slow) == ({}, [("g", [*point("0.1"), "tuning=search", "tune_stop_after=821"])])
+    assert confirmed_next(slow) == ({}, [("g", [*lora_point("0.1"), "tuning=search", "tune_stop_after=821"])])
     fast = [("0.1", "search", None, 821, "reached", 41), ("0.1", "confirm", 4, None, "reached", 41)]
-    assert steps(slow, *fast) == ({}, [("g", [*point("0.0316"), "tuning=search", "tune_stop_after=41"])])
-    assert steps(slow, *fast, ("0.0316", "search", None, 41, "capped", None)) == ({"g": point("0.1")}, [])
+    assert confirmed_next(slow, *fast) == ({}, [("g", [*lora_point("0.0316"), "tuning=search", "tune_stop_after=41"])])
+    assert confirmed_next(slow, *fast, ("0.0316", "search", None, 41, "capped", None)) == ({"g": lora_point("0.1")}, [])
 
 
 def test_with_capping_a_confirming_trial_stops_at_the_best_confirmed_points_steps():
@@ -260,20 +270,27 @@ def test_with_capping_a_confirming_trial_stops_at_the_best_confirmed_points_step
     there, and one so stopped counts as a miss. The first confirming trial runs uncapped (nothing is confirmed);
     0.316 is confirmed at 821, 0.1 (41 at the search's seed) is confirmed capped at 821, misses there, and the
     point below it runs again capped at 821; then 0.316 wins."""
-    point = lambda lr: ["case=backprop", f"optimizer.lr={lr}"]  # noqa: E731
-    steps = lambda *trials: confirming(backprop_at_lora(*trials), "steps_to_target", [4], capping=True)  # noqa: E731
-    assert steps() == ({}, [("g", [*point("0.316"), "tuning=confirm", "seed=4"])])
+    assert confirmed_next(capping=True) == ({}, [("g", [*lora_point("0.316"), "tuning=confirm", "seed=4"])])
     slow, fast = ("0.316", "confirm", 4, None, "reached", 821), ("0.1", "search", None, 821, "reached", 41)
-    assert steps(slow, fast) == ({}, [("g", [*point("0.1"), "tuning=confirm", "seed=4", "tune_stop_after=821"])])
+    assert confirmed_next(slow, fast, capping=True) == (
+        {},
+        [("g", [*lora_point("0.1"), "tuning=confirm", "seed=4", "tune_stop_after=821"])],
+    )
     stopped = ("0.1", "confirm", 4, 821, "capped", None)
-    assert steps(slow, fast, stopped) == ({}, [("g", [*point("0.0316"), "tuning=search", "tune_stop_after=821"])])
-    assert steps(slow, fast, stopped, ("0.0316", "search", None, 821, "capped", None)) == ({"g": point("0.316")}, [])
+    assert confirmed_next(slow, fast, stopped, capping=True) == (
+        {},
+        [("g", [*lora_point("0.0316"), "tuning=search", "tune_stop_after=821"])],
+    )
+    assert confirmed_next(slow, fast, stopped, ("0.0316", "search", None, 821, "capped", None), capping=True) == (
+        {"g": lora_point("0.316")},
+        [],
+    )
 
 
 def test_a_winner_confirmed_at_its_seeds_wins_at_once():
     held = [("0.316", "confirm", s, None, "reached", 21) for s in (4, 5)]
     won, todo = confirming(backprop_at_lora(*held), "steps_to_target", [4, 5])
-    assert won == {"g": ["case=backprop", "optimizer.lr=0.316"]} and todo == []
+    assert won == {"g": lora_point("0.316")} and todo == []
 
 
 def test_every_mode_gets_the_same_budget():
