@@ -287,6 +287,7 @@ class TuningSweeperConf:
     capping: bool = False  # a group's points in rounds, each stopped at the steps its group's best took
     repeats: list[int] = field(default_factory=list)  # the seeds each winner runs again with
     confirm: list[int] = field(default_factory=list)  # seeds a point's search cost is also its worst over
+    stop_at_miss: bool = False  # capping: a group's descent ends at its first point below a reached one that misses
     budget: int | None = None  # trials per group: its points, then points below them while all diverged
     max_batch_size: int | None = None
 

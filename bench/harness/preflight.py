@@ -151,6 +151,8 @@ def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
                 sweeper.get("repeats", []),
                 sweeper.get("budget"),
                 sweeper.get("confirm", []),
+                sweeper.get("capping", False),
+                sweeper.get("stop_at_miss", False),
             )
             arguments = fixed + [f"{k}={','.join(v.split('=', 1)[1] for v in vs)}" for k, vs in sweeps.items()]
             with _hydra_context():  # a space placed by the trained parameters composes each combination for them

@@ -16,6 +16,7 @@ every submission the same tuning budget:
         budget: 5                                                      # trials per group, extensions included
         capping: true                                                  # stop a point once it cannot win
         confirm: [4]                                                   # a point's cost: its worst with these
+        stop_at_miss: true                                             # a group's descent ends at its first miss
 
 A case's space may instead be placed by the trained dimension d (the parameters its combination trains): a
 one-direction estimate's (a forward gradient's, MeZO's) variance grows about as d, so its stable learning rate
@@ -35,6 +36,12 @@ full grid's (a point's trajectory does not depend on when it stops), and with a 
 group's points run the same step (they differ in the learning rate only); what it saves is the steps of the
 points that would have gone on to the cap.
 
+With `stop_at_miss` (and capping), a group's descent also ends at its first point below one that reached the
+target which misses its cap: a smaller step learns no faster, so the points below it would miss that cap too. It
+is a line search's rule, and it assumes what the full grids have measured (no point below a miss has ever reached
+sooner); it saves the points that would each run to the cap. A point so skipped runs later only if the bound it
+was skipped at rises (a winner that falls at a confirming seed) and the point above it reaches within the new one.
+
 Phase one runs every point of every combination of `params` (`tuning=search`); phase two runs each combination's
 winner, the point with the smallest objective among the trials that reached it (points that tie: the middle
 learning rate among them, `best_of`), at every seed of `repeats` (`tuning=repeat`). With `confirm`, a point's cost
@@ -52,7 +59,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -78,10 +85,15 @@ EXTEND_STEP = 0.1  # below a grid of one point, the next is a decade lower
 T = TypeVar("T")
 
 
-def check_tuning(objective, repeats, budget=None, confirm=()) -> None:
+def check_tuning(objective, repeats, budget=None, confirm=(), capping=False, stop_at_miss=False) -> None:
     """Before any trial: the objective is a cost the rows carry, the repeats and the confirming seeds are seeds
-    (none of them both: a winner's cost comes from seeds its choice did not use), the budget a number of trials
-    (ConfigError, one line)."""
+    (none of them both: a winner's cost comes from seeds its choice did not use), the budget a number of trials,
+    stop_at_miss only with capping (its misses are capped points) (ConfigError, one line)."""
+    if stop_at_miss and not capping:
+        raise ConfigError(
+            "hydra.sweeper.stop_at_miss=true: needs hydra.sweeper.capping=true (a group's descent ends at a point "
+            "that misses its cap)"
+        )
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
         raise ConfigError(
             f"hydra.sweeper.budget={budget}: accepted a positive integer, the trials each group may run (its "
@@ -306,8 +318,8 @@ def point_of(overrides: Sequence[str]) -> list[str]:
 @dataclass
 class Known:
     """What a group's trials say of one point: its worst objective and steps over the seeds it has reached at (the
-    search's and the confirming ones; a miss is inf), the confirming seeds it has run, and, for a point the search
-    only ever capped, the largest step it was capped at."""
+    search's and the confirming ones; a miss is inf), the confirming seeds it has run, for a point the search
+    only ever capped, the largest step it was capped at, and the most steps it missed by at the search's seed."""
 
     point: list[str]
     worst: float = -math.inf
@@ -315,10 +327,57 @@ class Known:
     seeds: set = field(default_factory=set)
     cap: int = 0
     reached: bool = False
+    missed: float = 0  # the most steps by which it is known not to reach at the search's seed (inf: not at all)
+    unrun: bool = False  # a point of the grid with no trial yet (stop_at_miss skipped it)
+
+
+def known_points(
+    results: list[tuple[str, list[str], dict]], objective: str, grid: Mapping[str, list[list[str]]] | None = None
+) -> dict[str, dict[tuple, Known]]:
+    """Per group, what its trials say of each point (Known), and each point of `grid` (its search's points) that
+    has no trial yet, unrun."""
+    groups: dict[str, dict[tuple, Known]] = {}
+    for group, overrides, row in results:
+        p = point_of(overrides)
+        k = groups.setdefault(group, {}).setdefault(tuple(p), Known(p))
+        confirm = "tuning=confirm" in overrides
+        if confirm:
+            k.seeds.add(str(row.get("seed")))
+        elif row.get("status") == "ok" and not reached(row):
+            k.missed = max(k.missed, int(stop) if (stop := stop_after(overrides)) else math.inf)
+        if not confirm and row.get("status") == "ok" and row.get("target_status") == "capped":
+            k.cap = max(k.cap, int(stop_after(overrides)))
+            continue
+        done = reached(row) and math.isfinite(cost_of(row, objective))
+        k.reached |= done and not confirm
+        k.worst = max(k.worst, cost_of(row, objective) if done else math.inf)
+        k.steps = max(k.steps, float(row["steps_to_target"]) if done else math.inf)
+    for group, points in (grid or {}).items():
+        for p in points:
+            groups.setdefault(group, {}).setdefault(tuple(p), Known(list(p), unrun=True))
+    return groups
+
+
+def stop_after(overrides: Sequence[str]) -> str | None:
+    """The cap a trial's overrides set (tune_stop_after), or None."""
+    return next((o.split("=", 1)[1] for o in overrides if o.startswith("tune_stop_after=")), None)
+
+
+def below_a_miss(known: Iterable[Known], lr: float | None, bound: float) -> bool:
+    """stop_at_miss: a point at learning rate lr is known not to reach the target within `bound` steps at the
+    search's seed, since a point above it and below one that reached missed by then (at bound or past it): below
+    the stable edge a smaller step learns no faster."""
+    lrs = [(x, k) for k in known if (x := lr_of(k.point)) is not None]
+    top = max((x for x, k in lrs if k.reached), default=None)
+    return lr is not None and top is not None and any(lr < x < top and k.missed >= bound for x, k in lrs)
 
 
 def confirming(
-    results: list[tuple[str, list[str], dict]], objective: str, seeds: Sequence[int], capping: bool = False
+    results: list[tuple[str, list[str], dict]],
+    objective: str,
+    seeds: Sequence[int],
+    capping: bool = False,
+    grid: Mapping[str, list[list[str]]] | None = None,
 ) -> tuple[dict[str, list[str]], list[tuple[str, list[str]]]]:
     """With `confirm` seeds a point's cost is its worst over the search's seed and those seeds (a miss at any is
     inf), and the lowest wins: the search's seed alone picks points at the edge of stability (backprop with LoRA
@@ -327,22 +386,11 @@ def confirming(
     `capping`, stopped at the best confirmed point's steps: past them its worst can no longer win, so a capped
     confirming trial counts as a miss), best first; then a point the search capped short of the best confirmed
     point's steps (its cap came from a point since found worse) runs again capped at them (uncapped while nothing
-    is confirmed), the highest learning rate first, one at a time; when neither is left, the best confirmed point
-    (ties as best_of) wins. Returns (the winners, each as its point; the trials to run next)."""
-    groups: dict[str, dict[tuple, Known]] = {}
-    for group, overrides, row in results:
-        p = point_of(overrides)
-        k = groups.setdefault(group, {}).setdefault(tuple(p), Known(p))
-        confirm = "tuning=confirm" in overrides
-        if confirm:
-            k.seeds.add(str(row.get("seed")))
-        if not confirm and row.get("status") == "ok" and row.get("target_status") == "capped":
-            k.cap = max(k.cap, int(next(o.split("=", 1)[1] for o in overrides if o.startswith("tune_stop_after="))))
-            continue
-        done = reached(row) and math.isfinite(cost_of(row, objective))
-        k.reached |= done and not confirm
-        k.worst = max(k.worst, cost_of(row, objective) if done else math.inf)
-        k.steps = max(k.steps, float(row["steps_to_target"]) if done else math.inf)
+    is confirmed), the highest learning rate first, one at a time; with `grid` (stop_at_miss: each group's search
+    points) so does a point the search skipped, unless a point above it missed by those steps (below_a_miss);
+    when neither is left, the best confirmed point (ties as best_of) wins. Returns (the winners, each as its point;
+    the trials to run next)."""
+    groups = known_points(results, objective, grid)
     want = {str(s) for s in seeds}
     won, todo = {}, []
     for group, known in groups.items():
@@ -351,7 +399,15 @@ def confirming(
         best = best_of(confirmed, lambda k: k.worst, lr)
         bound, steps = (best.worst, best.steps) if best else (math.inf, math.inf)
         pending = [k for k in known.values() if k.reached and not want <= k.seeds and k.worst < bound]
-        capped = [k for k in known.values() if not k.reached and k.worst == -math.inf and 0 < k.cap < steps]
+        capped = [
+            k
+            for k in known.values()
+            if not k.reached
+            and k.worst == -math.inf
+            and (0 < k.cap or k.unrun)
+            and k.cap < steps
+            and not (grid is not None and below_a_miss(known.values(), lr(k), steps))
+        ]
         cap = [f"tune_stop_after={int(steps)}"] if math.isfinite(steps) else []
         if nxt := best_of(pending, lambda k: k.worst, lr):
             bounded = cap if capping else []
@@ -376,13 +432,14 @@ class TuningSweeper(Sweeper):
         budget: int | None = None,
         capping: bool = False,
         confirm: Sequence[int] = (),
+        stop_at_miss: bool = False,
         max_batch_size: int | None = None,
     ) -> None:
         super().__init__()
         self.params = dict(params or {})
         self.space = OmegaConf.to_container(space, resolve=True) if OmegaConf.is_config(space) else dict(space or {})
         self.objective, self.repeats, self.max_batch_size = objective, list(repeats), max_batch_size
-        self.budget, self.capping, self.confirm = budget, capping, list(confirm)
+        self.budget, self.capping, self.confirm, self.stop_at_miss = budget, capping, list(confirm), stop_at_miss
 
     def setup(self, *, hydra_context, task_function, config) -> None:
         from hydra.core.plugins import Plugins  # as Hydra's BasicSweeper: plugins are found when a sweep starts
@@ -409,8 +466,18 @@ class TuningSweeper(Sweeper):
         dimension = lambda combo: trained_params(self.config_loader.load_sweep_config(self.config, combo))  # noqa: E731
         search = expand(self.params, self.space, arguments, dimension, self.budget)
         batches, rows = [], []
+        grid = {}  # stop_at_miss: each group's search points, those its descent skipped run later if they can win
+        for group, overrides in search if self.stop_at_miss else ():
+            grid.setdefault(group, []).append(point_of(overrides))
         for trials in rounds(search) if self.capping else [search]:
             best = incumbents(rows)  # capping: each group's next points stop at its best so far
+            if self.stop_at_miss:
+                known = known_points(rows, self.objective)
+                trials = [
+                    (g, o)
+                    for g, o in trials
+                    if not below_a_miss(known.get(g, {}).values(), lr_of(o), best.get(g, math.inf))
+                ]
             trials = [(g, [*o, f"tune_stop_after={best[g]}"] if g in best else o) for g, o in trials]
             if capped := [o for g, o in trials if g in best]:  # configurations of their own: the summary's too
                 add_trials(sweep_dir, capped, read_plan(sweep_dir).get("total"))
@@ -424,7 +491,9 @@ class TuningSweeper(Sweeper):
             rows += [(g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(extra, batches[-1])]
         won = winners(rows, self.objective)
         while self.confirm:  # a point's cost is its worst over the search's and the confirming seeds
-            won, extra = confirming(rows, self.objective, self.confirm, self.capping)
+            won, extra = confirming(
+                rows, self.objective, self.confirm, self.capping, grid if self.stop_at_miss else None
+            )
             if not extra:
                 break
             print(f"bench: confirming: {len(extra)} trial(s) (confirming seeds, or points capped short)", flush=True)
