@@ -275,6 +275,23 @@ def incumbents(results: list[tuple[str, list[str], dict]]) -> dict[str, int]:
     return best
 
 
+def next_round(
+    results: list[tuple[str, list[str], dict]],
+    trials: list[tuple[str, list[str]]],
+    objective: str,
+    stop_at_miss: bool = False,
+) -> list[tuple[str, list[str]]]:
+    """A capped round's trials as they run: each stopped at its group's best so far (`tune_stop_after`), and with
+    stop_at_miss, those below a miss (below_a_miss at that bound) left out."""
+    best = incumbents(results)
+    if stop_at_miss:
+        known = known_points(results, objective)
+        trials = [
+            (g, o) for g, o in trials if not below_a_miss(known.get(g, {}).values(), lr_of(o), best.get(g, math.inf))
+        ]
+    return [(g, [*o, f"tune_stop_after={best[g]}"] if g in best else o) for g, o in trials]
+
+
 def best_of(candidates: Sequence[T], cost: Callable[[T], float], lr: Callable[[T], float | None]) -> T | None:
     """The candidate with the lowest cost. Points that tie (steps to the target come in whole evaluations, so a
     grid's neighbours often do) go to the middle learning rate among them, the lower of the two middle ones for an
@@ -470,15 +487,8 @@ class TuningSweeper(Sweeper):
         for group, overrides in search if self.stop_at_miss else ():
             grid.setdefault(group, []).append(point_of(overrides))
         for trials in rounds(search) if self.capping else [search]:
-            best = incumbents(rows)  # capping: each group's next points stop at its best so far
-            if self.stop_at_miss:
-                known = known_points(rows, self.objective)
-                trials = [
-                    (g, o)
-                    for g, o in trials
-                    if not below_a_miss(known.get(g, {}).values(), lr_of(o), best.get(g, math.inf))
-                ]
-            trials = [(g, [*o, f"tune_stop_after={best[g]}"] if g in best else o) for g, o in trials]
+            best = incumbents(rows)
+            trials = next_round(rows, trials, self.objective, self.stop_at_miss)
             if capped := [o for g, o in trials if g in best]:  # configurations of their own: the summary's too
                 add_trials(sweep_dir, capped, read_plan(sweep_dir).get("total"))
             batches.append(self.launch([o for _, o in trials], len(rows)))

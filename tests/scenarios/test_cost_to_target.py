@@ -20,7 +20,16 @@ import pytest
 from bench.config import resolve
 from bench.errors import ConfigError
 from bench.harness.preflight import compose_trials
-from bench.harness.tuning import confirming, expand, incumbents, rounds, winners
+from bench.harness.tuning import (
+    below_a_miss,
+    confirming,
+    expand,
+    incumbents,
+    known_points,
+    next_round,
+    rounds,
+    winners,
+)
 from bench.report.build import build, results_of
 from bench.scenarios import REPORT_SECTIONS
 from bench.scenarios.model.scenario import MODEL
@@ -293,6 +302,73 @@ def test_a_winner_confirmed_at_its_seeds_wins_at_once():
     assert won == {"g": lora_point("0.316")} and todo == []
 
 
+def jvp_at_the_probe(*trials) -> list[tuple[str, list[str], dict]]:
+    """PyTorch jvp's capped search at the linear probe as cost_to_target ran it with stop_at_miss (10 and 3.16
+    diverged, 1, 0.316 and 0.1 reached at 161 steps, 0.0316 capped at 161, so 0.01 was skipped), then the trials
+    given: (lr, tuning, seed, cap, target, steps)."""
+    search = [
+        ("10", "search", None, None, "", None),
+        ("3.16", "search", None, None, "", None),
+        ("1", "search", None, None, "reached", 161),
+        ("0.316", "search", None, 161, "reached", 161),
+        ("0.1", "search", None, 161, "reached", 161),
+        ("0.0316", "search", None, 161, "capped", None),
+    ]
+    out = []
+    for lr, tuning, seed, cap, status, steps in (*search, *trials):
+        extra = [f"seed={seed}"] * (seed is not None) + [f"tune_stop_after={cap}"] * (cap is not None)
+        row = {"status": "ok" if status else "diverged", "target_status": status, "steps_to_target": steps or ""}
+        out.append(("g", ["case=jvp", f"optimizer.lr={lr}", f"tuning={tuning}", *extra], {**row, "seed": seed or 0}))
+    return out
+
+
+JVP_GRID = {"g": [["case=jvp", f"optimizer.lr={lr}"] for lr in ("10", "3.16", "1", "0.316", "0.1", "0.0316", "0.01")]}
+
+
+def test_stop_at_miss_skips_the_points_below_a_miss_under_a_reached_one():
+    """The descent ends at 0.0316, capped at 161 below points that reached: 0.01 would miss 161 too. Not below a
+    point that missed by fewer steps than the bound, nor below a miss above every reached point, nor a diverged one."""
+    known = known_points(jvp_at_the_probe(), "steps_to_target")["g"].values()
+    assert below_a_miss(known, 0.01, 161) and below_a_miss(known, 0.01, 21)
+    assert not below_a_miss(known, 0.01, 201)  # 0.0316 was stopped at 161: at 201 it, and 0.01, might reach
+    assert not below_a_miss(known, 0.0316, 161)  # nothing between 0.0316 and the points that reached missed
+    stalled = [("g", ["optimizer.lr=3.16"], {"status": "ok", "target_status": "not_reached", "steps_to_target": ""})]
+    stalled.append(("g", ["optimizer.lr=1"], {"status": "ok", "target_status": "reached", "steps_to_target": "41"}))
+    assert not below_a_miss(known_points(stalled, "steps_to_target")["g"].values(), 0.316, 41)  # a miss above
+    # the sweeper's next round: 0.01 left out with stop_at_miss (run capped at 161 without); a group with no
+    # reached point yet runs its point uncapped
+    last = [("g", ["case=jvp", "optimizer.lr=0.01"]), ("h", ["case=mezo", "optimizer.lr=0.01"])]
+    assert next_round(jvp_at_the_probe(), last, "steps_to_target", stop_at_miss=True) == [last[1]]
+    assert next_round(jvp_at_the_probe(), last, "steps_to_target") == [
+        ("g", ["case=jvp", "optimizer.lr=0.01", "tune_stop_after=161"]),
+        last[1],
+    ]
+
+
+def test_a_point_the_descent_skipped_runs_once_the_bound_rises_and_the_point_above_it_could_reach():
+    """PyTorch jvp at the probe as measured: 0.316 costs 301 at seed 4, 0.1 201 and wins the confirmation; 1 misses
+    there. The bound is now 201, past 0.0316's cap, so 0.0316 runs again capped at 201 and, one at a time, 0.01 runs
+    only if 0.0316 reached by then (it did: 181); had 0.0316 missed again, 0.01 would never run. Without the grid
+    (no stop_at_miss) the skipped point is not known, so it never runs."""
+    confirmed = [
+        ("0.316", "confirm", 4, None, "reached", 301),
+        ("0.1", "confirm", 4, 301, "reached", 201),
+        ("1", "confirm", 4, 201, "capped", None),
+    ]
+    rows = jvp_at_the_probe(*confirmed)
+    again = ("g", ["case=jvp", "optimizer.lr=0.0316", "tuning=search", "tune_stop_after=201"])
+    assert confirming(rows, "steps_to_target", [4], True, JVP_GRID) == ({}, [again])
+    missed = jvp_at_the_probe(*confirmed, ("0.0316", "search", None, 201, "capped", None))
+    assert confirming(missed, "steps_to_target", [4], True, JVP_GRID) == ({"g": ["case=jvp", "optimizer.lr=0.1"]}, [])
+    reached = jvp_at_the_probe(*confirmed, ("0.0316", "search", None, 201, "reached", 181))
+    confirm = ("g", ["case=jvp", "optimizer.lr=0.0316", "tuning=confirm", "seed=4", "tune_stop_after=201"])
+    assert confirming(reached, "steps_to_target", [4], True, JVP_GRID) == ({}, [confirm])
+    reached.append(("g", list(confirm[1]), {"status": "ok", "target_status": "capped", "seed": 4}))
+    skipped = ("g", ["case=jvp", "optimizer.lr=0.01", "tuning=search", "tune_stop_after=201"])
+    assert confirming(reached, "steps_to_target", [4], True, JVP_GRID) == ({}, [skipped])
+    assert confirming(reached, "steps_to_target", [4], True) == ({"g": ["case=jvp", "optimizer.lr=0.1"]}, [])
+
+
 def test_every_mode_gets_the_same_budget():
     space = {
         "backprop": [{"optimizer.lr": 0.1}, {"optimizer.lr": 0.3}],
@@ -491,6 +567,7 @@ def test_an_empty_search_space_is_refused_before_anything_runs(tmp_path):
         (f"hydra.sweeper.repeats=[{2**70}]", f"hydra.sweeper.repeats=[{2**70}]: accepted a list of seeds"),
         ("hydra.sweeper.confirm=[-1]", "hydra.sweeper.confirm=[-1]: accepted a list of seeds"),
         ("hydra.sweeper.confirm=[4,1]", "hydra.sweeper.confirm=[4, 1]: seed 1 is also in repeats"),
+        ("hydra.sweeper.stop_at_miss=true", "hydra.sweeper.stop_at_miss=true: needs hydra.sweeper.capping=true"),
     ],
 )
 def test_a_bad_objective_or_repeat_is_refused_before_the_search_runs(setting, message, tmp_path):
