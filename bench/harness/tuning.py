@@ -483,9 +483,11 @@ class TuningSweeper(Sweeper):
         dimension = lambda combo: trained_params(self.config_loader.load_sweep_config(self.config, combo))  # noqa: E731
         search = expand(self.params, self.space, arguments, dimension, self.budget)
         batches, rows = [], []
-        grid = {}  # stop_at_miss: each group's search points, those its descent skipped run later if they can win
-        for group, overrides in search if self.stop_at_miss else ():
-            grid.setdefault(group, []).append(point_of(overrides))
+        grid = None  # stop_at_miss: each group's search points; those its descent skipped run later if they can win
+        if self.stop_at_miss:
+            grid = {}
+            for group, overrides in search:
+                grid.setdefault(group, []).append(point_of(overrides))
         for trials in rounds(search) if self.capping else [search]:
             best = incumbents(rows)
             trials = next_round(rows, trials, self.objective, self.stop_at_miss)
@@ -501,9 +503,7 @@ class TuningSweeper(Sweeper):
             rows += [(g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(extra, batches[-1])]
         won = winners(rows, self.objective)
         while self.confirm:  # a point's cost is its worst over the search's and the confirming seeds
-            won, extra = confirming(
-                rows, self.objective, self.confirm, self.capping, grid if self.stop_at_miss else None
-            )
+            won, extra = confirming(rows, self.objective, self.confirm, self.capping, grid)
             if not extra:
                 break
             print(f"bench: confirming: {len(extra)} trial(s) (confirming seeds, or points capped short)", flush=True)
