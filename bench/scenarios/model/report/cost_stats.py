@@ -211,9 +211,10 @@ class Group:
 
     def steps_bracket(self) -> tuple[float, float] | None:
         """Where the median steps to the target lies, given that each seed's target was checked only every
-        eval_every steps: each seed's first step at the target is after its previous evaluation and at most its
-        count (step 1 where the target was met at the first evaluation), so the median lies between the median
-        of those lower ends and the median of the counts. None where a seed's interval was not recorded."""
+        eval_every steps and that its first step at the target came after its previous evaluation (the metric,
+        once met, stays met; a noisy held-out metric near its target can break that) and at most at its count
+        (step 1 where the target was met at the first evaluation): between the median of those lower ends and the
+        median of the counts. None where a seed's interval was not recorded."""
         lows, highs = [], []
         for r in self.seeds():
             if not reached_row(r):
