@@ -335,14 +335,14 @@ def point_of(overrides: Sequence[str]) -> list[str]:
 @dataclass
 class Known:
     """What a group's trials say of one point: its worst objective and steps over the seeds it has reached at (the
-    search's and the confirming ones; a miss is inf), the confirming seeds it has run, for a point the search
-    only ever capped, the largest step it was capped at, and the most steps it missed by at the search's seed."""
+    search's and the confirming ones; a miss is inf), the confirming seeds it has run, and the most steps it is
+    known to miss by at the search's seed (for a point the search only ever capped, the largest step it was capped
+    at)."""
 
     point: list[str]
     worst: float = -math.inf
     steps: float = -math.inf
     seeds: set = field(default_factory=set)
-    cap: int = 0
     reached: bool = False
     missed: float = 0  # the most steps by which it is known not to reach at the search's seed (inf: not at all)
     unrun: bool = False  # a point of the grid with no trial yet (stop_at_miss skipped it)
@@ -363,8 +363,7 @@ def known_points(
         elif row.get("status") == "ok" and not reached(row):
             k.missed = max(k.missed, int(stop) if (stop := stop_after(overrides)) else math.inf)
         if not confirm and row.get("status") == "ok" and row.get("target_status") == "capped":
-            k.cap = max(k.cap, int(stop_after(overrides)))
-            continue
+            continue  # known to miss by its cap (missed), nothing of its cost
         done = reached(row) and math.isfinite(cost_of(row, objective))
         k.reached |= done and not confirm
         k.worst = max(k.worst, cost_of(row, objective) if done else math.inf)
@@ -421,8 +420,8 @@ def confirming(
             for k in known.values()
             if not k.reached
             and k.worst == -math.inf
-            and (0 < k.cap or k.unrun)
-            and k.cap < steps
+            and (0 < k.missed or k.unrun)
+            and k.missed < steps
             and not (grid is not None and below_a_miss(known.values(), lr(k), steps))
         ]
         cap = [f"tune_stop_after={int(steps)}"] if math.isfinite(steps) else []
@@ -489,9 +488,8 @@ class TuningSweeper(Sweeper):
             for group, overrides in search:
                 grid.setdefault(group, []).append(point_of(overrides))
         for trials in rounds(search) if self.capping else [search]:
-            best = incumbents(rows)
             trials = next_round(rows, trials, self.objective, self.stop_at_miss)
-            if capped := [o for g, o in trials if g in best]:  # configurations of their own: the summary's too
+            if capped := [o for _, o in trials if stop_after(o)]:  # configurations of their own: the summary's too
                 add_trials(sweep_dir, capped, read_plan(sweep_dir).get("total"))
             batches.append(self.launch([o for _, o in trials], len(rows)))
             rows += [(g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(trials, batches[-1])]

@@ -225,11 +225,17 @@ def backprop_at_lora(*trials) -> list[tuple[str, list[str], dict]]:
         ("0.1", "search", None, 21, "capped", None),
         ("0.0316", "search", None, 21, "capped", None),
     ]
+    return group_rows("case=backprop", *search, *trials)
+
+
+def group_rows(case: str, *trials) -> list[tuple[str, list[str], dict]]:
+    """Group g's (group, overrides, row) triples as the sweeper holds them, one per trial: (lr, tuning, seed, cap,
+    target status, steps); an empty target status is a diverged trial."""
     out = []
-    for lr, tuning, seed, cap, status, steps in (*search, *trials):
+    for lr, tuning, seed, cap, status, steps in trials:
         extra = [f"seed={seed}"] * (seed is not None) + [f"tune_stop_after={cap}"] * (cap is not None)
-        row = {"status": "ok", "target_status": status, "steps_to_target": steps or "", "seed": seed or 0}
-        out.append(("g", ["case=backprop", f"optimizer.lr={lr}", f"tuning={tuning}", *extra], row))
+        row = {"status": "ok" if status else "diverged", "target_status": status, "steps_to_target": steps or ""}
+        out.append(("g", [case, f"optimizer.lr={lr}", f"tuning={tuning}", *extra], {**row, "seed": seed or 0}))
     return out
 
 
@@ -314,12 +320,7 @@ def jvp_at_the_probe(*trials) -> list[tuple[str, list[str], dict]]:
         ("0.1", "search", None, 161, "reached", 161),
         ("0.0316", "search", None, 161, "capped", None),
     ]
-    out = []
-    for lr, tuning, seed, cap, status, steps in (*search, *trials):
-        extra = [f"seed={seed}"] * (seed is not None) + [f"tune_stop_after={cap}"] * (cap is not None)
-        row = {"status": "ok" if status else "diverged", "target_status": status, "steps_to_target": steps or ""}
-        out.append(("g", ["case=jvp", f"optimizer.lr={lr}", f"tuning={tuning}", *extra], {**row, "seed": seed or 0}))
-    return out
+    return group_rows("case=jvp", *search, *trials)
 
 
 JVP_GRID = {"g": [["case=jvp", f"optimizer.lr={lr}"] for lr in ("10", "3.16", "1", "0.316", "0.1", "0.0316", "0.01")]}
