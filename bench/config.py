@@ -260,6 +260,11 @@ class BenchConfig:
     eval_every: int = _f(
         0, "evaluate=true: also every N timed steps, untimed, for the accuracy curve (0: at the end only)"
     )
+    eval_resolution: float = _f(
+        0.0,
+        "eval_every=N: evaluate sooner while N steps would be more than this fraction of the steps so far, so a "
+        "target's step is known within it (0.1: every step to ~10, then every tenth of the count), in [0, 1)",
+    )
     measure_grad_cosine: bool = _f(
         False,
         "after the timed steps: cosine of the mode's gradient estimate with the "

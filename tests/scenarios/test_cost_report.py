@@ -12,7 +12,7 @@ import pytest
 
 from bench.harness.rerun import as_rerun
 from bench.harness.tuning import incumbents, winners
-from bench.scenarios.model.report.cost import cost_table, matched_memory, profile_table, trials_table
+from bench.scenarios.model.report.cost import cost_table, matched_memory, ordered, profile_table, trials_table
 from bench.scenarios.model.report.cost_stats import (
     INF,
     cost_groups,
@@ -209,11 +209,31 @@ def test_a_setting_that_changes_the_numbers_splits_the_group(setting):
     assert len(groups) == 2 and all(len(g.search) == 2 and g.winner for g in groups.values())
 
 
-@pytest.mark.parametrize("column,other", [("eval_every", 25), ("warmup_steps", 2), ("target_max_steps", 501)])
+@pytest.mark.parametrize(
+    "column,other", [("eval_every", 25), ("eval_resolution", 0.1), ("warmup_steps", 2), ("target_max_steps", 501)]
+)
 def test_a_different_target_is_a_different_table(column, other):
     rows = [cost_row("backprop", 51, 10.0), cost_row("mezo", 301, 20.0)]
     found = cost_groups([*rows, *({**r, column: other} for r in rows)])
     assert len(found) == 2 and all(len(groups) == 2 for groups in found.values())
+
+
+def test_with_eval_resolution_steps_are_known_within_it():
+    """Evaluated every 20 steps and sooner within 10% after 1 warm-up step (timed steps 1-17 each, then 19, 21, ...,
+    111, 123, 136, ...): backprop's 4, 8 and 9 steps are known exactly, jvp's 112, 124 and 137 within 10% (their
+    lows 102, 113 and 125), and the ratio's range follows."""
+    res = {"eval_every": 20, "eval_resolution": 0.1}
+    rows = [
+        cost_row("backprop", 9, 1.0, **res),
+        *(cost_row("backprop", s, 1.0, tuning="repeat", seed=i, **res) for i, s in enumerate([4, 8, 9], 1)),
+        cost_row("jvp", 124, 9.0, **res),
+        *(cost_row("jvp", s, 9.0, tuning="repeat", seed=i, **res) for i, s in enumerate([112, 124, 137], 1)),
+    ]
+    groups = only(rows)
+    table = table_of(groups)
+    assert [g.steps_bracket() for g in ordered(groups)] == [(8, 8), (113, 124)]
+    assert table["backprop"][6:8] == ["8 [4–9]", "8"] and table["jvp"][6:8] == ["124 [112–137]", "113–124"]
+    assert table["jvp"][-5] == "15.50× (14.1–15.5)"  # 124 over 8, its range 113/8 to 124/8
 
 
 def test_rows_from_before_the_new_columns_still_report():

@@ -33,6 +33,7 @@ from bench.harness.tuning import (
 from bench.report.build import build, results_of
 from bench.scenarios import REPORT_SECTIONS
 from bench.scenarios.model.scenario import MODEL
+from bench.scenarios.model.schedule import next_evaluation, previous_evaluation
 from bench.scenarios.model.trial import Target
 from bench.store.read import read_history, read_rows
 from tests.support import bench_here, run_here, sweep_here
@@ -164,6 +165,39 @@ def test_a_target_not_reached_by_the_cap_is_a_row_not_a_failure(tmp_path):
     assert row["steps_to_target"] == "" and row["wall_to_target_s"] == ""
     history = read_history({**row, "_source": str(tmp_path / "runs.csv")})
     assert [i for i, a in enumerate(history["eval_accuracy"]) if a is not None] == [1, 3, 5]
+
+
+def test_with_eval_resolution_a_trial_evaluates_sooner_while_its_interval_is_coarse(tmp_path):
+    """eval_every=4, eval_resolution=0.25, 1 warm-up step: every step while one step is a quarter of the count or
+    more, then as soon as the next would be more, and never more than 4 apart; the last step's evaluation ends it."""
+    row = unreached_row(tmp_path, 21, "eval_every=4", "eval_resolution=0.25")
+    assert row["eval_resolution"] == "0.25" and row["steps_timed"] == "20"
+    history = read_history({**row, "_source": str(tmp_path / "runs.csv")})
+    timed = [i + 1 for i, a in enumerate(history["eval_accuracy"]) if a is not None]
+    assert timed == [1, 2, 3, 4, 5, 7, 9, 12, 16, 20]  # counts 2-6, 8, 10, 13, 17, 21 with the warm-up step
+
+
+@pytest.mark.parametrize("every", [1, 7, 20, 100])
+@pytest.mark.parametrize("warmup", [0, 1, 5])
+@pytest.mark.parametrize("resolution", [0.05, 0.1, 0.25])
+def test_the_schedule_knows_every_count_within_its_resolution(every, warmup, resolution):
+    """Each evaluation's count N (warm-up included) lies within the fraction of N of the one before, or right after
+    it; never more than eval_every apart; none missed that the rule allows (the next one is the latest allowed)."""
+    done = 0
+    while done < 2000:
+        n = next_evaluation(done, every, resolution, warmup)
+        gap = n - done
+        assert 1 <= gap <= every and (gap == 1 or gap <= resolution * (warmup + n))
+        assert gap == every or gap + 1 > resolution * (warmup + n + 1)  # one step later would be too coarse
+        assert previous_evaluation(n, every, resolution, warmup) == done
+        done = n
+
+
+def test_without_resolution_the_schedule_is_every_n_steps():
+    steps = [0]
+    while steps[-1] < 100:
+        steps.append(next_evaluation(steps[-1], 20))
+    assert steps[1:] == [20, 40, 60, 80, 100] and previous_evaluation(41, 20) == 40 == previous_evaluation(60, 20)
 
 
 def test_a_capped_trial_is_a_row_that_says_where_it_stopped(tmp_path, capsys):
@@ -536,9 +570,12 @@ def test_the_report_lists_the_tuning_sweep(tuned, tmp_path):
         ),
         (["target.metric=eval_accuracy", "target.value=0.5", "target.max_steps=2"], "target.max_steps=2: smaller than"),
         (["target.metric=accuracy", "target.value=0.5", "target.max_steps=9"], "target.metric=accuracy: accepted"),
+        (["eval_resolution=1.0"], "eval_resolution=1.0: accepted a fraction in [0, 1)"),
+        (["eval_resolution=-0.1"], "eval_resolution=-0.1: accepted a fraction in [0, 1)"),
+        (["eval_every=0", "eval_resolution=0.1"], "eval_resolution=0.1: needs evaluate=true eval_every=N"),
     ],
 )
-def test_bad_targets_are_one_line_before_anything_runs(args, message, tmp_path):
+def test_bad_targets_and_evaluation_schedules_are_one_line_before_anything_runs(args, message, tmp_path):
     out = bench_here(*TINY, *args, results=tmp_path)
     assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs.csv").exists()

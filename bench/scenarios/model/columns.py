@@ -163,9 +163,11 @@ EXTRA_COLUMNS = (
     "aot_compile_s",  # JAX: the ahead-of-time compile alone, before the first step (torch: nothing to compile)
     "model_note",  # which models (memory, FLOP, communication) have no term for the mode: their cells are empty
     # cost to a target, what its numbers depend on beyond the above (docs/cost-to-target.md): the evaluation
-    # interval (steps to the target are known to within it), the objective the tuning sweeper picked its winner
-    # by, and the model's FLOPs of one forward pass over the step's samples (forward-pass equivalents, MFU)
+    # interval and resolution (steps to the target are known to within them), the objective the tuning sweeper
+    # picked its winner by, and the model's FLOPs of one forward pass over the step's samples (forward-pass
+    # equivalents, MFU)
     "eval_every",
+    "eval_resolution",
     "tune_objective",
     "flops_forward",
     "tune_stop_after",  # the tuning sweeper's adaptive cap: the steps the search trial's group's best took

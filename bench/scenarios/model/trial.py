@@ -36,6 +36,7 @@ from bench.measure.timeline import explain, load_events
 from bench.measure.timing import StepTimer, timed
 from bench.measure.trackers import HostMemWatchdog, HostRssTracker, MiB
 from bench.parallel import expected_comm_bytes, global_batch_size, timed_steps
+from bench.scenarios.model.schedule import next_evaluation
 from bench.spec import World, implementation
 from bench.weights import build_weights, weights_digest
 
@@ -106,6 +107,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
         else []
     )
     every = cfg.eval_every
+    due = next_evaluation(0, every, cfg.eval_resolution, cfg.warmup_steps) if every else 0  # the next evaluation's step
     target = Target(cfg)
     trainer.sync()
     t0 = time.perf_counter()  # the wall clock to a target starts here: compilation included, as AlgoPerf counts
@@ -154,7 +156,8 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
             watch(losses[-1], f"timed step {i + 1}", losses)
             if cfg.max_timed_s is not None and sum(timer.times_s) >= cfg.max_timed_s:
                 break  # time budget spent: steps_timed < steps
-            if every and (i + 1) % every == 0 and i + 1 < n_timed:
+            if every and i + 1 == due and i + 1 < n_timed:
+                due = next_evaluation(i + 1, every, cfg.eval_resolution, cfg.warmup_steps)
                 # untimed, but inside the memory window: a no-grad forward at the step's batch size stays below
                 # the peak of any training step, which runs at least that forward
                 evals[i] = trainer.evaluate(held_out)

@@ -261,6 +261,11 @@ def validate_outputs(cfg: BenchConfig) -> None:
     at_least("eval_every", cfg.eval_every, 0)
     if cfg.eval_every and not cfg.evaluate:
         raise ConfigError(f"eval_every={cfg.eval_every}: needs evaluate=true")
+    r = cfg.eval_resolution
+    if not is_number(r) or not 0 <= r < 1:
+        raise ConfigError(f"eval_resolution={r}: accepted a fraction in [0, 1) (0.1: steps known within 10%)")
+    if r and not cfg.eval_every:
+        raise ConfigError(f"eval_resolution={r}: needs evaluate=true eval_every=N (N >= 1: the longest interval)")
     if cfg.measure_grad_cosine and not estimators.get(cfg.mode).updates:
         raise ConfigError(
             f"measure_grad_cosine=true: mode={cfg.mode} has no gradient; accepted with "

@@ -127,6 +127,14 @@ def ordered(groups: dict[tuple[str, str], Group]) -> list[Group]:
     return sorted(groups.values(), key=lambda g: (framework_order(g.framework), mode_order(g.rows[0]), g.label))
 
 
+def bracket_cell(bracket: tuple[float, float] | None) -> str:
+    """Where the median steps lie: "52–61", or "8" where every seed's count is exact (evaluated at each step)."""
+    if bracket is None or math.isinf(bracket[1]):
+        return "-"
+    lo, hi = bracket
+    return f"{hi:.0f}" if lo == hi else f"{lo:.0f}–{hi:.0f}"
+
+
 def cost_table(groups: dict[tuple[str, str], Group]) -> str:
     body = []
     for g in ordered(groups):
@@ -141,7 +149,7 @@ def cost_table(groups: dict[tuple[str, str], Group]) -> str:
             search_cell(g, reached) if g.search else "no search",
             seeds_cell(g),
             fmt_spread(g.cost("steps_to_target"), fmt=count),
-            "-" if bracket is None or math.isinf(bracket[1]) else f"{bracket[0]:.0f}–{bracket[1]:.0f}",
+            bracket_cell(bracket),
             fmt_spread(g.cost("forwards_to_target"), fmt=count),
             fmt_spread(g.cost("flops_to_target"), 1e-9),
             fmt_spread(g.cost("seconds_to_target")),
@@ -355,7 +363,8 @@ class CostSection(Section):
             "Its costs come only from fresh seeds: the median [lowest–highest] over its repeats at seeds the search "
             "did not use (**seeds**: how many; a seed that missed counts as infinite), never the search trial that "
             "chose it; a target trial run without a sweep is its own point, every trial of it a seed. **steps** "
-            "include the warm-up steps (they train too); the target is checked only every `eval_every` steps, so each "
+            "include the warm-up steps (they train too); the target is checked only at evaluations (every `eval_every` "
+            "steps, sooner with `eval_resolution`: within that fraction of the count), so each "
             "seed's count is the evaluation that met it: **steps known within** is where the median lies if each "
             "seed's first step at the target came after the evaluation before (so where the metric, once met, stays "
             "met; a held-out metric near its target can cross it and fall back, and evaluating more often then counts "

@@ -5,7 +5,8 @@ forward passes and FLOPs, and a performance profile across modes and problems.
 A group is one way of differentiating at one target: the comparison context (select.context_key) and the mode as
 select.variant() names it (every setting that changes the numbers, the trainable scope included), less what its
 tuning search varied (read from its rows: the knobs its search trials differ in), plus the whole target (metric,
-value, step cap, evaluation interval, warm-up steps). Within a group, as AlgoPerf and MLPerf score a submission:
+value, step cap, evaluation interval and resolution, warm-up steps). Within a group, as AlgoPerf and MLPerf score
+a submission:
 
 - the search (`tuning=search`) picks the winner, the trial that reached the target with the lowest value of the
   sweeper's objective (the rows' `tune_objective`; wall_to_target_s, the sweeper's default, for rows written
@@ -30,6 +31,7 @@ from bench import estimators
 from bench.harness.tuning import best_of
 from bench.harness.tuning import reached as reached_row  # the sweeper's test: ended ok, target reached
 from bench.report.tables import num
+from bench.scenarios.model.schedule import previous_evaluation
 from bench.scenarios.model.select import (
     KNOB_DEFAULTS,
     OPTIMIZER_KNOBS,
@@ -43,7 +45,14 @@ from bench.scenarios.model.select import (
 
 # What a tuning search may vary (the sweeper's points set them); which of them a search did vary is read from its rows
 TUNABLE = (*OPTIMIZER_KNOBS, *estimators.setting_columns())
-TARGET_COLUMNS = ("target_metric", "target_value", "target_max_steps", "eval_every", "warmup_steps")
+TARGET_COLUMNS = (
+    "target_metric",
+    "target_value",
+    "target_max_steps",
+    "eval_every",
+    "eval_resolution",
+    "warmup_steps",
+)
 REFERENCE = estimators.EXACT  # costs are given relative to backprop's, in the same framework, scope and context
 DEFAULT_OBJECTIVE = "wall_to_target_s"  # the sweeper's default: what picked winners before rows named it
 INF = math.inf
@@ -100,7 +109,8 @@ def _text(v) -> str:
 
 
 def target_of(row: dict) -> tuple:
-    return tuple((c, _text(row.get(c))) for c in TARGET_COLUMNS)
+    # a row without eval_resolution (or before the column) evaluated every eval_every steps: resolution 0
+    return tuple((c, _text(row.get(c) or (0 if c == "eval_resolution" else None))) for c in TARGET_COLUMNS)
 
 
 def target_label(key: Context) -> str:
@@ -109,7 +119,10 @@ def target_label(key: Context) -> str:
     parts = [f"{t['target_metric']} {t['target_value']:g}" if t["target_value"] is not None else t["target_metric"]]
     if t["target_max_steps"] is not None:
         parts.append(f"cap {t['target_max_steps']:.0f} steps")
-    parts.append(f"evaluated every {t['eval_every']:.0f} steps" if t["eval_every"] else "evaluation interval unknown")
+    every = f"evaluated every {t['eval_every']:.0f} steps" if t["eval_every"] else "evaluation interval unknown"
+    if t["eval_every"] and t["eval_resolution"]:
+        every += f", sooner within {t['eval_resolution']:.0%} of the count"
+    parts.append(every)
     if t["warmup_steps"] is not None:
         parts.append(f"{t['warmup_steps']:.0f} warm-up step{'' if t['warmup_steps'] == 1 else 's'}")
     return " · ".join(parts)
@@ -210,21 +223,23 @@ class Group:
         return Cost(statistics.median(values), min(values), max(values), len(values))
 
     def steps_bracket(self) -> tuple[float, float] | None:
-        """Where the median steps to the target lies, given that each seed's target was checked only every
-        eval_every steps and that its first step at the target came after its previous evaluation (the metric,
-        once met, stays met; a noisy held-out metric near its target can break that) and at most at its count
-        (step 1 where the target was met at the first evaluation): between the median of those lower ends and the
-        median of the counts. None where a seed's interval was not recorded."""
+        """Where the median steps to the target lies, given that each seed's target was checked only at its
+        evaluations (every eval_every steps, sooner with eval_resolution: schedule.py) and that its first step at
+        the target came after its previous evaluation (the metric, once met, stays met; a noisy held-out metric
+        near its target can break that) and at most at its count (step 1 where the target was met at the first
+        evaluation): between the median of those lower ends and the median of the counts. None where a seed's
+        interval was not recorded."""
         lows, highs = [], []
         for r in self.seeds():
             if not reached_row(r):
                 lows.append(INF)
                 highs.append(INF)
                 continue
-            steps, every, warm = num(r, "steps_to_target"), num(r, "eval_every"), num(r, "warmup_steps") or 0
+            steps, every, warm = num(r, "steps_to_target"), num(r, "eval_every"), int(num(r, "warmup_steps") or 0)
             if steps is None or not every:
                 return None
-            previous = (steps - warm - 1) // every * every  # timed steps at the evaluation before the one that met it
+            # timed steps at the evaluation before the one that met it
+            previous = previous_evaluation(int(steps) - warm, int(every), num(r, "eval_resolution") or 0.0, warm)
             lows.append(warm + previous + 1 if previous > 0 else 1)
             highs.append(steps)
         return (statistics.median(lows), statistics.median(highs)) if lows else None
