@@ -262,8 +262,8 @@ class BenchConfig:
     )
     eval_resolution: float = _f(
         0.0,
-        "eval_every=N: evaluate sooner while N steps would be more than this fraction of the steps so far, so a "
-        "target's step is known within it (0.1: every step to ~10, then every tenth of the count), in [0, 1)",
+        "eval_every=N: also evaluate in between while N steps would be more than this fraction of the steps so far, "
+        "so a target's step is known within it (0.1: every step to ~17, then at least every tenth), in [0, 1)",
     )
     measure_grad_cosine: bool = _f(
         False,
