@@ -364,7 +364,7 @@ class CostSection(Section):
             "did not use (**seeds**: how many; a seed that missed counts as infinite), never the search trial that "
             "chose it; a target trial run without a sweep is its own point, every trial of it a seed. **steps** "
             "include the warm-up steps (they train too); the target is checked only at evaluations (every `eval_every` "
-            "steps, sooner with `eval_resolution`: within that fraction of the count), so each "
+            "steps, and in between with `eval_resolution`: within that fraction of the count), so each "
             "seed's count is the evaluation that met it: **steps known within** is where the median lies if each "
             "seed's first step at the target came after the evaluation before (so where the metric, once met, stays "
             "met; a held-out metric near its target can cross it and fall back, and evaluating more often then counts "

@@ -121,7 +121,7 @@ def target_label(key: Context) -> str:
         parts.append(f"cap {t['target_max_steps']:.0f} steps")
     every = f"evaluated every {t['eval_every']:.0f} steps" if t["eval_every"] else "evaluation interval unknown"
     if t["eval_every"] and t["eval_resolution"]:
-        every += f", sooner within {t['eval_resolution']:.0%} of the count"
+        every += f" and in between within {t['eval_resolution']:.0%} of the count"
     parts.append(every)
     if t["warmup_steps"] is not None:
         parts.append(f"{t['warmup_steps']:.0f} warm-up step{'' if t['warmup_steps'] == 1 else 's'}")
@@ -224,11 +224,11 @@ class Group:
 
     def steps_bracket(self) -> tuple[float, float] | None:
         """Where the median steps to the target lies, given that each seed's target was checked only at its
-        evaluations (every eval_every steps, sooner with eval_resolution: schedule.py) and that its first step at
-        the target came after its previous evaluation (the metric, once met, stays met; a noisy held-out metric
-        near its target can break that) and at most at its count (step 1 where the target was met at the first
-        evaluation): between the median of those lower ends and the median of the counts. None where a seed's
-        interval was not recorded."""
+        evaluations (every eval_every steps, and in between with eval_resolution: schedule.py) and that its first
+        step at the target came after its previous evaluation (the metric, once met, stays met; a noisy held-out
+        metric near its target can break that) and at most at its count (step 1 where the target was met at the
+        first evaluation): between the median of those lower ends and the median of the counts. None where a
+        seed's interval was not recorded."""
         lows, highs = [], []
         for r in self.seeds():
             if not reached_row(r):
