@@ -167,7 +167,7 @@ def test_a_target_not_reached_by_the_cap_is_a_row_not_a_failure(tmp_path):
     assert [i for i, a in enumerate(history["eval_accuracy"]) if a is not None] == [1, 3, 5]
 
 
-def test_with_eval_resolution_a_trial_evaluates_sooner_while_its_interval_is_coarse(tmp_path):
+def test_with_eval_resolution_a_trial_also_evaluates_in_between_while_its_interval_is_coarse(tmp_path):
     """eval_every=4, eval_resolution=0.25, 1 warm-up step: every step while one step is a quarter of the count or
     more, then as soon as the next would be more, and at every 4th step as without it; the last step ends it."""
     row = unreached_row(tmp_path, 21, "eval_every=4", "eval_resolution=0.25")

@@ -107,7 +107,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
         else []
     )
     every = cfg.eval_every
-    due = next_evaluation(0, every, cfg.eval_resolution, cfg.warmup_steps) if every else 0  # the next evaluation's step
+    due = next_evaluation(0, every, cfg.eval_resolution, cfg.warmup_steps) if every else 0  # 0: none in the window
     target = Target(cfg)
     trainer.sync()
     t0 = time.perf_counter()  # the wall clock to a target starts here: compilation included, as AlgoPerf counts
@@ -156,7 +156,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
             watch(losses[-1], f"timed step {i + 1}", losses)
             if cfg.max_timed_s is not None and sum(timer.times_s) >= cfg.max_timed_s:
                 break  # time budget spent: steps_timed < steps
-            if every and i + 1 == due and i + 1 < n_timed:
+            if i + 1 == due and i + 1 < n_timed:
                 due = next_evaluation(i + 1, every, cfg.eval_resolution, cfg.warmup_steps)
                 # untimed, but inside the memory window: a no-grad forward at the step's batch size stays below
                 # the peak of any training step, which runs at least that forward

@@ -53,6 +53,8 @@ TARGET_COLUMNS = (
     "eval_resolution",
     "warmup_steps",
 )
+# a target column's value where its cell is empty: rows from before eval_resolution evaluated every eval_every steps
+TARGET_DEFAULTS = {"eval_resolution": 0.0}
 REFERENCE = estimators.EXACT  # costs are given relative to backprop's, in the same framework, scope and context
 DEFAULT_OBJECTIVE = "wall_to_target_s"  # the sweeper's default: what picked winners before rows named it
 INF = math.inf
@@ -109,8 +111,7 @@ def _text(v) -> str:
 
 
 def target_of(row: dict) -> tuple:
-    # a row without eval_resolution (or before the column) evaluated every eval_every steps: resolution 0
-    return tuple((c, _text(row.get(c) or (0 if c == "eval_resolution" else None))) for c in TARGET_COLUMNS)
+    return tuple((c, _text(row.get(c) or TARGET_DEFAULTS.get(c))) for c in TARGET_COLUMNS)
 
 
 def target_label(key: Context) -> str:
@@ -239,7 +240,8 @@ class Group:
             if steps is None or not every:
                 return None
             # timed steps at the evaluation before the one that met it
-            previous = previous_evaluation(int(steps) - warm, int(every), num(r, "eval_resolution") or 0.0, warm)
+            resolution = num(r, "eval_resolution") or TARGET_DEFAULTS["eval_resolution"]
+            previous = previous_evaluation(int(steps) - warm, int(every), resolution, warm)
             lows.append(warm + previous + 1 if previous > 0 else 1)
             highs.append(steps)
         return (statistics.median(lows), statistics.median(highs)) if lows else None
