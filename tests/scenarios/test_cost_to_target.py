@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ from bench.report.build import build, results_of
 from bench.scenarios import REPORT_SECTIONS
 from bench.scenarios.model.scenario import MODEL
 from bench.scenarios.model.schedule import next_evaluation, previous_evaluation
-from bench.scenarios.model.trial import Target
+from bench.scenarios.model.trial import Clock, Target
 from bench.store.read import read_history, read_rows
 from tests.support import bench_here, run_here, sweep_here
 
@@ -91,6 +92,20 @@ def test_the_first_evaluation_that_meets_the_target_is_the_one():
     assert target().columns([1.0], [0.1], 4) == {"target_status": "not_reached"}
 
 
+def test_the_wall_clock_to_a_target_leaves_the_evaluations_out():
+    class Slow:  # a trainer whose evaluation takes 0.3 s
+        def evaluate(self, batches):
+            time.sleep(0.3)
+            return 1.0, 0.5
+
+    clock = Clock()
+    time.sleep(0.05)  # training
+    assert clock.evaluate(Slow(), []) == (1.0, 0.5) and clock.evaluate(Slow(), []) == (1.0, 0.5)
+    assert 0.6 <= clock.eval_s < 0.9 and 0.05 <= clock.training_s() < 0.3  # AlgoPerf's two clocks, apart
+    t = target(value=0.5)
+    assert t.check((1.0, 0.5), 3, clock.training_s()) and t.reached[1] < 0.3
+
+
 def test_a_capped_search_trial_ends_at_its_groups_best_unless_it_meets_the_target_there():
     """tune_stop_after=6 (the group's best took 6 steps): the evaluation at step 6 still decides (a tie reaches), the
     first one past it that has not met the target ends the trial capped; at the step cap it is not_reached."""
@@ -137,6 +152,7 @@ def test_a_trial_stops_at_its_target_and_records_what_it_cost(tmp_path, capsys):
     assert row["steps_to_target"] == "3" and row["steps_timed"] == "2" and row["samples_to_target"] == "12"
     wall, timed = float(row["wall_to_target_s"]), float(row["seconds_to_target"])
     assert 0 < timed < wall and float(row["mib_s_to_target"]) == pytest.approx(float(row["excess_mem_mb"]) * timed)
+    assert float(row["eval_time_s"]) > 0  # the evaluations' seconds, kept apart from the wall time to the target
     assert "eval_loss 100 reached in 3 steps" in out.out
     # what the report needs beside: the evaluation interval, and backprop's step in forward passes (about 3)
     assert row["eval_every"] == "2" and row["tune_objective"] == ""

@@ -168,6 +168,7 @@ EXTRA_COLUMNS = (
     # equivalents, MFU)
     "eval_every",
     "eval_resolution",
+    "eval_time_s",  # the held-out evaluations' own seconds, left out of wall_to_target_s as AlgoPerf leaves them
     "tune_objective",
     "flops_forward",
     "tune_stop_after",  # the tuning sweeper's adaptive cap: the steps the search trial's group's best took

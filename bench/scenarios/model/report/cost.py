@@ -372,7 +372,8 @@ class CostSection(Section):
             "that allows. **forward passes** are the step's counted FLOPs over one forward pass of the "
             "model, times the steps (a MeZO step is about two, backprop's about three), **GFLOP** the counted FLOPs "
             "to the target; **timed s** is the steps' own time; **wall s** counts from the compilation to the "
-            "evaluation that met the target, compilation and evaluations included (AlgoPerf's clock); **MiB·s** is "
+            "evaluation that met the target, compilation included and the evaluations' own time left out, as "
+            "AlgoPerf's clock leaves it out (rows without `eval_time_s`, written before, count it); **MiB·s** is "
             "the excess memory held for the timed seconds. The × columns divide medians by backprop's in the same "
             "framework and scope. Reruns (`python -m bench rerun`) are listed with the trials, never counted.",
             "",
