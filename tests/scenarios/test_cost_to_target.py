@@ -101,9 +101,10 @@ def test_the_wall_clock_to_a_target_leaves_the_evaluations_out():
     clock = Clock()
     time.sleep(0.05)  # training
     assert clock.evaluate(Slow(), []) == (1.0, 0.5) and clock.evaluate(Slow(), []) == (1.0, 0.5)
-    assert 0.6 <= clock.eval_s < 0.9 and 0.05 <= clock.training_s() < 0.3  # AlgoPerf's two clocks, apart
+    # AlgoPerf's two clocks, apart: a clock that counted the evaluations would read 0.65 s or more
+    assert clock.eval_s >= 0.6 and 0.05 <= clock.training_s() < 0.6
     t = target(value=0.5)
-    assert t.check((1.0, 0.5), 3, clock.training_s()) and t.reached[1] < 0.3
+    assert t.check((1.0, 0.5), 3, clock.training_s()) and t.reached[1] < 0.6
 
 
 def test_a_capped_search_trial_ends_at_its_groups_best_unless_it_meets_the_target_there():
