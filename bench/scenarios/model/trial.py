@@ -343,11 +343,9 @@ class Clock:
         self.t0, self.eval_s = time.perf_counter(), 0.0
 
     def evaluate(self, trainer, batches) -> tuple[float, float]:
-        t = time.perf_counter()
-        try:
-            return trainer.evaluate(batches)
-        finally:
-            self.eval_s += time.perf_counter() - t
+        out, seconds = timed(trainer.evaluate, batches)  # (loss, accuracy) as Python floats: synced already
+        self.eval_s += seconds
+        return out
 
     def training_s(self) -> float:
         return time.perf_counter() - self.t0 - self.eval_s
