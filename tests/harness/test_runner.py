@@ -217,6 +217,8 @@ def test_evaluate_and_gradient_cosine_are_recorded(tmp_path):
         assert -1 <= float(r["grad_cosine"]) <= 1 and float(r["grad_cosine"]) != 0
         history = json.loads((tmp_path / "history" / f"{r['run_id']}.json").read_text())
         assert len(history["loss"]) == 3 and history["eval_accuracy"][1] is not None
+    # both frameworks evaluated the same held-out examples
+    assert {(r["eval_examples"], r["eval_fingerprint"]) for r in rs} == {("16", rs[0]["eval_fingerprint"])}
 
 
 def test_jax_trials_get_the_memory_minimising_xla_cpu_scheduler(monkeypatch):

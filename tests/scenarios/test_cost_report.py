@@ -16,8 +16,10 @@ from bench.scenarios.model.report.cost import cost_table, matched_memory, ordere
 from bench.scenarios.model.report.cost_stats import (
     INF,
     cost_groups,
+    held_out_error,
     performance_profile,
     problems,
+    target_label,
 )
 from tests.scenarios.test_cost_to_target import target
 from tests.support import first_table, trial
@@ -210,12 +212,34 @@ def test_a_setting_that_changes_the_numbers_splits_the_group(setting):
 
 
 @pytest.mark.parametrize(
-    "column,other", [("eval_every", 25), ("eval_resolution", 0.1), ("warmup_steps", 2), ("target_max_steps", 501)]
+    "column,other",
+    [
+        ("eval_every", 25),
+        ("eval_resolution", 0.1),
+        ("warmup_steps", 2),
+        ("target_max_steps", 501),
+        ("eval_examples", 512),
+    ],
 )
 def test_a_different_target_is_a_different_table(column, other):
     rows = [cost_row("backprop", 51, 10.0), cost_row("mezo", 301, 20.0)]
     found = cost_groups([*rows, *({**r, column: other} for r in rows)])
     assert len(found) == 2 and all(len(groups) == 2 for groups in found.values())
+
+
+def test_a_target_says_how_many_held_out_examples_it_is_met_on_and_their_standard_error():
+    """0.4 on 128 examples: sqrt(0.4 x 0.6 / 128) = 0.043, a model at 0.36 scores 0.4 one time in five or so; on
+    512, half that. Rows from before the column say nothing of it."""
+    labels = {
+        n: target_label(
+            next(iter(cost_groups([{**cost_row("backprop", 51, 10.0), "target_value": 0.4, "eval_examples": n}])))
+        )
+        for n in (128, 512, "")
+    }
+    assert labels[128].startswith("eval_accuracy 0.4 on 128 held-out examples (standard error 0.043 there) · cap")
+    assert "on 512 held-out examples (standard error 0.022 there)" in labels[512]
+    assert labels[""].startswith("eval_accuracy 0.4 · cap 1001 steps")
+    assert held_out_error(0.5, 100) == pytest.approx(0.05)
 
 
 def test_with_eval_resolution_steps_are_known_within_it():

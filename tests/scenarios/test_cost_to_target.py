@@ -33,11 +33,11 @@ from bench.harness.tuning import (
 )
 from bench.report.build import build, results_of
 from bench.scenarios import REPORT_SECTIONS
-from bench.scenarios.model.scenario import MODEL
+from bench.scenarios.model.scenario import MODEL, make_row
 from bench.scenarios.model.schedule import next_evaluation, previous_evaluation
 from bench.scenarios.model.trial import Clock, Target
 from bench.store.read import read_history, read_rows
-from tests.support import bench_here, run_here, sweep_here
+from tests.support import bench_here, composed, run_here, sweep_here
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
@@ -154,10 +154,19 @@ def test_a_trial_stops_at_its_target_and_records_what_it_cost(tmp_path, capsys):
     wall, timed = float(row["wall_to_target_s"]), float(row["seconds_to_target"])
     assert 0 < timed < wall and float(row["mib_s_to_target"]) == pytest.approx(float(row["excess_mem_mb"]) * timed)
     assert float(row["eval_time_s"]) > 0  # the evaluations' seconds, kept apart from the wall time to the target
+    assert row["eval_examples"] == "16" and len(row["eval_fingerprint"]) == 16  # the examples the target was met on
     assert "eval_loss 100 reached in 3 steps" in out.out
     # what the report needs beside: the evaluation interval, and backprop's step in forward passes (about 3)
     assert row["eval_every"] == "2" and row["tune_objective"] == ""
     assert 2 < float(row["flops_per_step"]) / float(row["flops_forward"]) < 4
+
+
+def test_every_row_says_how_many_held_out_examples_its_target_is_met_on_a_crashed_one_too():
+    """From the config, so a row the trial never wrote (a crash, an OOM) is in its target's group: whole batches of
+    data.num_eval (18 at batch 4: 16); none without evaluation."""
+    row = lambda *more: make_row(composed(*TINY, *more), {}, {})
+    assert row("data.num_eval=18")["eval_examples"] == 16 and row("data.num_eval=16")["eval_examples"] == 16
+    assert row("evaluate=false", "eval_every=0")["eval_examples"] is None
 
 
 def unreached_row(tmp_path, max_steps: int, *more: str) -> dict:

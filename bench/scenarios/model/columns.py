@@ -169,6 +169,8 @@ EXTRA_COLUMNS = (
     "eval_every",
     "eval_resolution",
     "eval_time_s",  # the held-out evaluations' own seconds, left out of wall_to_target_s as AlgoPerf leaves them
+    "eval_examples",  # the held-out examples evaluated (num_eval less num_eval % batch_size): a target's sample
+    "eval_fingerprint",  # their bytes (data.fingerprint): trials on other held-out examples meet another target
     "tune_objective",
     "flops_forward",
     "tune_stop_after",  # the tuning sweeper's adaptive cap: the steps the search trial's group's best took

@@ -210,6 +210,14 @@ def trial_label(cfg: BenchConfig) -> str:
     return " ".join([cfg.framework, cfg.mode, *[e for e in extra if e], cfg.model.name, shape])
 
 
+def held_out_examples(cfg: BenchConfig) -> int | None:
+    """The held-out examples an evaluation sees, as the config gives them (every row has them, a crashed one too;
+    the trial's own count replaces it, also where data.num_eval=null takes a whole split): whole batches only."""
+    if not cfg.evaluate or cfg.data.num_eval is None:
+        return None
+    return cfg.data.num_eval // cfg.batch_size * cfg.batch_size
+
+
 def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
     """The trial's runs.csv row: its configuration (every knob that can change a measured number among it), where
     it ran, and what the child measured (or the parent's verdict)."""
@@ -259,6 +267,7 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "target_max_steps": cfg.target.max_steps,
         "eval_every": cfg.eval_every if cfg.evaluate else None,
         "eval_resolution": cfg.eval_resolution if cfg.evaluate and cfg.eval_every else None,
+        "eval_examples": held_out_examples(cfg),
         "tuning": cfg.tuning,
         "tune_group": cfg.tune_group,
         "tune_stop_after": cfg.tune_stop_after,

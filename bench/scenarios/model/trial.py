@@ -101,11 +101,15 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     updates = [trainer.to_device(micro[i * ga : (i + 1) * ga]) for i in range(cfg.warmup_steps + n_timed)]
     del micro
     # held-out batches (in dataset order, as every framework sees them) resident before the baseline, like the rest
-    held_out = (
-        trainer.to_device(data.make_batches(dspec, cfg.batch_size, cfg.seq_len, cfg.seed, "test", pad_id=pad))
-        if cfg.evaluate
-        else []
-    )
+    held_out, held_out_facts = [], {}
+    if cfg.evaluate:
+        held_out = data.make_batches(dspec, cfg.batch_size, cfg.seq_len, cfg.seed, "test", pad_id=pad)
+        # the examples a target is met on: another held-out set is another target (the report's cost groups)
+        held_out_facts = {
+            "eval_examples": len(held_out) * cfg.batch_size,
+            "eval_fingerprint": data.fingerprint(held_out)[:16],
+        }
+        held_out = trainer.to_device(held_out)
     every = cfg.eval_every
     due = next_evaluation(0, every, cfg.eval_resolution, cfg.warmup_steps) if every else 0  # 0: none in the window
     target = Target(cfg)
@@ -227,6 +231,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     if cfg.evaluate:
         result["eval_loss"], result["eval_accuracy"] = evals[n_done - 1]
         result["eval_time_s"] = clock.eval_s
+        result.update(held_out_facts)
     return result
 
 

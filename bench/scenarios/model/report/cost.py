@@ -354,6 +354,9 @@ class CostSection(Section):
             "",
             "What each way of differentiating costs to reach the same held-out target, each tuned "
             "with the same budget of trials (a grid per mode: `+experiment=cost_to_target`, docs/cost-to-target.md). "
+            "Each table's heading names its target and the held-out examples it is met on, with an accuracy's "
+            "standard error on them at the target: a model short of the target by about that much meets it by the "
+            "sample alone at some evaluations, so a mode whose accuracy climbs slowly past it can count early. "
             "**tuned point**: the search trial that reached the target with the lowest value of the sweep's objective "
             "(its rows' `tune_objective`; wall time before rows named it); **reached (search)** counts its search "
             "trials that reached the target, those capped (stopped at the steps the group's best took: "

@@ -5,7 +5,7 @@ forward passes and FLOPs, and a performance profile across modes and problems.
 A group is one way of differentiating at one target: the comparison context (select.context_key) and the mode as
 select.variant() names it (every setting that changes the numbers, the trainable scope included), less what its
 tuning search varied (read from its rows: the knobs its search trials differ in), plus the whole target (metric,
-value, step cap, evaluation interval and resolution, warm-up steps). Within a group, as AlgoPerf and MLPerf score
+value, held-out examples, step cap, evaluation interval and resolution, warm-up steps). Within a group, as AlgoPerf and MLPerf score
 a submission:
 
 - the search (`tuning=search`) picks the winner, the trial that reached the target with the lowest value of the
@@ -51,6 +51,7 @@ TARGET_COLUMNS = (
     "target_max_steps",
     "eval_every",
     "eval_resolution",
+    "eval_examples",
     "warmup_steps",
 )
 # a target column's value where its cell is empty: rows from before eval_resolution evaluated every eval_every steps
@@ -114,10 +115,22 @@ def target_of(row: dict) -> tuple:
     return tuple((c, _text(row.get(c) or TARGET_DEFAULTS.get(c))) for c in TARGET_COLUMNS)
 
 
+def held_out_error(accuracy: float, examples: float) -> float:
+    """The standard error of an accuracy measured on `examples` held-out examples where the true one is
+    `accuracy` (binomial): how far a model short of a target can score past it by the sample alone."""
+    return math.sqrt(accuracy * (1 - accuracy) / examples)
+
+
 def target_label(key: Context) -> str:
-    """eval_accuracy 0.5 · cap 501 steps · evaluated every 25 steps · 1 warm-up step"""
+    """eval_accuracy 0.5 on 128 held-out examples (standard error 0.044 there) · cap 501 steps · evaluated every
+    25 steps · 1 warm-up step"""
     t = {c: v if c == "target_metric" else num({c: v}, c) for c, v in dict(key)["target"]}
     parts = [f"{t['target_metric']} {t['target_value']:g}" if t["target_value"] is not None else t["target_metric"]]
+    n = t.get("eval_examples")
+    if n:
+        parts[0] += f" on {n:.0f} held-out examples"
+        if t["target_metric"] == "eval_accuracy" and t["target_value"] is not None and 0 < t["target_value"] < 1:
+            parts[0] += f" (standard error {held_out_error(t['target_value'], n):.3f} there)"
     if t["target_max_steps"] is not None:
         parts.append(f"cap {t['target_max_steps']:.0f} steps")
     every = f"evaluated every {t['eval_every']:.0f} steps" if t["eval_every"] else "evaluation interval unknown"
