@@ -228,7 +228,7 @@ def test_a_different_target_is_a_different_table(column, other):
 
 
 def test_a_target_says_how_many_held_out_examples_it_is_met_on_and_their_standard_error():
-    """0.4 on 128 examples: sqrt(0.4 x 0.6 / 128) = 0.043, a model at 0.36 scores 0.4 one time in five or so; on
+    """0.4 on 128 examples: sqrt(0.4 x 0.6 / 128) = 0.043, a model at 0.36 scores 0.4 or more one time in six; on
     512, half that. Rows from before the column say nothing of it."""
     labels = {
         n: target_label(
