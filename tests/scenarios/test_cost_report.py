@@ -239,6 +239,8 @@ def test_a_target_says_how_many_held_out_examples_it_is_met_on_and_their_standar
     assert labels[128].startswith("eval_accuracy 0.4 on 128 held-out examples (standard error 0.043 there) · cap")
     assert "on 512 held-out examples (standard error 0.022 there)" in labels[512]
     assert labels[""].startswith("eval_accuracy 0.4 · cap 1001 steps")
+    loss = {**cost_row("backprop", 51, 10.0), "target_metric": "eval_loss", "target_value": 1.2, "eval_examples": 128}
+    assert target_label(next(iter(cost_groups([loss])))).startswith("eval_loss 1.2 on 128 held-out examples · cap")
     assert held_out_error(0.5, 100) == pytest.approx(0.05)
 
 

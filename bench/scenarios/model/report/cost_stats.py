@@ -126,11 +126,11 @@ def target_label(key: Context) -> str:
     25 steps · 1 warm-up step"""
     t = {c: v if c == "target_metric" else num({c: v}, c) for c, v in dict(key)["target"]}
     parts = [f"{t['target_metric']} {t['target_value']:g}" if t["target_value"] is not None else t["target_metric"]]
-    n = t.get("eval_examples")
+    n = t["eval_examples"]  # none in rows from before the column
     if n:
         parts[0] += f" on {n:.0f} held-out examples"
-        if t["target_metric"] == "eval_accuracy" and t["target_value"] is not None and 0 < t["target_value"] < 1:
-            parts[0] += f" (standard error {held_out_error(t['target_value'], n):.3f} there)"
+    if n and t["target_metric"] == "eval_accuracy" and t["target_value"]:
+        parts[0] += f" (standard error {held_out_error(t['target_value'], n):.3f} there)"
     if t["target_max_steps"] is not None:
         parts.append(f"cap {t['target_max_steps']:.0f} steps")
     every = f"evaluated every {t['eval_every']:.0f} steps" if t["eval_every"] else "evaluation interval unknown"
