@@ -1,6 +1,7 @@
 """What fits: the capacity search finds the largest value within a budget, by prediction then bisection, in a
-bounded number of probes; every probe is a real, recorded trial; a budget too small for the first value is a
-result ("does not fit"), not an error."""
+bounded number of probes; a ladder measures every rung up to the first that does not fit; every probe is a real,
+recorded trial, and a probe recorded out of memory in the same budget is not run again under resume; a budget too
+small for the first value is a result ("does not fit"), not an error."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import pytest
 from bench.config import to_dict
 from bench.harness.launch import TRIAL_MODULE, child_env
 from bench.harness.runner import trial_env
+from bench.harness.scenario import config_hash
 from bench.scenarios import SCENARIOS
-from bench.scenarios.capacity.search import Probe, search
+from bench.scenarios.capacity.run import out_of_memory
+from bench.scenarios.capacity.search import LARGEST_RUNG, Probe, ladder, search
 from bench.store.read import read_rows
 from tests.support import REPO, bench_here, composed
 
@@ -77,6 +80,34 @@ def test_the_search_stops_at_its_limit_and_within_its_probes():
 def test_a_probe_that_errors_ends_the_search_as_failed():
     s = search(synthetic(300, 37, fails_above=5)(1000), 1000)
     assert s.verdict == "failed" and s.probes[-1].status == "error"
+
+
+def test_a_ladder_measures_every_rung_up_to_the_first_that_does_not_fit():
+    """Peaks 300 + 37 x: 18 fits a budget of 1000, so the rungs 1, 4, 16 fit and 64 ends the ladder; its answer is
+    the largest rung, known within the factor."""
+    log: list[int] = []
+    s = ladder(synthetic(300, 37, log=log)(1000), 4)
+    assert log == [1, 4, 16, 64] and s.verdict == LARGEST_RUNG and s.best.value == 16
+    s = ladder(synthetic(300, 1)(1000), 4, start=2, limit=32)
+    assert [p.value for p in s.probes] == [2, 8, 32] and s.verdict == "fits at the limit" and s.best.value == 32
+    s = ladder(synthetic(300, 37)(200), 4)
+    assert s.verdict == "does not fit" and s.best is None and len(s.probes) == 1
+    s = ladder(synthetic(300, 37)(1000), 4, max_probes=2)
+    assert [p.value for p in s.probes] == [1, 4] and s.verdict == "undecided" and s.best.value == 4
+    s = ladder(synthetic(300, 37, fails_above=3)(1000), 4)
+    assert s.verdict == "failed" and s.best.value == 1 and s.probes[-1].status == "error"
+
+
+def test_a_probe_recorded_out_of_memory_in_the_same_budget_is_its_answer():
+    """Resume skips finished trials only; a ladder deepened by a later command would run its last rung, out of
+    memory, again: the probe reads that row instead, when it ran in this budget and is the configuration's latest."""
+    cfg = composed("framework=torch", "model=tiny", "mode=backprop", "batch_size=64")
+    h = config_hash(SCENARIOS["model"], cfg)
+    oom = {"run_id": "a", "config_hash": h, "status": "oom", "budget_mb": "1000.0"}
+    assert out_of_memory([oom], cfg, 1000.0) == oom
+    assert out_of_memory([oom], cfg, 2000.0) is None  # a larger budget may hold it
+    assert out_of_memory([oom, {**oom, "run_id": "b", "status": "ok"}], cfg, 1000.0) is None
+    assert out_of_memory([{**oom, "config_hash": "another"}], cfg, 1000.0) is None
 
 
 SMALL = [

@@ -35,6 +35,7 @@ COLUMNS = (
     "lora_alpha",
     "lora_dropout",
     "lora_targets",  # trainable=lora's adapters
+    "ladder",  # --ladder's factor: every rung measured up to what fits (empty: the bisecting search)
 )
 # What makes two searches the same search (the latest of each is shown): every column but the outcome and its ids.
 OUTCOME_COLUMNS = (

@@ -10,6 +10,7 @@ from bench.report.plots import Chart, Plot, Series, save
 from bench.report.section import PLOT_DIR, Results, Section
 from bench.report.tables import fixed_width, md_table, num
 from bench.scenarios.capacity.columns import COLUMNS, OUTCOME_COLUMNS, RESULTS_FILE
+from bench.scenarios.capacity.search import LARGEST_RUNG
 from bench.scenarios.model.select import framework_order, variant
 from bench.spec import FRAMEWORK_NAMES
 from bench.store.read import latest
@@ -19,6 +20,7 @@ VERDICTS = {
     "fits at the limit": "fits up to the search's limit (seq_len: the model's positions; batch: data.num_train)",
     "does not fit": "even the first value ran out of memory",
     "undecided": "the probes ran out before the bracket closed: the largest value that fitted so far",
+    LARGEST_RUNG: "a ladder's (--ladder F) largest rung that fits: the next rung, F times it, ran out of memory",
     "failed": "a probe ended in error or crashed (its row in runs.csv says why)",
 }
 
@@ -26,6 +28,11 @@ VERDICTS = {
 def label(row: dict) -> str:
     """The way of differentiating, as the other tables name it (backprop+remat, jvp[lazy], jacfwd[head])."""
     return variant(row)
+
+
+def search_label(row: dict) -> str:
+    """What the search varied, and how: "batch_size", or "batch_size x4" for a ladder of factor 4."""
+    return f"{row.get('search')} x{row['ladder']}" if row.get("ladder") else str(row.get("search"))
 
 
 def _fixed(row: dict) -> str:
@@ -61,7 +68,7 @@ def capacity_table(rows: list[dict]) -> str:
                 r.get("framework", ""),
                 label(r),
                 r.get("dtype", ""),
-                f"{r.get('search')} ({_fixed(r)})",
+                f"{search_label(r)} ({_fixed(r)})",
                 f("budget_mb", ".0f"),
                 "-" if r.get("max_value") in (None, "") else str(r["max_value"]),
                 r.get("verdict", ""),

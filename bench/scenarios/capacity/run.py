@@ -4,6 +4,7 @@ search.py), each probe a real model trial run and recorded by the harness under 
     python -m bench capacity budget_mb=1536 framework=torch,jax mode=inference,backprop,jvp,mezo model=minilm_l6
     python -m bench capacity --search seq_len budget_mb=1536 batch_size=4 ...
     python -m bench capacity +experiment=what_fits
+    python -m bench capacity --ladder 4 +experiment=shapes          # every rung measured, up to what fits
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from bench.harness.command import OneLineParser, run
 from bench.harness.launch import LAUNCHER_PID, stop_descendants
 from bench.harness.preflight import compose_trials, preflight
 from bench.harness.runner import run_job
+from bench.harness.scenario import config_hash
 from bench.measure.system import cuda_memory_mb
 from bench.report.tables import num
 from bench.scenarios.capacity.columns import COLUMNS, RESULTS_FILE
 from bench.scenarios.capacity.report import capacity_table
-from bench.scenarios.capacity.search import MAX_PROBES, SEARCHES, Probe, Search, search
+from bench.scenarios.capacity.search import MAX_PROBES, OUT_OF_MEMORY, SEARCHES, Probe, Search, ladder, search
 from bench.scenarios.model.scenario import MODEL
 from bench.store.csv import CsvSink
 from bench.store.read import read_rows
@@ -39,11 +41,20 @@ def probe_with_runner(overrides: list[str], key: str, budget_mb: float, on_cpu: 
         limits = [f"budget_mb={budget_mb:g}"] + ([f"max_host_mem_mb={budget_mb:g}"] if on_cpu else [])
         ((_, composed),), _ = compose_trials([*overrides, f"{key}={value}", *limits], multirun=False)
         cfg = resolve(composed)
+        csv = Path(cfg.results_dir) / MODEL.results_file
+        earlier = out_of_memory(read_rows(csv), cfg, budget_mb) if cfg.resume else None
+        if earlier is not None:
+            print(
+                f"bench capacity: {key}={value} recorded out of memory in this budget as {earlier['run_id']}",
+                flush=True,
+            )
+            return Probe(value, earlier["status"], num(earlier, "peak_mem_mb"), earlier["run_id"], earlier)
         out = run_job(cfg, PROBES)
-        rows = {r["run_id"]: r for r in read_rows(Path(cfg.results_dir) / MODEL.results_file)}
-        row = rows.get(out["run_id"], {})
+        row = {r["run_id"]: r for r in read_rows(csv)}.get(out["run_id"], {})
         peak = num(row, "peak_mem_mb")
         status = out["status"]
+        if status == "skipped":  # resume found the probe recorded finished: that row is its outcome
+            status = row.get("status") or status
         if status == "ok" and peak is not None and peak > budget_mb:
             # on the CPU the watchdog samples the RSS: a peak between two samples can pass the budget unkilled;
             # the kernel's high-water mark (the row's peak) says it did not fit
@@ -51,6 +62,15 @@ def probe_with_runner(overrides: list[str], key: str, budget_mb: float, on_cpu: 
         return Probe(value, status, peak, out["run_id"], row)
 
     return probe
+
+
+def out_of_memory(rows: list[dict], cfg: BenchConfig, budget_mb: float) -> dict | None:
+    """With resume, the probe's latest row when it ran out of memory in this same budget: it would again (resume
+    itself skips only finished trials), so a ladder deepened by a later command does not run its last rung twice."""
+    h = config_hash(MODEL, cfg)
+    mine = [r for r in rows if r.get("config_hash") == h]
+    last = mine[-1] if mine else {}
+    return last if last.get("status") in OUT_OF_MEMORY and num(last, "budget_mb") == budget_mb else None
 
 
 def limit_of(cfg: BenchConfig, key: str) -> int:
@@ -61,7 +81,15 @@ def limit_of(cfg: BenchConfig, key: str) -> int:
     return max(1, per_device)
 
 
-def result_row(cfg: BenchConfig, key: str, budget_mb: float, s: Search, started: str, experiment: str = "") -> dict:
+def result_row(
+    cfg: BenchConfig,
+    key: str,
+    budget_mb: float,
+    s: Search,
+    started: str,
+    experiment: str = "",
+    factor: int | None = None,
+) -> dict:
     best = s.best.row if s.best is not None else {}
     fixed = "seq_len" if key == "batch_size" else "batch_size"
     return {
@@ -93,6 +121,7 @@ def result_row(cfg: BenchConfig, key: str, budget_mb: float, s: Search, started:
         "probe_run_ids": " ".join(p.run_id for p in s.probes),
         "experiment": experiment,
         **lora_columns(cfg),
+        "ladder": factor,
     }
 
 
@@ -109,6 +138,13 @@ def parse(argv: list[str] | None):
         help=f"the first value probed (default: batch_size 1, seq_len {MIN_SEQ_LEN}, the shortest a trial takes)",
     )
     parser.add_argument("--max-probes", type=int, default=MAX_PROBES, help=f"per search (default {MAX_PROBES})")
+    parser.add_argument(
+        "--ladder",
+        type=int,
+        metavar="F",
+        help="a sweep up to what fits: probe start, F x start, F^2 x start, ... to the limit, stopping at the first "
+        "that does not fit (every rung measured), instead of bisecting to the largest value",
+    )
     parser.add_argument("overrides", nargs="*", help="key=value overrides (a,b sweeps), budget_mb=MiB among them")
     args = parser.parse_intermixed_args(argv)  # options may come before, between or after the overrides
     if args.start is None:
@@ -131,14 +167,12 @@ def main(argv: list[str] | None = None) -> int:
             shown = ("framework", "mode", "case", "parallel")
             label = " ".join(o for o in overrides if o.split("=")[0] in shown)
             print(f"bench capacity: {label or 'trial'}: largest {args.search} within {budget:g} MiB", flush=True)
-            s = search(
-                probe_with_runner(overrides, args.search, budget, on_cpu),
-                budget,
-                args.start,
-                limit_of(cfg, args.search),
-                args.max_probes,
-            )
-            row = result_row(cfg, args.search, budget, s, started, experiment)
+            probe, limit = probe_with_runner(overrides, args.search, budget, on_cpu), limit_of(cfg, args.search)
+            if args.ladder:
+                s = ladder(probe, args.ladder, args.start, limit, args.max_probes)
+            else:
+                s = search(probe, budget, args.start, limit, args.max_probes)
+            row = result_row(cfg, args.search, budget, s, started, experiment, args.ladder)
             CsvSink(Path(cfg.results_dir) / RESULTS_FILE, COLUMNS).write(row)
             results.append(row)
         print(capacity_table(results))
@@ -154,8 +188,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def prepare(args) -> list[tuple[list[str], BenchConfig, float]]:
     """(overrides, config, budget MiB) of every combination, validated like any trial, before any runs."""
-    if args.start < 1 or args.max_probes < 3:
-        raise ConfigError(f"--start={args.start} --max-probes={args.max_probes}: accepted start >= 1, max-probes >= 3")
+    if args.start < 1 or args.max_probes < (1 if args.ladder else 3) or (args.ladder is not None and args.ladder < 2):
+        raise ConfigError(
+            f"--start={args.start} --max-probes={args.max_probes} --ladder={args.ladder}: accepted start >= 1, "
+            "max-probes >= 3 (a ladder's >= 1), ladder >= 2"
+        )
     if any(o.split("=")[0].lstrip("+") == args.search for o in args.overrides):
         raise ConfigError(f"{args.search}: it is what --search={args.search} varies; accepted: leave it out")
     preflight([*args.overrides, f"{args.search}={args.start}"], multirun=True, scenarios=PROBES)

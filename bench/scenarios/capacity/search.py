@@ -17,7 +17,11 @@ interpreter, the framework and the weights too: the budget is the whole process'
      prediction when it falls inside the bracket, else its middle, until they are adjacent. Values double while
      nothing has failed yet, up to the limit (seq_len: the model's max positions; batch: data.num_train).
 
-A search ends within --max-probes probes (default 12: two to start, then about log2 of the bracket). The result
+A search ends within --max-probes probes (default 12: two to start, then about log2 of the bracket).
+
+A ladder (`--ladder F`, `ladder()`) is the sweep up to what fits: it probes start, F x start, F^2 x start, ... up to
+the limit and stops at the first rung that does not fit, so every rung is a measured trial (the shape sweep,
+conf/experiment/shapes.yaml) and the answer, the largest rung that fits, is known within a factor of F. The result
 per combination goes to capacity.csv beside runs.csv (columns.py): the largest value that fitted, its peak memory,
 step time and tokens/s, the number of probes and their run ids. The command that runs the probes is run.py.
 """
@@ -50,7 +54,9 @@ class Probe:
 class Search:
     probes: list[Probe]
     best: Probe | None  # the largest value that fitted
-    verdict: str  # fits | fits at the limit | does not fit | undecided (probes spent) | failed (a probe errored)
+    # fits | fits at the limit | does not fit | undecided (probes spent) | failed (a probe errored); a ladder's
+    # largest rung (the next rung did not fit) in place of fits
+    verdict: str
 
 
 def search(
@@ -101,3 +107,28 @@ def next_value(probes: list[Probe], lo: Probe, hi: Probe | None, budget_mb: floa
     if guess == lo.value and hi is None:  # the limit
         guess = top
     return max(lo.value + 1, min(top, guess))
+
+
+LARGEST_RUNG = "largest rung"  # a ladder's verdict where search()'s would be "fits": the next rung did not
+
+
+def ladder(
+    probe: Callable[[int], Probe], factor: int, start: int = 1, limit: int = 1 << 20, max_probes: int = MAX_PROBES
+) -> Search:
+    """Every rung start x factor^k up to `limit`, smallest first, until one does not fit (module docstring).
+    `probe(value)` runs one trial; a probe that neither fits nor runs out of memory ends the ladder as failed."""
+    probes: list[Probe] = []
+    value = start
+    while True:
+        p = probe(value)
+        probes.append(p)
+        if not p.fits:
+            best = probes[-2] if len(probes) > 1 else None
+            if p.status not in OUT_OF_MEMORY:
+                return Search(probes, best, "failed")
+            return Search(probes, best, LARGEST_RUNG if best is not None else "does not fit")
+        value *= factor
+        if value > limit:
+            return Search(probes, p, "fits at the limit")
+        if len(probes) == max_probes:
+            return Search(probes, p, "undecided")
