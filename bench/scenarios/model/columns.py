@@ -174,6 +174,9 @@ EXTRA_COLUMNS = (
     "tune_objective",
     "flops_forward",
     "tune_stop_after",  # the tuning sweeper's adaptive cap: the steps the search trial's group's best took
+    # on a GPU, hardware FLOPs utilisation: the counted FLOPs' rate (remat's recomputation, jvp's tangents, torch's
+    # zero tangents included) over the published peak, beside mfu's model FLOPs (docs/time.md)
+    "hfu",
 )
 # each estimator's settings (bench/estimators/<name>.py): NAME_<setting>, those not named above at the end
 SETTING_COLUMNS = tuple(c for c in estimators.setting_columns() if c not in REQUIRED_COLUMNS + EXTRA_COLUMNS)
