@@ -30,9 +30,21 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}  # as a reader knows them
 # batches)), ops (the op micro-benchmarks' builders), plain (the plain training loop a user would write: what the
 # harness is measured against), profile (a profiler's trace of a few steps: record(trainer, updates, folder), and
 # classify(trainer, events) naming each event's category), flops (a step's FLOPs as the framework counts them,
-# and a matmul probe of the device's achievable rate). A process imports only the modules it needs: an ops trial
-# never loads a model.
-IMPL_MODULES = ("device", "estimators", "parallel", "directions", "steps", "memory", "ops", "plain", "profile", "flops")
+# and a matmul probe of the device's achievable rate), kernels (the kernels a step launches and the host's share
+# of it). A process imports only the modules it needs: an ops trial never loads a model.
+IMPL_MODULES = (
+    "device",
+    "estimators",
+    "parallel",
+    "directions",
+    "steps",
+    "memory",
+    "ops",
+    "plain",
+    "profile",
+    "flops",
+    "kernels",
+)
 TRAINABLE_SCOPES = ("all", "head", "bias", "last_k", "classifier", "lora")
 HEAD_ONLY = ("head", "classifier")  # scopes that train nothing before the pooler: the trunk runs once, untangented
 OPTIMIZERS = ("sgd", "adamw", "signsgd")

@@ -117,13 +117,10 @@ def _matmul_flops(shape: str, tail: str, shapes: dict[str, str]) -> float:
     return 2.0 * math.prod(_dims(result)) * math.prod(lhs_dims[d] for d in contracting)
 
 
-def hlo_matmul_flops(text: str) -> tuple[float, int]:
-    """(matmul FLOPs of one run of the optimized HLO module `text`, while loops whose trip count it lacks).
-
-    Each dot counts 2 x its result's elements x its lhs contracting dimensions' product; each computation as
-    often as it runs: the entry once, a while body its known_trip_count times (once where XLA did not annotate
-    one), a fusion's, call's, custom call's or branch's computation as often as the instruction that calls it."""
-    computations: dict[str, list[tuple[str, str, str]]] = {}  # name -> (instruction, shape, "opcode(...), ...")
+def parse_computations(text: str) -> tuple[dict[str, list[tuple[str, str, str]]], str | None]:
+    """({computation: [(instruction, shape, "opcode(...), attributes")]}, the entry computation's name) of an
+    optimized HLO module's text."""
+    computations: dict[str, list[tuple[str, str, str]]] = {}
     entry, current = None, None
     for line in text.splitlines():
         if m := _COMPUTATION.match(line):
@@ -133,6 +130,30 @@ def hlo_matmul_flops(text: str) -> tuple[float, int]:
             current = None
         elif current is not None and (m := _INSTRUCTION.match(line)):
             current.append((m.group(1), *split_shape(m.group(2))))
+    return computations, entry
+
+
+def trip_count(tail: str) -> int | None:
+    """A while instruction's known_trip_count (XLA's annotation in its backend_config), or None."""
+    m = _TRIP.search(tail)
+    return int(m.group(1)) if m else None
+
+
+def called(tail: str) -> list[tuple[str, str]]:
+    """(how, computation) of each computation an instruction runs, from its "opcode(...), attributes": how is
+    calls, body, to_apply, true_computation, false_computation, or branch (a conditional's branches, a custom
+    call's called computations); a while's condition is left out."""
+    found = _CALLED.findall(tail)
+    return found + [("branch", c.strip().lstrip("%")) for b in _BRANCHES.findall(tail) for c in b.split(",")]
+
+
+def hlo_matmul_flops(text: str) -> tuple[float, int]:
+    """(matmul FLOPs of one run of the optimized HLO module `text`, while loops whose trip count it lacks).
+
+    Each dot counts 2 x its result's elements x its lhs contracting dimensions' product; each computation as
+    often as it runs: the entry once, a while body its known_trip_count times (once where XLA did not annotate
+    one), a fusion's, call's, custom call's or branch's computation as often as the instruction that calls it."""
+    computations, entry = parse_computations(text)
     unknown = 0
 
     def flops_of(name: str) -> float:
@@ -144,13 +165,11 @@ def hlo_matmul_flops(text: str) -> tuple[float, int]:
             opcode = tail.split("(", 1)[0]
             if opcode == "dot" or (opcode == "custom-call" and any(g in tail for g in _GEMMS)):
                 total += _matmul_flops(shape, tail, shapes)
-            called = _CALLED.findall(tail)  # a loop's condition holds no matmul
-            called += [("branch", c.strip().lstrip("%")) for b in _BRANCHES.findall(tail) for c in b.split(",")]
-            for kind, computation in called:
+            for kind, computation in called(tail):  # a loop's condition holds no matmul
                 runs = 1
                 if kind == "body":
-                    trip = _TRIP.search(tail)
-                    runs, unknown = (int(trip.group(1)) if trip else 1), unknown + (trip is None)
+                    trip = trip_count(tail)
+                    runs, unknown = (1 if trip is None else trip), unknown + (trip is None)
                 total += runs * flops_of(computation)
         return total
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import tempfile
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -188,3 +189,12 @@ def explain(events: list[dict], classify: Callable[[dict, tuple[str, ...]], str 
             for (name, cat), (us, calls) in top
         ],
     )
+
+
+def traced_overhead_share(prof, trainer, micro_batches) -> float:
+    """The share of one more step of `trainer`, traced by a framework's profile module `prof` into a folder that
+    is removed after, in which none of its operations ran: `overhead` over the step's wall time (explain)."""
+    with tempfile.TemporaryDirectory() as folder:
+        events = load_events(prof.record(trainer, [micro_batches], Path(folder)))
+    explained = explain(events, prof.classify(trainer, events))
+    return explained.by_category_ms["overhead"] / explained.wall_ms

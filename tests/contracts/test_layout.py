@@ -48,6 +48,7 @@ IMPL_API = {
     "plain": ("plain_loop",),
     "profile": ("record", "classify"),
     "flops": ("count", "matmul_peak"),
+    "kernels": ("count",),
 }
 
 
