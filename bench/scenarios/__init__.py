@@ -3,7 +3,8 @@ writes and its report section.
 
     model      scenario=model: one way of differentiating BERT in one framework -> runs.csv
     ops        scenario=ops: op-level AD micro-benchmarks in one framework     -> ops.csv
-    capacity   python -m bench capacity: the largest batch / sequence in a budget -> capacity.csv
+    capacity   python -m bench capacity: the largest batch / sequence in a budget -> capacity.csv; a ladder of
+               them, the shapes users train at (its report section, shapes.py)
     overhead   python -m bench overhead: the harness against a plain loop        -> overhead.csv
 
 SCENARIOS is what `scenario=` selects (one trial process each, run by bench/harness/); capacity and overhead are
@@ -16,6 +17,7 @@ from __future__ import annotations
 from bench.harness.scenario import Registry
 from bench.report.section import Section
 from bench.scenarios.capacity.report import CapacitySection
+from bench.scenarios.capacity.shapes import ShapesSection
 from bench.scenarios.model.report import (
     cost,
     families,
@@ -53,4 +55,5 @@ REPORT_SECTIONS: tuple[Section, ...] = (
     modes.FailedSection(),
     OpsSection(),
     CapacitySection(),
+    ShapesSection(),
 )
