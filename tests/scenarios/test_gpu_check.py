@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from bench.scenarios.gpu import check, steps, stream, wheels
+from bench.scenarios.gpu.kept import keep, seed
 from bench.store.read import read_rows
 from tests.support import REPO, bench_here
 
@@ -130,13 +131,17 @@ def test_the_dry_lease_runs_every_step_or_says_why_not(lease):
         and "pip install --no-index --no-deps" in by_name["install"]["reason"]
     )
     assert by_name["scale_out"]["status"] == "skipped" and "more than one" in by_name["scale_out"]["reason"]
-    for name in ("study", "curve", "modes_fp32", "modes_bf16", "torch_compile", "pathology", "what_fits", "repro"):
+    tried = ("shapes", "study", "curve", "modes_fp32", "modes_bf16", "torch_compile", "pathology", "what_fits", "repro")
+    for name in tried:
         assert re.match(r"\d+ trial\(s\): \d+ ok$", by_name[name]["result"].split(";")[0]), by_name[name]
         assert all("device=cpu" in c and "model=tiny" in c for c in by_name[name]["commands"] if "rerun" not in c)
     assert "synthetic (AG News absent" in by_name["study"]["note"]
     assert "skipped" in by_name["cuda_tests"]["result"]  # no GPU here: every CUDA test skips
     assert "losses identical, bit for bit" in by_name["repro"]["result"]  # the deterministic trial, rerun
     assert "1 search(es)" in by_name["what_fits"]["result"]
+    # the shape sweep's two rungs, a command each: the second resumed the first's trial and measured one more
+    assert by_name["shapes"]["result"].startswith("2 trial(s): 2 ok; 2 search(es)"), by_name["shapes"]
+    assert "torch inference fits at the limit 4" in by_name["shapes"]["result"]
     assert by_name["curve"]["result"].startswith("2 trial(s): 2 ok")  # a search point, then its fresh seed
     print(f"dry lease: {lease.seconds:.0f} s, its first row at {lease.first_row_s:.0f} s")
 
@@ -179,12 +184,12 @@ def test_a_fresh_machine_measures_only_what_no_lease_kept(lease, tmp_path):
     """The lease's rows kept (as `--summarize` keeps a GPU's), then a bare machine's lease seeded with them: its
     step runs every command again and measures nothing; the record says the rows are earlier leases'."""
     kept = tmp_path / "kept"
-    said = check.keep(lease.tmp / "out", kept, device="cpu")
-    assert any("[modes_fp32]" in line for line in said) and check.keep(lease.tmp / "out", kept, device="cpu") == []
+    said = keep(lease.tmp / "out", kept, device="cpu")
+    assert any("[modes_fp32]" in line for line in said) and keep(lease.tmp / "out", kept, device="cpu") == []
     before = read_rows(kept / "modes_fp32.csv")
     assert before and {r["status"] for r in before} == {"ok"}
     out = tmp_path / "out"
-    check.seed(out, ["modes_fp32"], kept)
+    seed(out, ["modes_fp32"], kept)
     code = subprocess.run(
         lease_command(tmp_path, "--steps", "modes_fp32"),
         cwd=REPO,
@@ -209,7 +214,7 @@ def test_a_lease_seeds_only_a_resuming_step_with_no_rows_yet(tmp_path):
     (kept / "repro.csv").write_text("run_id,status\nold,ok\n")
     (out / "study").mkdir(parents=True)
     (out / "study" / "runs.csv").write_text("run_id,status\nthis_lease,ok\n")
-    check.seed(out, ["modes_fp32", "study", "opt", "repro"], kept)
+    seed(out, ["modes_fp32", "study", "opt", "repro"], kept)
     assert [r["run_id"] for r in read_rows(out / "modes_fp32" / "runs.csv")] == ["old"]
     assert [r["run_id"] for r in read_rows(out / "study" / "runs.csv")] == ["this_lease"]
     assert not (out / "opt").exists()
@@ -218,7 +223,7 @@ def test_a_lease_seeds_only_a_resuming_step_with_no_rows_yet(tmp_path):
     assert {s.name for s in steps.STEPS if not s.resumes} == {"what_fits", "repro"}
     (out / "repro").mkdir()
     (out / "repro" / "runs.csv").write_text("run_id,status,device\nnew,ok,cuda\n")
-    assert check.keep(out, kept) == [] and [r["run_id"] for r in read_rows(kept / "repro.csv")] == ["old"]
+    assert keep(out, kept) == [] and [r["run_id"] for r in read_rows(kept / "repro.csv")] == ["old"]
 
 
 @pytest.mark.slow
@@ -291,8 +296,8 @@ def test_a_lease_ends_by_its_deadline_when_every_command_is_stopped(tmp_path, mo
     check.report(tmp_path, stopped_at_its_budget, check.time_left(check.LEASE_S))
     assert clock.now <= check.LEASE_S - check.ARCHIVE_S
     records = {p.parent.name: json.loads(p.read_text()) for p in tmp_path.glob("*/step.json")}
-    assert records["modes_fp32"]["status"] == "timeout"
-    assert "left before --deadline-s" in records["study"]["reason"]
+    assert records["shapes"]["status"] == "timeout"  # the first step, at its cap: what it leaves is too little
+    assert all("left before --deadline-s" in records[name]["reason"] for name in ("modes_fp32", "study"))
     assert "--summarize" in records["report"]["reason"]
 
 

@@ -23,6 +23,7 @@ from bench.measure import system
 from bench.scenarios import SCENARIOS
 from bench.scenarios.capacity import run as capacity
 from bench.scenarios.gpu import check, steps, wheels
+from bench.scenarios.gpu.kept import KEPT, readme_table
 from bench.scenarios.model.scenario import make_row
 from bench.scenarios.model.select import comparison, context_key, variant
 from bench.store.read import read_rows
@@ -30,6 +31,7 @@ from bench.weights import build_weights, load_checkpoint
 from tests.support import REPO
 
 NOWHERE = Path("/nonexistent")  # a results folder with no rows: a step's commands before it ran
+H200_MIB = 143771  # a capacity search's budget where none is set: the GPU's memory (the H200's, docs/gpu.md)
 
 
 def test_every_step_fits_one_device_call():
@@ -40,19 +42,24 @@ def test_every_step_fits_one_device_call():
         assert 2 * check.SETUP_BUDGET_S + step.budget_s + check.STOP_S + check.ARCHIVE_S <= check.LEASE_S, step.name
 
 
-def gpu_commands(root: Path) -> list[tuple[str, list[str]]]:
-    """Every step's commands as the GPU host would run them, in order (two GPUs, so that scale_out is not skipped);
-    the ones a step makes from its rows (reruns) are none before it ran."""
-    found = []
-    for s in steps.STEPS:
-        ctx = steps.Context(False, root / s.name, 2, None)
-        found += [(s.name, argv) for argv in (s.command(ctx), *s.then(ctx))]
-    return found
-
-
 def overrides_of(argv: list[str]) -> list[str]:
     args = argv[2:]
     return capacity.parse(args[1:]).overrides if args[0] == "capacity" else [a for a in args if not a.startswith("-")]
+
+
+def gpu_commands(root: Path, every: bool = False) -> list[tuple[str, list[str]]]:
+    """Every step's commands as the GPU host would run them, in order (two GPUs, so that scale_out is not skipped);
+    the ones a step makes from its rows (reruns) are none before it ran. A command that runs its step's earlier
+    command's trials again (a ladder's deeper rung: only --max-probes differs) is listed once, unless `every`."""
+    found, seen = [], set()
+    for s in steps.STEPS:
+        ctx = steps.Context(False, root / s.name, 2, None)
+        for argv in (s.command(ctx), *s.then(ctx)):
+            trials = (s.name, *(overrides_of(argv) if argv[:2] == ["-m", "bench"] else argv))
+            if every or trials not in seen:
+                found.append((s.name, argv))
+            seen.add(trials)
+    return found
 
 
 @functools.cache
@@ -75,7 +82,12 @@ COMMAND_IDS = [
 ]
 
 
-@pytest.mark.parametrize("index", range(len(COMMAND_IDS)), ids=COMMAND_IDS)
+# the shape sweep's 40 ladders compose for seconds: slow
+@pytest.mark.parametrize(
+    "index",
+    [pytest.param(i, marks=pytest.mark.slow) if n == "shapes" else i for i, n in enumerate(COMMAND_IDS)],
+    ids=COMMAND_IDS,
+)
 def test_every_gpu_command_passes_preflight(index, tmp_path):
     """The GPU's own values (bert_base, B8 T128, the full sweeps), validated here as any trial would be: only
     device=cuda becomes cpu (this host has no GPU)."""
@@ -86,7 +98,10 @@ def test_every_gpu_command_passes_preflight(index, tmp_path):
         files = [a for a in args if a.startswith("tests/")]
         assert files and all((REPO / f).is_file() for f in files)
     elif args[0] == "capacity":
-        capacity.prepare(capacity.parse(args[1:]))
+        parsed = capacity.parse(args[1:])
+        if not any(o.startswith("budget_mb=") for o in parsed.overrides):  # the GPU's memory: the H200's here
+            parsed.overrides.append(f"budget_mb={H200_MIB}")
+        capacity.prepare(parsed)
     else:
         overrides = [a for a in args if not a.startswith("-")]
         assert preflight(overrides, "-m" in args, SCENARIOS) >= 1
@@ -96,6 +111,7 @@ def test_every_gpu_command_passes_preflight(index, tmp_path):
 # eager ones; a capacity search varies the batch, the curve's tuning search the learning rate; scale_out compares
 # one trial beyond one device and on it).
 COMPARISONS = {
+    ("shapes",): ("batch_size", "seq_len", "dtype"),
     ("curve",): ("lr",),
     ("modes_fp32", "torch_compile", "zo_family"): (),
     ("opt",): (),
@@ -123,12 +139,34 @@ def test_the_modes_each_gpu_step_compares_share_one_report_context():
         cells = [(r["framework"], variant(r), r.get("batch_size"), *(r[k] for k in drop)) for r in compared]
         assert len(cells) == len(set(cells)) > 1, names
     assert len({comparison(context_key(r)) for r in rows["scale_out"]}) == 1
+    # the shapes sit beside the GPU table's B8 T128 in the report: one context, the shape and dtype aside
+    shape = COMPARISONS[("shapes",)]
+    beside = [r for n in ("shapes", "modes_fp32", "modes_bf16") for r in rows[n]]
+    assert len({context_key(r, drop=shape) for r in beside}) == 1
+
+
+@pytest.mark.slow
+def test_the_lease_measures_the_shapes_first_rung_by_rung():
+    """The shapes users train at first (issue 71), rung by rung: every cell's first batch before any cell's second,
+    T512 before T128, jvp's and backprop's cells first, the frameworks side by side."""
+    assert steps.NAMES[0] == "shapes"
+    shapes = [argv for name, argv in gpu_commands(NOWHERE, every=True) if name == "shapes"]
+    assert [capacity.parse(argv[3:]).max_probes for argv in shapes] == [1, 2, 3]
+    assert len({tuple(overrides_of(argv)) for argv in shapes}) == 1
+    first = [f"T{r['seq_len']} {r['framework']} {variant(r)} {r['dtype']}" for r in rows_of(tuple(shapes[0]))]
+    assert len(first) == 40 and first[:8] == [
+        f"T512 {fw} {mode} {dtype}"
+        for mode in ("jvp", "backprop")
+        for dtype in ("fp32", "bf16")
+        for fw in ("torch", "jax")
+    ]
+    assert first[20].startswith("T128 torch jvp fp32")
 
 
 def test_the_lease_measures_the_empty_cells_first():
-    """The GPU table's empty cells first (issue 42): jvp and MeZO in both frameworks, each beside the mode it is
+    """Then the GPU table's empty cells (issue 42): jvp and MeZO in both frameworks, each beside the mode it is
     compared with, then JAX's remat and jacfwd[head] before torch's; then bf16; then the study's JAX column."""
-    assert steps.NAMES[:3] == ("modes_fp32", "modes_bf16", "study")
+    assert steps.NAMES[1:4] == ("modes_fp32", "modes_bf16", "study")
     order = [
         f"{r['framework']} {variant(r)}"
         for name, argv in gpu_commands(NOWHERE)
@@ -244,7 +282,7 @@ def test_the_docs_list_every_step_with_its_budget():
     assert '{"command": "make gpu-lease", "carry": [".whl"], "timeout_s": 600}' in text  # the call to paste
 
 
-@pytest.mark.parametrize("kept", sorted(check.KEPT.glob("*.csv")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("kept", sorted(KEPT.glob("*.csv")), ids=lambda p: p.stem)
 def test_the_rows_earlier_leases_kept_are_what_the_step_would_run_again(kept):
     """A lease skips a cell only while the step's command still hashes to its kept row: a key added with no
     ADDED_KEYS default, a changed override, and the next lease measures every kept cell again unnoticed."""
@@ -253,3 +291,11 @@ def test_the_rows_earlier_leases_kept_are_what_the_step_would_run_again(kept):
     rows = read_rows(kept)
     assert commands and rows
     assert [r["run_id"] for r in rows if r["config_hash"] not in hashes] == []
+
+
+def test_readme_shows_the_gpu_table_the_kept_rows_make():
+    """README's "measured on a GPU" table is `python -m bench gpu-check --table`'s, from benchmarks/gpu_rows/: every
+    number in it is a kept row's, and a lease whose rows are kept without README following fails here."""
+    table = readme_table()
+    assert table.count("\n|") >= 3 and "NVIDIA" in table and "git " in table
+    assert table in (REPO / "README.md").read_text()

@@ -6,6 +6,7 @@
     python -m bench gpu-check --dry-run            (or GPU_CHECK_DRY=1): every step, tiny, on the CPU
     python -m bench gpu-check --summarize --out DIR   the report and summary again, from DIR's steps; DIR's new
                                                    GPU rows kept in benchmarks/gpu_rows/ (the next lease skips them)
+    python -m bench gpu-check --table              README's GPU table, from the rows kept there (kept.py)
 
 1. install: the wheels carried in .whl/ (`make gpu-wheels`) into a folder put on PYTHONPATH for every step;
 2. facts: nvidia-smi's GPU, driver and CUDA; torch's and jax's versions, what each sees -> facts/device-<time>.json;
@@ -36,7 +37,6 @@ import os
 import platform
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -50,12 +50,11 @@ from bench.errors import ConfigError
 from bench.harness.command import OneLineParser, run
 from bench.harness.launch import child_env
 from bench.harness.preflight import check_path_value
-from bench.harness.scenario import FINISHED
 from bench.measure.system import GIT_SHA_ENV, REPO, cpu_name, cuda_device_count, git_sha, host_slug, nvidia_smi
 from bench.scenarios.gpu import wheels
+from bench.scenarios.gpu.kept import EARLIER, KEPT, keep, readme_table, seed
 from bench.scenarios.gpu.steps import NAMES, REPORT_BUDGET_S, STEPS, Context, Step, bench
 from bench.scenarios.gpu.stream import Stream, archive
-from bench.store.csv import CsvSink
 from bench.store.read import read_rows
 
 SETUP_BUDGET_S = 60  # install (a few small wheels); facts (two Python processes that import a framework, 30 s each)
@@ -69,10 +68,6 @@ MIN_STEP_S = 20  # a step given less than this by --deadline-s is skipped: no tr
 # takes longer). What runs inside the deadline ends by it by construction (STOP_S, ARCHIVE_S).
 LEASE_S = 540
 LEASE_OUT = "results_gpu/lease"  # one name for every lease: carried back, the next lease resumes it
-# Every lease's ok rows by step, committed: a lease starts on a bare machine, and without them it would measure
-# the first steps' cells again each time (issue 42). `--summarize` adds a lease's new rows; `--lease` seeds from them.
-KEPT = REPO / "benchmarks" / "gpu_rows"
-EARLIER = "earlier.csv"  # in a step's folder: the rows it was seeded with, so its record can say which are new
 TORCH_PROBE = (
     "import json, torch; c = torch.cuda.is_available(); print(json.dumps({'torch': torch.__version__, "
     "'torch_cuda': torch.version.cuda, 'cudnn': torch.backends.cudnn.version() if c else None, "
@@ -128,6 +123,7 @@ def parse(argv: list[str] | None):
     p.add_argument("--wheels", default=".whl", help="the carried wheels (default .whl, from `make gpu-wheels`)")
     p.add_argument("--site", default="/tmp/bench-gpu-site", help="where the wheels are installed (default %(default)s)")
     p.add_argument("--summarize", action="store_true", help="only the report and summary again, from --out's steps")
+    p.add_argument("--table", action="store_true", help=f"print README's GPU table from {KEPT.relative_to(REPO)}/")
     p.add_argument(
         "--fresh",
         action="store_true",
@@ -265,46 +261,6 @@ def commands_of(step: Step, ctx: Context):
     """The step's first command, then the ones it makes once that has run (a rerun of what it recorded)."""
     yield step.command(ctx)
     yield from step.then(ctx)
-
-
-# ------------------------------------------------------------------------------------------ rows of earlier leases
-
-
-RESUMES = {s.name for s in STEPS if s.resumes}  # the steps whose rows are kept, and seed the next lease
-
-
-def seed(out: Path, names: list[str], kept: Path = KEPT) -> None:
-    """Each chosen step's kept rows as its runs.csv where it has none yet (a bare machine's first call): every
-    trial runs with resume=true, so only the cells no lease has recorded ok are measured. A cell measured on
-    another card counts as measured; --fresh measures every cell again (to compare cards)."""
-    for name in RESUMES.intersection(names):
-        rows, runs = kept / f"{name}.csv", out / name / "runs.csv"
-        if rows.exists() and not runs.exists():
-            runs.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(rows, runs)
-            shutil.copyfile(rows, runs.with_name(EARLIER))
-            n = len(read_rows(rows))
-            print(f"gpu-check: [{name}] {n} row(s) of earlier leases from {rows}: not measured again", flush=True)
-
-
-def keep(out: Path, kept: Path = KEPT, device: str = "cuda") -> list[str]:
-    """Add every resuming step's new rows measured on `device` to kept/<step>.csv (each run_id once), those resume
-    skips (FINISHED: ok or diverged); returns what it added, a line a step. A dry run's rows (the CPU's) are never
-    kept."""
-    said = []
-    for name in sorted(RESUMES):
-        rows = read_rows(out / name / "runs.csv")
-        known = {r["run_id"] for r in read_rows(kept / f"{name}.csv")}
-        new = [
-            r for r in rows if r.get("status") in FINISHED and r.get("device") == device and r["run_id"] not in known
-        ]
-        if not new:
-            continue
-        sink = CsvSink(kept / f"{name}.csv", columns=list(rows[0]))
-        for row in new:
-            sink.write(row)
-        said.append(f"gpu-check: [{name}] {len(new)} new row(s) kept in {kept / name}.csv: the next lease skips them")
-    return said
 
 
 # ---------------------------------------------------------------------------------------------- install and facts
@@ -515,6 +471,9 @@ def lease_defaults(args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.table:
+        print(readme_table())
+        return 0
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     env = {
         **os.environ,

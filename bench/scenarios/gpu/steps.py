@@ -56,6 +56,10 @@ TIMED = {**BERT, "steps": "20", "warmup_steps": "3", "max_timed_s": "20", "timeo
 # and the margins for a stopped command's end and the last archive (45 s); what the setup leaves unused goes to the
 # next step by value
 CALL_STEP_S = 375
+# The shape sweep, first after the facts: about eight of its 40 ladders' first rungs a lease on the H200 (a torch
+# trial 16-26 s, a JAX one 15-60 s, by the kept rows' wall times), leaving the next steps what setup does not use
+# and 75 s more; the rest resumes lease after lease
+SHAPES_S = 300
 
 
 @dataclass(frozen=True)
@@ -287,10 +291,54 @@ def pathology(ctx: Context) -> list[str]:
     )
 
 
+# The shape sweep's ladder on the GPU (conf/experiment/shapes_gpu.yaml): batches 32, 128, 512 (its data.num_train),
+# each 4x the last; the dry run's 1 and 4 (tiny, B4 T32's neighbours)
+LADDER, LADDER_START, LADDER_DRY_START = "4", "32", "1"
+SHAPE_RUNGS = 3
+
+
+def shapes(rungs: int) -> Callable[[Context], list[str]]:
+    """The shape sweep's ladders with at most `rungs` probes each: every cell's batch 32 before any cell's 128. Each
+    command deepens every ladder by a rung, the rungs before it resumed as recorded (a probe recorded out of memory
+    too: bench/scenarios/capacity/run.py), so a lease stopped anywhere leaves whole rungs, and the next one resumes
+    at the first cell still empty. The budget is the GPU's memory (budget_mb unset)."""
+
+    def command(ctx: Context) -> list[str]:
+        return bench(
+            "capacity",
+            "--ladder",
+            LADDER,
+            "--start",
+            LADDER_DRY_START if ctx.dry else LADDER_START,
+            "--max-probes",
+            str(rungs),
+            *overrides(
+                ctx,
+                {"+experiment": "shapes_gpu", "timeout_s": "240"},
+                # the experiment sweeps the cells: the dry run names one; a ladder 1, 4 in 1024 MiB of RSS
+                dry={
+                    "framework": "torch",
+                    "case": "inference",
+                    "dtype": "fp32",
+                    "budget_mb": "1024",
+                    "batch_size": None,
+                    "data.num_train": "4",
+                },
+            ),
+        )
+
+    return command
+
+
+def shape_rungs(ctx: Context) -> list[list[str]]:
+    """The deeper rungs, one command each (the dry run: a second rung, which resumes the first)."""
+    return [shapes(k)(ctx) for k in range(2, 3 if ctx.dry else SHAPE_RUNGS + 1)]
+
+
 def what_fits(ctx: Context) -> list[str]:
     # the study's 12 GiB GPU at T128 (the batch is what the search varies); a batch of at most 256 (data.num_train)
     # and 6 probes keep each search short; torch's searches run first (Hydra's product order), and each search's
-    # answer is written as it ends. No resume: a probe skipped as recorded would end its search as failed.
+    # answer is written as it ends. No resume: each lease searches afresh, on its own card.
     return bench(
         "capacity",
         "--max-probes",
@@ -369,11 +417,20 @@ def one_gpu(ctx: Context) -> str | None:
 # A step's first row (least_s): a JAX trial's on the H200 is its process, a compile of 4-40 s and its steps, 20-60 s
 # (OPT's jvp 58 s, the third H200 lease); the study's first, JAX's backprop, compiles and runs 625 AdamW steps; the
 # CUDA tests write their rows at their end; torch's short trials (pathology, repro) 20-30 s.
-# The order is the value of what each step measures to the suite (issue 42): the cells of the GPU table the first
+# The order is the value of what each step measures to the suite (issues 42, 71): the shapes users train at (every
+# GPU cell so far is B8 T128, where torch's step is its host's), then the cells of the GPU table the first
 # lease left empty (fp32: jvp, MeZO, JAX's remat and jacfwd[head]), then bf16 (all empty), the study's JAX
 # column, the newer estimators and the decoder family (none measured on a GPU yet), then the rest.
 FP32, BF16 = modes("fp32"), modes("bf16")
 STEPS: tuple[Step, ...] = (
+    Step(
+        "shapes",
+        "shapes users train at (+experiment=shapes_gpu): every mode, both frameworks, fp32 and bf16, on bert_base at "
+        "T512 and T128, the batch a ladder 32, 128, 512 up to what fits, a rung a command",
+        SHAPES_S,
+        shapes(1),
+        then=shape_rungs,
+    ),
     Step("modes_fp32", "every mode on bert_base B8 T128 in fp32, both frameworks", CALL_STEP_S, FP32[0], then=FP32[1]),
     Step(
         "modes_bf16",
