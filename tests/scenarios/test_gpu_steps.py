@@ -69,6 +69,18 @@ def trials_of(argv: tuple[str, ...]) -> list:
     return [resolve(cfg) for _, cfg in trials]
 
 
+def ladder_trials(argv: tuple[str, ...]) -> list:
+    """A capacity ladder's trials at every rung it may probe (start x F^k up to its limit); others' as composed."""
+    if argv[2] != "capacity" or not capacity.parse(list(argv[3:])).ladder:
+        return trials_of(argv)
+    args = capacity.parse(list(argv[3:]))
+    rungs = [args.start * args.ladder**k for k in range(args.max_probes)]
+    limit = capacity.limit_of(trials_of(argv)[0], args.search)
+    batches = ",".join(str(v) for v in rungs if v <= limit)
+    trials, _ = compose_trials([*overrides_of(list(argv)), f"{args.search}={batches}"], multirun=True)
+    return [resolve(cfg) for _, cfg in trials]
+
+
 def rows_of(argv: tuple[str, ...]) -> list[dict]:
     """Every trial of a GPU command as the row it would record."""
     return [make_row(cfg, {}, {}) for cfg in trials_of(argv)]
@@ -282,12 +294,21 @@ def test_the_docs_list_every_step_with_its_budget():
     assert '{"command": "make gpu-lease", "carry": [".whl"], "timeout_s": 600}' in text  # the call to paste
 
 
+@pytest.mark.slow
+def test_a_kept_rung_is_what_the_shape_step_would_run_again():
+    """The shape step's kept rows (none yet) hash as its ladders' rungs: B32, B128, B512 of every cell, each once."""
+    (*_, deepest) = [argv for name, argv in gpu_commands(NOWHERE, every=True) if name == "shapes"]
+    rungs = ladder_trials(tuple(deepest))
+    assert len(rungs) == 120 and {cfg.batch_size for cfg in rungs} == {32, 128, 512}
+    assert len({config_hash(SCENARIOS["model"], cfg) for cfg in rungs}) == 120
+
+
 @pytest.mark.parametrize("kept", sorted(KEPT.glob("*.csv")), ids=lambda p: p.stem)
 def test_the_rows_earlier_leases_kept_are_what_the_step_would_run_again(kept):
     """A lease skips a cell only while the step's command still hashes to its kept row: a key added with no
     ADDED_KEYS default, a changed override, and the next lease measures every kept cell again unnoticed."""
-    commands = [argv for name, argv in gpu_commands(NOWHERE) if name == kept.stem]
-    hashes = {config_hash(SCENARIOS["model"], cfg) for argv in commands for cfg in trials_of(tuple(argv))}
+    commands = [argv for name, argv in gpu_commands(NOWHERE, every=True) if name == kept.stem]
+    hashes = {config_hash(SCENARIOS["model"], cfg) for argv in commands for cfg in ladder_trials(tuple(argv))}
     rows = read_rows(kept)
     assert commands and rows
     assert [r["run_id"] for r in rows if r["config_hash"] not in hashes] == []

@@ -12,6 +12,7 @@ from pathlib import Path
 from bench.harness.scenario import FINISHED
 from bench.measure.system import REPO
 from bench.report.tables import fmt_value, md_table, num
+from bench.scenarios.capacity.search import OUT_OF_MEMORY
 from bench.scenarios.gpu.steps import STEPS
 from bench.scenarios.model.select import framework_order, mode_order, variant
 from bench.spec import FRAMEWORK_NAMES
@@ -21,6 +22,9 @@ from bench.store.read import read_rows
 KEPT = REPO / "benchmarks" / "gpu_rows"
 EARLIER = "earlier.csv"  # in a step's folder: the rows it was seeded with, so its record can say which are new
 RESUMES = {s.name for s in STEPS if s.resumes}  # the steps whose rows are kept, and seed the next lease
+# What is kept: the rows resume skips (ok, diverged), and a ladder's rung out of memory, which a ladder in the same
+# budget reads instead of running it again (bench/scenarios/capacity/run.py); a multirun's oom runs again anyway
+KEPT_STATUSES = (*FINISHED, *OUT_OF_MEMORY)
 
 
 def seed(out: Path, names: list[str], kept: Path = KEPT) -> None:
@@ -38,15 +42,16 @@ def seed(out: Path, names: list[str], kept: Path = KEPT) -> None:
 
 
 def keep(out: Path, kept: Path = KEPT, device: str = "cuda") -> list[str]:
-    """Add every resuming step's new rows measured on `device` to kept/<step>.csv (each run_id once), those resume
-    skips (FINISHED: ok or diverged); returns what it added, a line a step. A dry run's rows (the CPU's) are never
-    kept."""
+    """Add every resuming step's new rows measured on `device` to kept/<step>.csv (each run_id once), those of
+    KEPT_STATUSES; returns what it added, a line a step. A dry run's rows (the CPU's) are never kept."""
     said = []
     for name in sorted(RESUMES):
         rows = read_rows(out / name / "runs.csv")
         known = {r["run_id"] for r in read_rows(kept / f"{name}.csv")}
         new = [
-            r for r in rows if r.get("status") in FINISHED and r.get("device") == device and r["run_id"] not in known
+            r
+            for r in rows
+            if r.get("status") in KEPT_STATUSES and r.get("device") == device and r["run_id"] not in known
         ]
         if not new:
             continue
