@@ -57,6 +57,8 @@ def test_each_trial_leaves_a_trace_that_opens(profiled):
         busy = sum(float(r[f"time_{c}_ms"]) for c in CATEGORIES if c != "overhead")
         assert 0 < busy <= float(r["profile_step_ms"]) * (1 + 1e-9)
         assert float(r["time_matmul_ms"]) > 0 and float(r["time_overhead_ms"]) >= 0
+        # every row says what a step launches and the host's share of it (tests/frameworks/test_kernels.py)
+        assert int(r["kernels_per_step"]) > 0 and 0 <= float(r["host_share"]) <= 1, r["kernels_method"]
 
 
 def test_the_report_explains_time_for_both_frameworks(profiled):
@@ -67,6 +69,7 @@ def test_the_report_explains_time_for_both_frameworks(profiled):
     for label in ("| torch | backprop |", "| jax | backprop |", "| torch | jvp |", "| jax | jvp |"):
         assert label in part
     assert "a traced jvp step took" in part  # where jvp's time beyond backprop's goes, per framework
+    assert "| kernels / step | host share |" in part
     assert (profiled / "plots" / "time_breakdown.png").exists()
 
 

@@ -1,6 +1,7 @@
 """The "Time, explained" table's utilisations on made-up rows: one peak per host (the highest of its trials'
 probes, or a GPU's published peak), HFU from the counted FLOPs and MFU from the model's useful FLOPs (3 forward
-passes per training step, whatever the mode), each named."""
+passes per training step, whatever the mode), each named; and the kernels per step and the host's share beside the
+categories."""
 
 from __future__ import annotations
 
@@ -68,3 +69,24 @@ def test_two_hosts_keep_their_own_peaks_and_a_gpu_its_published_one():
 def test_rows_without_the_forward_column_show_no_mfu():
     old = {k: v for k, v in traced("backprop", 30, 100).items() if k != "flops_forward"}
     assert utilisation(time_table(cells_of(old)), "backprop") == ["30.0%", "-"]
+
+
+def column(table: str, mode: str, heading: str, framework: str = "torch") -> str:
+    lines = first_table(table)
+    at = [c.strip() for c in lines[0].split("|")].index(heading)
+    line = next(x for x in lines if x.startswith(f"| {framework} | {mode} |"))
+    return line.split("|")[at].strip()
+
+
+def test_kernels_and_the_hosts_share_stand_beside_the_categories():
+    """torch's dispatches that launch nothing beside its kernels, JAX's kernels alone; a row from before the
+    columns existed shows none."""
+    mezo = traced("mezo", 20, 200, kernels_per_step=263, no_kernel_dispatches_per_step=197, host_share=0.42)
+    jax = {**traced("backprop", 30, 200, kernels_per_step=2150, host_share=0.125), "framework": "jax"}
+    old = traced("jvp", 40, 200)
+    table = time_table(cells_of(mezo, jax, old))
+    assert column(table, "mezo", "kernels / step") == "263 (+197 none)"
+    assert column(table, "mezo", "host share") == "42.0%"
+    assert column(table, "backprop", "kernels / step", "jax") == "2,150"
+    assert column(table, "backprop", "host share", "jax") == "12.5%"
+    assert column(table, "jvp", "kernels / step") == column(table, "jvp", "host share") == "-"

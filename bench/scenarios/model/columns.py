@@ -177,6 +177,12 @@ EXTRA_COLUMNS = (
     # on a GPU, hardware FLOPs utilisation: the counted FLOPs' rate (remat's recomputation, jvp's tangents, torch's
     # zero tangents included) over the published peak, beside mfu's model FLOPs (docs/time.md)
     "hfu",
+    # what a step launches, and the host's share of it (docs/time.md; bench/<framework>_impl/kernels.py)
+    "kernels_per_step",
+    "kernels_method",
+    "no_kernel_dispatches_per_step",
+    "host_share",
+    "host_share_method",
 )
 # each estimator's settings (bench/estimators/<name>.py): NAME_<setting>, those not named above at the end
 SETTING_COLUMNS = tuple(c for c in estimators.setting_columns() if c not in REQUIRED_COLUMNS + EXTRA_COLUMNS)

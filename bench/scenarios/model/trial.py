@@ -182,9 +182,10 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     state = trainer.state_bytes()
     # what holds the memory: one instrumented step (torch) or the compiled programs (JAX), never timed
     held = implementation(fw, "memory").breakdown(trainer, updates[0])
-    # where the time goes: a profiler's trace of a few more steps (profile=true), then the FLOPs of one
+    # where the time goes: a profiler's trace of a few more steps (profile=true), then the FLOPs and the kernels of one
     explained = explain_time(cfg, world, trainer, updates) if cfg.profile else {}
     explained.update(flop_columns(cfg, trainer, updates[0], stats.median_s, device, kind))
+    explained.update(kernel_columns(cfg, trainer, updates[0], stats.median_s))
     for d in devices:
         d.update(
             rank=world.rank,
@@ -326,6 +327,17 @@ def flop_columns(cfg: BenchConfig, trainer, batches, step_s: float, device, kind
         "peak_flops_per_s": published,
         "mfu": rate / published if published else None,
     }
+
+
+def kernel_columns(cfg: BenchConfig, trainer, batches, step_s: float) -> dict:
+    """The kernels a step launches and the host's share of the timed median step `step_s`, from one more step
+    (bench/<framework>_impl/kernels.py, docs/time.md). A count that fails costs the row only these columns."""
+    try:
+        counted = implementation(cfg.framework, "kernels").count(trainer, batches, step_s)
+    except Exception as e:  # noqa: BLE001 (the measurements are made: a failed count must not lose them)
+        return {"kernels_method": f"missing: {type(e).__name__}: {e}"[:300]}
+    counted.pop("kernels_top")  # for a reader at the console, not a column
+    return counted
 
 
 def eval_series(evals: dict[int, tuple[float, float]], n: int) -> dict:

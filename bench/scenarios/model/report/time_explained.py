@@ -11,7 +11,9 @@ Rows carry, per step of the traced steps (bench/measure/timeline.py; docs/time.m
     time_collectives_ms  all-reduces, all-gathers, reduce-scatters
     time_overhead_ms     no operation ran: Python, dispatch, the runtime
 
-summing to profile_step_ms, and flops_per_step (counted by the framework), flops_predicted (the analytical model),
+summing to profile_step_ms; kernels_per_step (what one step launches: torch's operators that do work, the
+compiled JAX programs' kernels) and host_share (the share of a step in which none of them ran), in every row; and
+flops_per_step (counted by the framework), flops_predicted (the analytical model),
 flops_forward (the model's one forward pass) and flops_per_s (at the timed median step). Against one peak per host
 (a GPU's published peak, else the highest of the host's trials' matmul probes: a slower probe met a busy host), the
 table gives HFU, the counted FLOPs' rate, and MFU, the model's useful FLOPs' rate: 3x a forward pass per training
@@ -87,6 +89,8 @@ HEAD = [
     "timed ms",
     "traced ms",
     *[f"{c} ms" for c in CATEGORIES],
+    "kernels / step",
+    "host share",
     "GFLOP / step (counted / model)",
     "GFLOP/s",
     "HFU (counted FLOPs)",
@@ -143,6 +147,14 @@ def peaks_line(cells: Cells, peaks: dict[str, float]) -> str:
     return f"Peak: {'; '.join(parts)}." if parts else ""
 
 
+def kernels(row: dict) -> str:
+    """Kernels per step, and in torch the dispatches beside them that launch nothing ("272 (+4,200 none)")."""
+    n, empty = num(row, "kernels_per_step"), num(row, "no_kernel_dispatches_per_step")
+    if n is None:
+        return "-"
+    return f"{n:,.0f}" + (f" (+{empty:,.0f} none)" if empty else "")
+
+
 def time_table(cells: Cells, peaks: dict[str, float] | None = None) -> str:
     peaks = host_peaks(cells.values()) if peaks is None else peaks
     body = []
@@ -159,6 +171,8 @@ def time_table(cells: Cells, peaks: dict[str, float] | None = None) -> str:
                 timed,
                 f"{step:.1f}",
                 *parts,
+                kernels(r),
+                _share(num(r, "host_share")),
                 flops,
                 _g(num(r, "flops_per_s")),
                 _share(hfu),
@@ -263,6 +277,11 @@ def section(contexts: dict[Context, Cells], plot: Plot) -> list[str]:
         "category is its operations' share of the time some operation ran, and **overhead** the rest of the "
         "step, so the categories add up to the traced step (*traced ms*: with the profiler on, above the "
         "*timed* median by the profiler's cost per operation, most where a step runs many small ones). "
+        "*Kernels / step* is what one step launches (torch: the operators it dispatches that do work, a "
+        "foreach operator one; JAX: the compiled programs' kernels, loops at their trip counts), with torch's "
+        "dispatches that launch nothing (views, metadata) in parentheses; *host share* is the part of a step in "
+        "which none of its kernels ran (torch on a CPU: its operators' own time against the timed median; "
+        "otherwise one traced step), docs/time.md. "
         "FLOPs per step are the matmuls', counted by the framework (torch's FlopCounterMode; the compiled JAX "
         "programs' dots) beside the analytical model's (bench/measure/flop_model.py). Both utilisations divide "
         "by one peak per host (a GPU's published peak, else the highest of the host's trials' matmul probes), "
