@@ -31,9 +31,9 @@ def rung(framework: str, mode: str, batch: int, seq: int = 32, **kw) -> dict:
         flops_per_step=flops,
         flops_forward=FORWARD * tokens,
         flops_per_s=flops / step,
-        matmul_peak_flops_per_s=PEAK,
         lr=1e-5,
-        **{"experiment": "", **kw},  # a capacity probe's experiment is empty (it runs outside a Hydra app)
+        # a capacity probe's experiment is empty (it runs outside a Hydra app)
+        **{"experiment": "", "matmul_peak_flops_per_s": PEAK, **kw},
     )
 
 
@@ -71,12 +71,15 @@ def test_the_section_puts_each_rung_against_batch_and_sequence(tmp_path):
             else:
                 searches.append(ladder(rungs, "fits at the limit", "1:ok 8:ok"))
             runs += rungs
+    half = [rung("torch", "backprop", b, dtype="bf16", matmul_peak_flops_per_s=2 * PEAK) for b in (1, 8)]
+    searches.append(ladder(half, "fits at the limit", "1:ok 8:ok"))
+    runs += half
     beside = rung("torch", "backprop", 8, seq=128, experiment="modes_fp32")  # the same context, another shape
     elsewhere = rung("jax", "inference", 4, model="tiny", num_layers=2, hidden_size=32)  # another context
     runs += [beside, elsewhere]
     write_csv(tmp_path / "runs.csv", runs)
     write_csv(tmp_path / "capacity.csv", searches, CAPACITY_COLUMNS)
-    assert len(read_rows(tmp_path / "capacity.csv")) == 6
+    assert len(read_rows(tmp_path / "capacity.csv")) == 7
 
     lines = ShapesSection().render(Results([tmp_path / "runs.csv"]), tmp_path / "plots")
     md = "\n".join(lines)
@@ -86,6 +89,9 @@ def test_the_section_puts_each_rung_against_batch_and_sequence(tmp_path):
     assert "B4" not in t32 and "oom" not in t32  # neither the other context's row nor the rung out of memory
     # backprop at B8: 3 x 8 GFLOP in 0.25 x 3 x 4.5 s = 7.11 GFLOP/s, HFU 29.6 %, MFU the same (3 forward passes)
     assert "| PyTorch | backprop | fp32 | 4.00 · 16.7 % · 16.7 % | 7.11 · 29.6 % · 29.6 % | B64 out of memory |" in t32
+    # bf16 below fp32, against bf16's own peak (its probe's, twice fp32's here)
+    bf16 = "| PyTorch | backprop | bf16 | 4.00 · 8.33 % · 8.33 % | 7.11 · 14.8 % · 14.8 % | the limit |"
+    assert bf16 in t32 and t32.index("| PyTorch | backprop | fp32 |") < t32.index(bf16)
     # MeZO counts 2 forward passes and is credited 3: its MFU is 1.5x its HFU; inference is credited 1
     assert "| JAX | mezo | fp32 | 4.00 · 16.7 % · 25.0 % | 7.11 · 29.6 % · 44.4 % | the limit |" in t32
     assert "| JAX | inference | fp32 | 4.00 · 16.7 % · 16.7 % | 7.11 · 29.6 % · 29.6 % | the limit |" in t32

@@ -26,6 +26,10 @@ SHAPE = ("batch_size", "seq_len", "dtype")  # what varies within one of the sect
 Cell = tuple  # (framework, variant, dtype)
 
 
+def dtype_order(dtype: str) -> tuple:
+    return (dtype != "fp32", dtype)  # fp32 first, then the narrower ones
+
+
 def ladders(results: Results) -> list[dict]:
     """The latest search of each kind that was a ladder (capacity.csv's `ladder` set)."""
     return [r for r in latest_searches(results.rows(RESULTS_FILE)) if r.get("ladder") and r.get("status") != "damaged"]
@@ -101,7 +105,7 @@ def context_tables(rows: list[dict], searches: list[dict], peaks: dict[str, dict
         }
         lines = sorted(
             {cell(r): r for r in mine}.items(),
-            key=lambda kv: (mode_order(kv[1]), kv[0][2], framework_order(kv[0][0])),
+            key=lambda kv: (mode_order(kv[1]), dtype_order(kv[0][2]), framework_order(kv[0][0])),
         )
         body = []
         for c, _ in lines:
@@ -125,7 +129,7 @@ def shapes_plot(contexts: dict[tuple, list[dict]]) -> Plot:
     grid = []
     for key, rows in contexts.items():
         unit, scale = rate_unit(rows)
-        for dtype in sorted({r.get("dtype", "") for r in rows}):
+        for dtype in sorted({r.get("dtype", "") for r in rows}, key=dtype_order):
             panels = []
             for seq in sorted({int(r["seq_len"]) for r in rows}):
                 mine = [r for r in rows if r.get("dtype") == dtype and int(r["seq_len"]) == seq]
