@@ -66,11 +66,15 @@ def launches_nothing(op: torch._ops.OpOverload) -> bool:
     return op.is_view or torch.Tag.inplace_view in op.tags or name in NO_KERNEL or name.startswith(NO_KERNEL_NAMESPACES)
 
 
+COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
+
+
 @functools.cache
 def composite(op: torch._ops.OpOverload) -> bool:
-    """Whether `op` is CompositeImplicitAutograd, made of other operators (what OpOverload.decompose runs)."""
-    key = torch._C.DispatchKey.CompositeImplicitAutograd
-    return key in op.py_kernels or torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
+    """Whether `op` has a CompositeImplicitAutograd kernel in ATen, made of other operators. ATen's own, which eager
+    autograd runs, not a Python decomposition (OpOverload.decompose prefers those: torch._decomp's dropout clones
+    its input in eval mode, where ATen's returns it)."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), COMPOSITE)
 
 
 class Dispatches(TorchDispatchMode):
@@ -85,7 +89,7 @@ class Dispatches(TorchDispatchMode):
         kwargs = kwargs or {}
         if composite(func):
             with self:  # the composite operator's own operators come back here
-                return func.decompose(*args, **kwargs)
+                return func._op_dk(COMPOSITE, *args, **kwargs)
         name = str(func.overloadpacket)
         if launches_nothing(func):
             self.empty[name] += 1
