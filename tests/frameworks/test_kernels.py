@@ -120,6 +120,7 @@ def test_torch_updates_a_group_of_tensors_in_a_constant_number_of_kernels():
 # the counting rules
 
 
+@pytest.mark.slow  # the first dispatch mode in a process imports torch._dynamo: seconds
 def test_torch_counts_a_composite_operator_as_the_operators_it_runs():
     """Under inference_mode a linear layer reaches the mode whole; counted, it is what autograd would have
     decomposed it into: one addmm (a kernel) and a transpose (a view)."""
