@@ -128,6 +128,28 @@ class Scopes:
         return None if m is None else int(m.group(1))
 
 
+# Random directions are drawn a unit at a time: a run of consecutive trainable tensors of one dtype, drawn by one
+# generator and one random op, cut into the tensors (torch_impl/directions.py). A unit holds no more entries than the
+# largest tensor, or than UNIT_FLOOR where every tensor is smaller (BitFit's biases, LoRA's adapters: one draw for
+# all of them, 4 MiB in fp32): a direction is held a unit at a time, never whole.
+UNIT_FLOOR = 1 << 20
+
+
+def draw_units(numels: list[int], kinds: list | None = None) -> list[range]:
+    """The units of tensors with `numels` entries, in their order (indices into the list): consecutive tensors of
+    the same kind (dtype, device) while their entries stay within max(largest tensor, UNIT_FLOOR)."""
+    cap = max([*numels, UNIT_FLOOR])
+    units, start, total = [], 0, 0
+    for i, n in enumerate(numels):
+        if i > start and (total + n > cap or (kinds is not None and kinds[i] != kinds[start])):
+            units.append(range(start, i))
+            start, total = i, 0
+        total += n
+    if numels:
+        units.append(range(start, len(numels)))
+    return units
+
+
 def count_trained(shapes: dict[str, tuple[int, ...]], selects, scope: str, num_layers: int, last_k: int) -> int:
     """The parameters among `shapes` that `selects(name, scope, num_layers, last_k)` trains."""
     return sum(int(np.prod(s)) for n, s in shapes.items() if selects(n, scope, num_layers, last_k))

@@ -49,6 +49,7 @@ class MemoryContext:
     n: int  # trainable parameters
     share: int  # devices the parameters are sharded over (1 unless parallel=fsdp)
     largest: int  # bytes of the largest trainable tensor
+    unit: int  # bytes of the largest unit torch draws a direction by (bench.spec.draw_units)
     layer_params: int  # trainable parameters of one encoder layer
     forward_temp: int  # a forward pass's working memory (one layer's live intermediates)
     one_layer: int  # one trained layer's saved activations, over every token (0 when no layer trains)

@@ -61,8 +61,8 @@ class Hizoo(Estimator):
         return round_trip_refusal(c)
 
     def memory(self, c: MemoryContext) -> MemoryTerms:
-        # H, whole, kept across steps; one tensor's direction at a time, but JAX's update draws it whole (its module)
-        directions = c.param_bytes * c.n if c.framework == "jax" else c.largest
+        # H, whole, kept across steps; a unit of the direction at a time, but JAX's update draws it whole (its module)
+        directions = c.param_bytes * c.n if c.framework == "jax" else c.unit
         return MemoryTerms(directions=directions, temp=c.forward_temp, state=c.param_bytes * c.n // c.share)
 
     def flops(self, c: FlopContext) -> FlopTerms:

@@ -91,7 +91,7 @@ class Jvp(Estimator):
             # leaf (the word embeddings) beside one layer's
             directions = min(P * c.n, c.largest + P * c.layer_params)
         else:
-            directions = P * c.n if s.impl != "lazy" else c.largest
+            directions = P * c.n if s.impl != "lazy" else c.unit  # lazy: a unit of the tangent at a time
             # torch's make_dual returns a view of the parameter, so the tangent is copied onto the parameter's
             # base (zeros, then the view's part): a second tangent-sized buffer, per dual made
             temp += directions

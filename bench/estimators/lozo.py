@@ -69,10 +69,10 @@ class Lozo(Estimator):
         return round_trip_refusal(c)
 
     def memory(self, c: MemoryContext) -> MemoryTerms:
-        # one tensor's U V^T at a time in torch, with its factors: for the largest, the word embeddings (vocab x H),
-        # U is vocab x r and V is H x r; JAX's update builds the estimate whole (its module)
+        # a unit's U V^T at a time in torch, with their factors: for a unit of one matrix, the word embeddings
+        # (vocab x H), U is vocab x r and V is H x r; JAX's update builds the estimate whole (its module)
         r, P, H = self.settings_of(c.step).rank, c.param_bytes, c.hidden
-        directions = P * c.n if c.framework == "jax" else c.largest + c.largest * r // H + P * r * H
+        directions = P * c.n if c.framework == "jax" else c.unit + c.unit * r // H + P * r * H
         return MemoryTerms(directions=directions, temp=c.forward_temp)
 
     def flops(self, c: FlopContext) -> FlopTerms:

@@ -68,9 +68,10 @@ class Mezo(Estimator):
         return round_trip_refusal(c)
 
     def memory(self, c: MemoryContext) -> MemoryTerms:
-        # one tensor's direction at a time in the perturbations; summing q > 1 of them in the update holds the
-        # estimate and the next direction
-        return MemoryTerms(directions=c.largest * (1 if self.settings_of(c.step).q == 1 else 2), temp=c.forward_temp)
+        # one unit of a direction at a time in the perturbations (torch: a unit of tensors, bench.spec.draw_units;
+        # JAX: a leaf, or a stacked layer's); summing q > 1 of them in the update holds the estimate and the next one
+        held = c.unit if c.framework == "torch" else c.largest
+        return MemoryTerms(directions=held * (1 if self.settings_of(c.step).q == 1 else 2), temp=c.forward_temp)
 
     def flops(self, c: FlopContext) -> FlopTerms:
         return FlopTerms(forward=2 * self.settings_of(c.step).q * c.every)  # the perturbations are elementwise

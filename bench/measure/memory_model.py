@@ -35,7 +35,7 @@ import numpy as np
 
 from bench import estimators, models
 from bench.estimators.base import MemoryContext
-from bench.spec import StepSpec
+from bench.spec import StepSpec, draw_units
 
 FP32 = 4
 
@@ -93,6 +93,8 @@ def predict(
     n = sum(int(np.prod(v)) for v in trainable.values())
     n_all = sum(int(np.prod(v)) for v in shapes.values())
     largest = max((int(np.prod(v)) for v in trainable.values()), default=0) * P
+    sizes = [int(np.prod(v)) for v in trainable.values()]
+    unit = max((sum(sizes[i] for i in r) for r in draw_units(sizes)), default=0) * P
     layer_params = sum(int(np.prod(v)) for k, v in trainable.items() if family.SCOPES.layer_of(k) == 0)
     share = world if sharded else 1
 
@@ -118,6 +120,7 @@ def predict(
         n=n,
         share=share,
         largest=largest,
+        unit=unit,
         layer_params=layer_params,
         forward_temp=tokens * act.forward_temp,
         one_layer=tokens * act.layer * bool(trained_layers),

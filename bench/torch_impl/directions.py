@@ -1,29 +1,42 @@
 """Seeded random directions: jvp's tangents and MeZO's perturbations, regenerated from their seeds rather than
 stored. Mirror of jax_impl/directions.py.
 
-Direction k of parameter tensor i at `step` has the seed direction_seed(seed, step, k, i), so any tensor's direction
-can be drawn again alone, and the modes never hold one whole unless they must:
+A direction is drawn unit by unit (bench.spec.draw_units): a unit is a run of consecutive trainable tensors drawn by
+one generator and one random op, cut into the tensors as views, never larger than the largest tensor (or
+UNIT_FLOOR's 4 MiB where every tensor is small). Unit u of direction k at `step` has the seed
+direction_seed(seed, step, k, u), so any unit can be drawn again alone, a direction is never held whole (at most a
+unit), and the host does per unit, not per tensor, what a draw and an update cost: one seed, one generator, one
+random op, one foreach add.
 
-    sample_tangent      the whole direction (tests; the func/dual/naive jvp passes take it whole)
-    SeededTangent       a tangent drawn tensor by tensor as the lazy pass reaches each module
-    perturb             theta += scale z in place, tensor by tensor (MeZO)
-    SeededGradient      g = sum_k c_k z_k, each tensor's drawn when the optimizer reaches it
+    Units               the trainable tensors' units, made once per trainer (the functions take it or the params)
+    sample_tangent      the whole direction, by name (tests; the func/dual/naive jvp passes take it whole)
+    draw_direction      the same, with each unit's flat draw (jvp's kept tangent: its estimate is one op a unit)
+    SeededTangent       a tangent drawn unit by unit as the lazy pass reaches each module
+    perturb             theta += scale z in place, one foreach add a unit (MeZO)
+    SeededGradient      g = sum_k c_k z_k, a unit's drawn when the update reaches it
     TangentGradient     g from tangents held whole (jvp's one kept tangent, tests)
+
+A lazy estimate yields (unit, parts): the unit's flat gradient cut into the parts of its tensors this device holds,
+which Trainer.apply hands the optimizer a unit at a time.
 """
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from bench.torch_impl.parallel import local, local_rows
+from bench.spec import draw_units
+from bench.torch_impl.parallel import local, sharded
 
 
-def direction_seed(seed: int, step: int, k: int, index: int) -> int:
-    """Seed of direction k of parameter tensor `index` at `step`: any tensor's direction can be regenerated alone."""
-    return int(np.random.SeedSequence([seed, step, k, index]).generate_state(1, np.uint64)[0] >> 1)
+def direction_seed(seed: int, *words: int) -> int:
+    """A generator's seed from (seed, step, k, unit, ...): a hash, so that nearby words give unrelated streams;
+    63 bits, as torch's generators take them."""
+    digest = hashlib.blake2b(struct.pack(f"<{1 + len(words)}Q", seed, *words), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
 
 
 # bench.torch_impl.memory's instrumented step watches the buffers the modes make (observe(category, tensor));
@@ -38,60 +51,136 @@ def observe(category: str, t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def direction(p: torch.Tensor, seed: int, whole: bool = False, kind: str = "gaussian") -> torch.Tensor:
-    """The seeded direction of p's shape, N(0, I) or (kind="rademacher") +-1 entries from random bits, both with
-    E[z z^T] = I; where FSDP2 shards p, the rows this device holds of it (`whole`: all of it, for a forward pass
-    through p gathered whole)."""
-    g = torch.Generator(device=p.device)
-    g.manual_seed(seed)
+class Unit:
+    """Consecutive trainable tensors drawn together: their names and parameters, the flat views of what this
+    device holds of each (written in place), and how one flat draw of the whole tensors is cut into those parts."""
+
+    def __init__(self, index: int, params: dict[str, torch.Tensor]):
+        self.index, self.names, self.params = index, list(params), list(params.values())
+        first = self.params[0]
+        self.dtype, self.device = first.dtype, local(first).device
+        self.shapes = [p.shape for p in self.params]
+        self.sizes = [p.numel() for p in self.params]
+        self.numel = sum(self.sizes)
+        held = [local(p) for p in self.params]
+        self.held = [h.view(-1) for h in held]  # what foreach adds write: the parameters' own storage
+        self.held_shapes = [h.shape for h in held]
+        if any(sharded(p) for p in self.params):
+            # FSDP2 holds rows [r0, r1) of each tensor on this device: a contiguous run of its flat draw, so each
+            # tensor's piece is cut in three (before, held, after) and the middle one kept
+            self.cuts, self.pick = [], slice(1, None, 3)
+            for p, h, n in zip(self.params, held, self.sizes):
+                first, rows = _held_rows(p)
+                row = n // max(p.shape[0], 1)
+                if rows * row != h.numel():  # FSDP2 sharded otherwise than dim 0 by chunks: an update would go astray
+                    raise RuntimeError(
+                        f"rows [{first}, {first + rows}) of a {tuple(p.shape)} parameter; FSDP2 holds {tuple(h.shape)}"
+                    )
+                self.cuts += [first * row, rows * row, n - (first + rows) * row]
+        else:
+            self.cuts, self.pick = self.sizes, slice(None)
+
+    def parts(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """The flat pieces of a unit-sized buffer this device holds, one per tensor (views)."""
+        return list(flat.split(self.cuts)[self.pick])
+
+    def shaped(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """A unit-sized buffer as whole tensors by name (views)."""
+        return {n: x.view(s) for n, x, s in zip(self.names, flat.split(self.sizes), self.shapes)}
+
+
+def _held_rows(p) -> tuple[int, int]:
+    """(first row, rows) of `p` this device holds: FSDP2 shards dim 0 as torch.chunk does (the last ranks' parts
+    shorter, or empty)."""
+    rows, world, rank = p.shape[0], p.device_mesh.size(), p.device_mesh.get_local_rank()
+    per = -(-rows // world)
+    first = min(rank * per, rows)
+    return first, min(per, rows - first)
+
+
+class Units(list):
+    """The trainable tensors' units, in order; `.params` the tensors by name."""
+
+    def __init__(self, params: dict[str, torch.Tensor]):
+        self.params = params
+        names = list(params)
+        kinds = [(p.dtype, local(p).device) for p in params.values()]
+        ranges = draw_units([p.numel() for p in params.values()], kinds)
+        super().__init__(Unit(u, {names[i]: params[names[i]] for i in r}) for u, r in enumerate(ranges))
+        self.unit_of = {n: unit for unit in self for n in unit.names}
+
+
+def units_of(params) -> Units:
+    """`params` as Units: a trainer's (made once), or a dict of tensors (tests)."""
+    return params if isinstance(params, Units) else Units(params)
+
+
+def draw(unit: Unit, seed: int, step: int, k: int, kind: str = "gaussian", *, salt: int = 0) -> torch.Tensor:
+    """Unit `unit` of direction k at `step`, flat and whole: N(0, I) entries, or (kind="rademacher") +-1 ones from
+    random bits, both with E[z z^T] = I. `salt` separates other draws of the same unit (LOZO's factors)."""
+    g = torch.Generator(device=unit.device)
+    g.manual_seed(direction_seed(seed, step, k, unit.index, salt))
+    return observe("directions", random((unit.numel,), g, unit.device, unit.dtype, kind))
+
+
+def random(shape, g: torch.Generator, device, dtype, kind: str = "gaussian") -> torch.Tensor:
     if kind == "rademacher":
-        z = rademacher(p.shape, g, p.device, p.dtype)
-    else:
-        z = torch.randn(p.shape, generator=g, device=p.device, dtype=p.dtype)
-    observe("directions", z)
-    return z if whole else local_rows(z, p)
+        return rademacher(shape, g, device, dtype)
+    return torch.randn(shape, generator=g, device=device, dtype=dtype)
 
 
 def rademacher(shape, g: torch.Generator, device, dtype) -> torch.Tensor:
     """+-1 entries, one random bit each: 8 bits per drawn byte, unpacked (torch draws no single bits itself)."""
-    n = int(np.prod(shape))
+    n = shape.numel() if isinstance(shape, torch.Size) else int(torch.Size(shape).numel())
     packed = torch.randint(0, 256, ((n + 7) // 8,), generator=g, device=device, dtype=torch.uint8)
     bits = packed[:, None].bitwise_right_shift(torch.arange(8, device=device, dtype=torch.uint8)).bitwise_and_(1)
     return bits.view(-1)[:n].to(dtype).mul_(2).sub_(1).view(shape)
 
 
-def sample_tangent(
-    params: dict[str, torch.Tensor], seed: int, step: int, k: int, kind: str = "gaussian"
-) -> dict[str, torch.Tensor]:
-    return {n: direction(p, direction_seed(seed, step, k, i), kind=kind) for i, (n, p) in enumerate(params.items())}
-
-
 @dataclass
+class Direction:
+    """One direction drawn whole: each unit's flat draw, and the tensors' views of them by name."""
+
+    flats: list[torch.Tensor]
+    tensors: dict[str, torch.Tensor]
+
+
+def draw_direction(params, seed: int, step: int, k: int, kind: str = "gaussian") -> Direction:
+    units = units_of(params)
+    flats = [draw(unit, seed, step, k, kind) for unit in units]
+    tensors = {n: x for unit, flat in zip(units, flats) for n, x in unit.shaped(flat).items()}
+    return Direction(flats, tensors)
+
+
+def sample_tangent(params, seed: int, step: int, k: int, kind: str = "gaussian") -> dict[str, torch.Tensor]:
+    """Direction k of `step` over `params`, whole, by name."""
+    return draw_direction(params, seed, step, k, kind).tensors
+
+
 class SeededTangent:
-    """Tangent k of `step` drawn tensor by tensor when asked for (tangent[name]), never held whole: the same
-    values as sample_tangent(params, seed, step, k)."""
+    """Tangent k of `step` drawn a unit at a time when asked for (tangent[name]), the unit of the tensor asked for
+    kept until another's is: the same values as sample_tangent(params, seed, step, k), never held whole."""
 
-    params: dict[str, torch.Tensor]
-    seed: int
-    step: int
-    k: int
-    kind: str = "gaussian"
-
-    def __post_init__(self):
-        self.index = {name: i for i, name in enumerate(self.params)}
+    def __init__(self, params, seed: int, step: int, k: int, kind: str = "gaussian"):
+        self.units, self.seed, self.step, self.k, self.kind = units_of(params), seed, step, k, kind
+        self.unit, self.tensors = None, {}
 
     def __getitem__(self, name: str) -> torch.Tensor:
         # whole: the pass runs the module with the parameter gathered (under FSDP2, by its unit's forward)
-        seed = direction_seed(self.seed, self.step, self.k, self.index[name])
-        return direction(self.params[name], seed, whole=True, kind=self.kind)
+        unit = self.units.unit_of[name]
+        if unit is not self.unit:
+            self.tensors = {}  # the last unit's draw goes before the next one is made
+            self.unit, self.tensors = unit, unit.shaped(draw(unit, self.seed, self.step, self.k, self.kind))
+        return self.tensors[name]
 
 
 @dataclass
 class SeededGradient:
-    """g[name] = sum_k coeffs[k] * z_k[name], z_k regenerated from (seed, step, k, tensor index) on demand; each
-    tensor first moved by shift * z_0 (MeZO's last +eps z, which puts theta back: fused, one draw fewer)."""
+    """g = sum_k coeffs[k] * z_k, a unit at a time: z_k regenerated from (seed, step, k, unit) where the update
+    reaches the unit, each of its tensors first moved by shift * z_0 (MeZO's last +eps z, which puts theta back:
+    fused, one draw fewer)."""
 
-    params: dict[str, torch.Tensor]
+    params: object  # Units, or a dict of tensors
     coeffs: list[float]
     seed: int
     step: int
@@ -99,43 +188,56 @@ class SeededGradient:
     shift: float = 0.0
 
     def __iter__(self):
-        for i, (name, p) in enumerate(self.params.items()):
-            z = direction(p, direction_seed(self.seed, self.step, 0, i), kind=self.kind)
+        for unit in units_of(self.params):
+            z = draw(unit, self.seed, self.step, 0, self.kind)
+            parts = unit.parts(z)
             if self.shift:
                 with torch.no_grad():
-                    local(p).add_(z, alpha=self.shift)
-            # the first direction becomes g in place: for K=1 (MeZO) one tensor-sized buffer, not two
+                    torch._foreach_add_(unit.held, parts, alpha=self.shift)
+            # the first direction becomes g in place: for K=1 (MeZO) one unit-sized buffer, not two
             g = z.mul_(self.coeffs[0])
             for k, c in enumerate(self.coeffs[1:], start=1):
-                g.add_(direction(p, direction_seed(self.seed, self.step, k, i), kind=self.kind), alpha=c)
-            yield name, g
+                g.add_(draw(unit, self.seed, self.step, k, self.kind), alpha=c)
+            yield unit, parts
+            del z, g, parts  # before the next unit is drawn: one unit's estimate at a time
 
     def materialize(self) -> dict[str, torch.Tensor]:
-        return dict(iter(self))
+        return materialize(self)
 
 
 @dataclass
 class TangentGradient:
-    """g = sum_k coeffs[k] * tangents[k] for tangents held in memory (supplied by tests, or jvp's one tangent)."""
+    """g = sum_k coeffs[k] * tangents[k] for tangents held in memory (supplied by tests, or jvp's one tangent).
+    `kept`: the one tangent as drawn (draw_direction), scaled in place a unit at a time: no temporary."""
 
+    params: object  # Units, or a dict of tensors
     tangents: list[dict[str, torch.Tensor]]
     coeffs: list[float]
-    in_place: bool = False  # scale the one tangent in place (jvp's own tangent, no longer needed): no temporary
+    kept: Direction | None = None
 
     def __iter__(self):
-        for name in list(self.tangents[0]):
-            if self.in_place and len(self.tangents) == 1:  # each tensor leaves the tangent as it is applied
-                yield name, self.tangents[0].pop(name).mul_(self.coeffs[0])
+        for u, unit in enumerate(units_of(self.params)):
+            if self.kept is not None:
+                flat = self.kept.flats[u].mul_(self.coeffs[0])
+                self.kept.flats[u] = None  # each unit leaves the tangent as it is applied
             else:
-                yield name, sum(c * t[name] for c, t in zip(self.coeffs, self.tangents))
+                flat = torch.cat(
+                    [sum(c * t[n] for c, t in zip(self.coeffs, self.tangents)).reshape(-1) for n in unit.names]
+                )
+            yield unit, unit.parts(flat)
 
     def materialize(self) -> dict[str, torch.Tensor]:
-        return dict(iter(self))
+        return materialize(self)
+
+
+def materialize(estimate) -> dict[str, torch.Tensor]:
+    """A lazy estimate whole, by name, each tensor's part this device holds in its shape (tests, gradient quality)."""
+    return {n: x.view(s) for unit, parts in estimate for n, x, s in zip(unit.names, parts, unit.held_shapes)}
 
 
 @torch.no_grad()
 def perturb(params, scale: float, seed: int, step: int, kind: str = "gaussian", k: int = 0) -> None:
-    """theta += scale * z in place, z (direction k of `step`) regenerated tensor by tensor from its seed (no stored
-    noise); under FSDP2 each device perturbs the rows it holds."""
-    for i, p in enumerate(params.values()):
-        local(p).add_(direction(p, direction_seed(seed, step, k, i), kind=kind), alpha=scale)
+    """theta += scale * z in place, z (direction k of `step`) regenerated a unit at a time from its seed (no stored
+    noise): one draw and one foreach add per unit; under FSDP2 each device perturbs the rows it holds."""
+    for unit in units_of(params):
+        torch._foreach_add_(unit.held, unit.parts(draw(unit, seed, step, k, kind)), alpha=scale)

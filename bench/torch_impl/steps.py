@@ -25,6 +25,7 @@ from bench import estimators, models
 from bench.spec import StepSpec
 from bench.torch_impl import models as model_modules
 from bench.torch_impl.device import resolve_device, use_fp32
+from bench.torch_impl.directions import Units, materialize
 from bench.torch_impl.estimators import implementation
 from bench.torch_impl.estimators.backprop import backprop_gradient
 from bench.torch_impl.loss import identity
@@ -35,13 +36,15 @@ from bench.torch_impl.parallel import World, like_param, local, sharded
 
 
 def make_optimizer(params: dict[str, torch.Tensor], opt) -> torch.optim.Optimizer:
-    """torch.optim with the same hyperparameters optax gets (jax_impl.steps.make_optimizer)."""
+    """torch.optim with the same hyperparameters optax gets (jax_impl.steps.make_optimizer), its multi-tensor
+    (foreach) implementation: one call updates every tensor that has a gradient (torch picks it by itself on CUDA
+    only; on the CPU its default is a Python loop over the tensors)."""
     ps = list(params.values())
     if opt.name == "sgd":
-        return torch.optim.SGD(ps, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
+        return torch.optim.SGD(ps, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay, foreach=True)
     if opt.name == "adamw":
         return torch.optim.AdamW(
-            ps, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay
+            ps, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay, foreach=True
         )
     if opt.name == "signsgd":
         return SignSGD(ps, lr=opt.lr, weight_decay=opt.weight_decay)
@@ -59,10 +62,13 @@ class SignSGD(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    d = p.grad.add(p, alpha=group["weight_decay"]) if group["weight_decay"] else p.grad
-                    p.add_(d.sign(), alpha=-group["lr"])
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            grads = [p.grad for p in params]
+            if group["weight_decay"]:
+                grads = torch._foreach_add(grads, params, alpha=group["weight_decay"])
+            torch._foreach_add_(params, torch._foreach_sign(grads), alpha=-group["lr"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -115,6 +121,7 @@ class Trainer:
         self.reduce = identity if world is None else world.all_reduce_mean
         named = dict(model.named_parameters())  # after sharding: the parameters the optimizer must see
         self.params = {n: named[n] for n in trainable}
+        self.units = Units(self.params)  # what the seeded directions are drawn and applied by (directions.py)
         self.n_params = sum(p.numel() for p in named.values())
         self.n_trainable = sum(p.numel() for p in self.params.values())
         self.n_sharded = sum(p.numel() for p in named.values() if sharded(p))
@@ -150,20 +157,27 @@ class Trainer:
             self.state = self.impl.init_state(self)
 
     def apply(self, grads) -> None:
-        """Optimizer update. Lazy estimates are applied tensor by tensor: torch.optim skips parameters whose
-        .grad is None, so one step per tensor updates that tensor alone and frees its gradient at once."""
-        if not isinstance(grads, dict):  # an estimate drawn tensor by tensor (directions.SeededGradient, ...)
-            for name, g in grads:
-                p = self.params[name]
-                p.grad = like_param(g, p)
-                self.optimizer.step()
-                p.grad = None
+        """Optimizer update. A lazy estimate is applied a unit at a time: its parts are the unit's tensors'
+        gradients for one optimizer step (torch.optim skips the tensors whose .grad is None), then go, so the
+        estimate exists a unit at a time."""
+        if not isinstance(grads, dict):  # (unit, parts) drawn a unit at a time (directions.SeededGradient, ...)
+            for unit, parts in grads:
+                self._step_unit(unit, parts)
+                del parts  # before the estimate draws its next unit
         else:
             for name, g in grads.items():
                 self.params[name].grad = g
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         self.step_count += 1
+
+    def _step_unit(self, unit, parts) -> None:
+        """One optimizer step with `parts` as the gradients of `unit`'s tensors, which keep none after it."""
+        for p, g, shape in zip(unit.params, parts, unit.held_shapes):
+            p.grad = like_param(g.view(shape), p)
+        self.optimizer.step()
+        for p in unit.params:
+            p.grad = None
 
     def step(self, micro_batches):
         if hasattr(self.impl, "step"):
@@ -217,7 +231,7 @@ class Trainer:
             for p in self.params.values():
                 p.grad = None
             _, est = self.gradient(micro_batches)
-            est = est if isinstance(est, dict) else est.materialize()
+            est = est if isinstance(est, dict) else materialize(est)
             estimate = [est[n].detach().cpu().numpy().copy() for n in self.params]  # before backward reuses .grad
             del est
             for p in self.params.values():

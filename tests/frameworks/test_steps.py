@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 
+import bench.spec
 from bench import data
 from bench.config import model_preset
 from bench.estimators.jacfwd import JacfwdSettings
@@ -196,19 +197,24 @@ def test_torch_jvp_impls_agree():
 
 
 def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(monkeypatch):
-    """jvp.impl=lazy draws each tensor's tangent when its module runs: the same seeded directions as func, so the
-    same step, with at most one module's tangents alive at once (func: every tensor's)."""
+    """jvp.impl=lazy draws a unit of the tangent when the first module it feeds runs: the same seeded directions as
+    func, so the same step, with one unit alive at a time (func: every unit). Units here as small as the largest
+    tensor allows (the word embeddings, one unit; the rest, another)."""
+    monkeypatch.setattr(bench.spec, "UNIT_FLOOR", 1)
     alive, most = [0], {}
-    draw = tdirections.direction
+    draw = tdirections.draw
 
-    def counted(p, seed, **kw):
-        t = draw(p, seed, **kw)
-        alive[0] += 1
-        weakref.finalize(t, lambda: alive.__setitem__(0, alive[0] - 1))
-        return t
+    def counted(unit, *args, **kw):
+        z = draw(unit, *args, **kw)
+        n = z.numel()
+        alive[0] += n
+        weakref.finalize(z, lambda: alive.__setitem__(0, alive[0] - n))
+        return z
 
-    monkeypatch.setattr(tdirections, "direction", counted)  # what sample_tangent and SeededTangent call
+    monkeypatch.setattr(tdirections, "draw", counted)  # what draw_direction and SeededTangent call
     trainers = {impl: make("torch", "jvp", settings=JvpSettings(impl=impl)) for impl in ("func", "lazy")}
+    units = trainers["func"].units
+    assert len(units) == 2
     for impl, t in trainers.items():
         alive[0], most[impl] = 0, 0
         hooks = [
@@ -219,8 +225,8 @@ def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(mo
         for h in hooks:
             h.remove()
         t.apply(grads)
-    assert most["func"] == len(trainers["func"].params)
-    assert 1 <= most["lazy"] <= 3  # a module's weight and bias (LayerNorm, Linear); BERT's largest owns two
+    assert most["func"] == sum(u.numel for u in units)
+    assert most["lazy"] == max(u.numel for u in units)
     for n, p in trainers["func"].params.items():
         np.testing.assert_allclose(
             trainers["lazy"].params[n].detach().numpy(), p.detach().numpy(), rtol=1e-6, atol=1e-7, err_msg=n

@@ -262,7 +262,7 @@ def lozo_draws(framework: str, step: int, rank: int, interval: int) -> dict[str,
     draw = dict(rank=rank, interval=interval, seed=0, step=step, kind="gaussian")
     if framework == "torch":
         params = {"w": torch.zeros(8, 6), "b": torch.zeros(6)}
-        return {n: tlozo.low_rank_direction(p, i, n, **draw).numpy() for i, (n, p) in enumerate(params.items())}
+        return {n: z.numpy() for n, z in tlozo.low_rank_directions(params, **draw).items()}
     params = {"b": jnp.zeros(6), "w": jnp.zeros((8, 6))}  # a pytree's leaves in key order: b, then w
     return {n: np.asarray(z) for n, z in jlozo.low_rank_directions(params, **draw).items()}
 

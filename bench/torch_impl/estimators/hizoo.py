@@ -1,6 +1,7 @@
 """hizoo in torch: HiZOO (bench/estimators/hizoo.py has the rule): the loss at theta and at theta +- eps z / sqrt(H)
-with in-place perturbations, then per tensor the Hessian estimate's update and g = proj z / sqrt(H), z redrawn
-from its seed where the optimizer reaches the tensor. Mirror of jax_impl/estimators/hizoo.py."""
+with in-place perturbations, then a unit at a time the Hessian estimate's update and g = proj z / sqrt(H), z
+redrawn from its seed where the optimizer reaches the unit (foreach ops over its tensors). Mirror of
+jax_impl/estimators/hizoo.py."""
 
 from __future__ import annotations
 
@@ -8,20 +9,21 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.torch_impl.directions import direction, direction_seed, observe
+from bench.torch_impl.directions import draw, materialize, observe, units_of
 from bench.torch_impl.loss import identity, loss_fn
 
 
 def init_state(trainer) -> dict[str, torch.Tensor]:
-    """The diagonal Hessian estimate H, ones: made by the first step, as optimizer state is (excess memory)."""
-    return {name: observe("directions", torch.ones_like(p)) for name, p in trainer.params.items()}
+    """The diagonal Hessian estimate H, ones, flat per tensor (as the foreach ops read it): made by the first step,
+    as optimizer state is (excess memory)."""
+    return {name: observe("directions", torch.ones_like(p).view(-1)) for name, p in trainer.params.items()}
 
 
 def gradient(trainer, micro_batches, tangents=None, in_step=False):
     s, settings = trainer.spec, trainer.estimator.settings_of(trainer.spec)
     return hizoo_gradient(
         lambda batch: loss_fn(trainer.module, batch),
-        trainer.params,
+        trainer.units,
         trainer.state,
         micro_batches,
         eps=settings.eps,
@@ -71,52 +73,66 @@ def hizoo_gradient(
 ):
     """HiZOO's three passes of `loss_of(batch)` per micro-batch: at theta, and at theta +- eps z / sqrt(H) by
     in-place perturbations +eps, -2eps, +eps of `params`. Returns L0 (the loss at theta) as the step's loss, and
-    the estimate, drawn tensor by tensor where the update needs it: H's update, then g = proj z / sqrt(H). `commit`
+    the estimate, drawn a unit at a time where the update needs it: H's update, then g = proj z / sqrt(H). `commit`
     (the timed step): H keeps its update; else it is left as it was (gradient() computes, never updates).
     `tangents`: a given direction z (one dict like params, tests) instead of the seeded one. `reduce` averages
-    [L0, proj, second difference] over devices."""
-
-    def z_of(i, name, p):
-        return tangents[0][name] if tangents is not None else direction(p, direction_seed(seed, step, 0, i), kind=kind)
+    [L0, proj, second difference] over devices. `params`: the trainer's Units, or a dict of tensors; `hessian`:
+    H by name, each tensor's flat (init_state)."""
+    units = units_of(params)
+    draws = dict(seed=seed, step=step, kind=kind, tangents=tangents)
 
     def move(scale):
-        for i, (name, p) in enumerate(params.items()):
-            p.add_(z_of(i, name, p) * hessian[name].rsqrt(), alpha=scale)
+        for unit in units:
+            zs = torch._foreach_mul(unit_direction(unit, **draws), torch._foreach_rsqrt(held(hessian, unit)))
+            torch._foreach_add_(unit.held, zs, alpha=scale)
 
     total, proj, second = reduce(torch.stack(hizoo_passes(loss_of, move, micro_batches, eps=eps)))
     curvature = abs(float(second)) / (2 * eps * eps)
-    return total, HessianScaledGradient(
-        params, hessian, float(proj), curvature, alpha, seed, step, kind, commit, tangents
-    )
+    return total, HessianScaledGradient(units, hessian, float(proj), curvature, alpha, draws, commit)
+
+
+def unit_direction(unit, *, seed: int, step: int, kind: str, tangents=None) -> list[torch.Tensor]:
+    """z over a unit's tensors, the flat parts this device holds: drawn from its seed, or the given tangent's."""
+    if tangents is not None:
+        return unit.parts(torch.cat([tangents[0][n].reshape(-1) for n in unit.names]))
+    return unit.parts(draw(unit, seed, step, 0, kind))
+
+
+def held(hessian: dict[str, torch.Tensor], unit) -> list[torch.Tensor]:
+    """H over a unit's tensors (init_state keeps each flat, as the parts of a draw are)."""
+    return [hessian[n] for n in unit.names]
 
 
 @dataclass
 class HessianScaledGradient:
-    """g[name] = proj z / sqrt(H'), H' = (1 - alpha) H + alpha curvature H z^2, z regenerated from its seed (or the
-    given tangent) on demand, one tensor at a time; `commit`: H' is written over H as each tensor is drawn."""
+    """g = proj z / sqrt(H'), H' = (1 - alpha) H + alpha curvature H z^2, z regenerated from its seed (or the given
+    tangent) on demand, a unit at a time; `commit`: H' is written over H as each unit is drawn."""
 
-    params: dict[str, torch.Tensor]
+    units: list
     hessian: dict[str, torch.Tensor]
     proj: float
     curvature: float
     alpha: float
-    seed: int
-    step: int
-    kind: str = "gaussian"
+    draws: dict
     commit: bool = False
-    tangents: list | None = None
 
     def __iter__(self):
-        for i, (name, p) in enumerate(self.params.items()):
-            if self.tangents is not None:
-                z = self.tangents[0][name].clone()
-            else:
-                z = direction(p, direction_seed(self.seed, self.step, 0, i), kind=self.kind)
-            h = self.hessian[name]
-            updated = h * z.square() * (self.alpha * self.curvature) + h * (1 - self.alpha)
+        for unit in self.units:
+            zs, hs = unit_direction(unit, **self.draws), held(self.hessian, unit)
+            # H' = H (alpha curvature z^2 + 1 - alpha)
+            updated = torch._foreach_mul(
+                hs,
+                torch._foreach_add(
+                    torch._foreach_mul(torch._foreach_mul(zs, zs), self.alpha * self.curvature), 1 - self.alpha
+                ),
+            )
             if self.commit:
-                h.copy_(updated)
-            yield name, z.mul_(updated.rsqrt_()).mul_(self.proj)
+                torch._foreach_copy_(hs, updated)
+            torch._foreach_rsqrt_(updated)
+            torch._foreach_mul_(zs, updated)  # z is this unit's draw (or a copy of the tangent): scaled in place
+            torch._foreach_mul_(zs, self.proj)
+            yield unit, zs
+            del zs, hs, updated  # before the next unit is drawn
 
     def materialize(self) -> dict[str, torch.Tensor]:
-        return dict(iter(self))
+        return materialize(self)

@@ -1,31 +1,89 @@
 """jvp in torch: the forward gradient (Baydin et al. 2022), K seeded tangents v_k, d_k = grad . v_k by one
 forward-mode pass each, the estimate g = 1/K sum_k d_k v_k. Mirror of jax_impl/estimators/jvp.py.
 
-The estimate is never materialised whole: `SeededGradient` regenerates each tensor's directions when the optimizer
-reaches that tensor, so besides the optimizer state at most one parameter tensor of gradient exists at a time
-(MeZO's memory trick, applied to forward gradients). The exception is one kept tangent: it had to be whole for the
-forward-mode pass, so the update reuses it (`TangentGradient`) rather than paying to draw it again.
+The estimate is never materialised whole: `SeededGradient` regenerates a unit of the directions (directions.py)
+when the optimizer reaches it, so besides the optimizer state at most one unit of gradient exists at a time (MeZO's
+memory trick, applied to forward gradients). The exception is one kept tangent: it had to be whole for the
+forward-mode pass, so the update reuses it (`TangentGradient`), scaled in place a unit at a time, rather than
+paying to draw it again.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 import torch.autograd.forward_ad as fwAD
+import torch.nn.functional as F
 from torch.func import jvp
 
 from bench.estimators.jvp import IMPLS, keeps_tangent
-from bench.torch_impl.directions import SeededGradient, SeededTangent, TangentGradient, sample_tangent
+from bench.torch_impl.directions import SeededGradient, SeededTangent, TangentGradient, draw_direction, units_of
 from bench.torch_impl.loss import identity, loss_fn
+
+# The passes built on forward_ad's dual tensors, where torch runs the model's own modules (func's torch.func.jvp
+# wraps every op in functorch's interpreter instead, and a custom rule costs it more than it saves)
+DUAL_PASSES = ("dual", "lazy")
+
+
+def prepare(trainer) -> None:
+    if trainer.estimator.settings_of(trainer.spec).impl in DUAL_PASSES:
+        with_layer_norm_rule(trainer.model)
+
+
+def with_layer_norm_rule(model) -> None:
+    """Every nn.LayerNorm of `model` computes its forward as before (F.layer_norm) and its tangent by
+    LayerNormJvp's rule: torch's own forward-mode rule for layer norm runs a Python decomposition (torch._refs), the
+    most host time of a dual pass at small shapes (docs/time.md)."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.LayerNorm):
+            m.forward = partial(_layer_norm, m)
+
+
+def _layer_norm(m, x):
+    return LayerNormJvp.apply(x, m.weight, m.bias, tuple(m.normalized_shape), m.eps)
+
+
+class LayerNormJvp(torch.autograd.Function):
+    """Layer norm whose tangent is computed by native ops: with x^ = (x - mean) / std over the normalized dims,
+    d(x^ w + b) = (dx - mean(dx) - x^ mean(dx x^)) w / std + x^ dw + db. Forward mode only (no backward)."""
+
+    @staticmethod
+    def forward(x, weight, bias, shape, eps):
+        return F.layer_norm(x, shape, weight, bias, eps)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, weight, _, shape, eps = inputs
+        ctx.save_for_forward(x, weight)
+        ctx.dims, ctx.eps, ctx.dtype = tuple(range(-len(shape), 0)), eps, output.dtype
+
+    @staticmethod
+    def jvp(ctx, dx, dweight, dbias, _shape, _eps):
+        x, w = ctx.saved_tensors
+        x = x.to(ctx.dtype)  # under autocast layer norm computes in fp32, and so does its tangent here
+        var, mean = torch.var_mean(x, ctx.dims, keepdim=True, correction=0)
+        rstd = torch.rsqrt(var + ctx.eps)
+        normed = (x - mean) * rstd
+        out = None
+        if dx is not None:
+            dx = dx.to(ctx.dtype)
+            centred = dx - dx.mean(ctx.dims, keepdim=True) - normed * (dx * normed).mean(ctx.dims, keepdim=True)
+            out = centred * rstd if w is None else centred * (rstd * w)
+        if dweight is not None:
+            out = normed * dweight if out is None else out.addcmul_(normed, dweight)
+        if dbias is not None:
+            out = dbias.expand_as(normed).contiguous() if out is None else out.add_(dbias)
+        return torch.zeros_like(normed) if out is None else out
 
 
 def gradient(trainer, micro_batches, tangents=None, in_step=False):
     s, settings = trainer.spec, trainer.estimator.settings_of(trainer.spec)
     return forward_gradient(
         trainer.module,
-        trainer.params,
+        trainer.units,
         micro_batches,
         num_tangents=settings.num_tangents,
         seed=s.seed,
@@ -123,19 +181,22 @@ def forward_gradient(
     for the update instead, drawn once: func's pass holds it whole anyway (the step's peak), and regenerating n
     normals with torch's CPU generator is a visible part of a step (docs/speed.md). impl="lazy" never holds a
     tangent whole.
-    `reduce` averages [loss, d_1..d_K] over devices: the step's one exchange."""
+    `reduce` averages [loss, d_1..d_K] over devices: the step's one exchange. `params`: the trainer's Units, or a
+    dict of tensors."""
+    units = units_of(params)
+    params = units.params
     if tangents is not None:
         K = len(tangents)
         losses, ds = zip(*(_dir_deriv(model, params, micro_batches, v, impl) for v in tangents))
         loss, *ds = reduce(torch.stack([losses[0], *ds]))
-        return loss, TangentGradient(tangents, [float(d) / K for d in ds])
+        return loss, TangentGradient(units, tangents, [float(d) / K for d in ds])
     if keep:
-        v = sample_tangent(params, seed, step, 0, kind)
-        loss, d = reduce(torch.stack(_dir_deriv(model, params, micro_batches, v, impl)))
-        return loss, TangentGradient([v], [float(d)], in_place=True)
+        v = draw_direction(units, seed, step, 0, kind)
+        loss, d = reduce(torch.stack(_dir_deriv(model, params, micro_batches, v.tensors, impl)))
+        return loss, TangentGradient(units, [v.tensors], [float(d)], kept=v)
     loss, coeffs = forward_gradient_coeffs(
         model,
-        params,
+        units,
         micro_batches,
         num_tangents=num_tangents,
         seed=seed,
@@ -144,7 +205,7 @@ def forward_gradient(
         reduce=reduce,
         kind=kind,
     )
-    return loss, SeededGradient(params, coeffs, seed, step, kind)
+    return loss, SeededGradient(units, coeffs, seed, step, kind)
 
 
 def _dir_deriv(model, params, micro_batches, v, impl):
@@ -160,12 +221,13 @@ def forward_gradient_coeffs(
 ):
     """(loss, c) with c_k = (grad . v_k) / K for the K seeded tangents: the forward gradient is sum_k c_k v_k,
     built by `SeededGradient` where the update needs it. Each tangent is dropped after its pass (lazy: drawn
-    tensor by tensor as the pass reaches it, never whole). `reduce` averages [loss, d_1..d_K] over devices."""
+    a unit at a time as the pass reaches it, never whole). `reduce` averages [loss, d_1..d_K] over devices."""
+    units = units_of(params)
     loss, ds = 0.0, []
     for k in range(num_tangents):
         lazy = impl == "lazy"
-        v = SeededTangent(params, seed, step, k, kind) if lazy else sample_tangent(params, seed, step, k, kind)
-        l_k, d_k = _dir_deriv(model, params, micro_batches, v, impl)
+        v = SeededTangent(units, seed, step, k, kind) if lazy else draw_direction(units, seed, step, k, kind).tensors
+        l_k, d_k = _dir_deriv(model, units.params, micro_batches, v, impl)
         del v  # before the next tangent is drawn: one resident at a time
         loss = l_k if k == 0 else loss
         ds.append(d_k)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.torch_impl.directions import SeededGradient, TangentGradient, perturb
+from bench.torch_impl.directions import SeededGradient, TangentGradient, perturb, units_of
 from bench.torch_impl.loss import identity, loss_fn
 
 
@@ -15,7 +15,7 @@ def gradient(trainer, micro_batches, tangents=None, in_step=False):
     s, settings = trainer.spec, trainer.estimator.settings_of(trainer.spec)
     return spsa_gradient(
         lambda batch: loss_fn(trainer.module, batch),
-        trainer.params,
+        trainer.units,
         micro_batches,
         eps=settings.eps,
         q=settings.q,
@@ -50,24 +50,26 @@ def spsa_gradient(
     leaves its last +eps to the estimate, which restores each tensor with the z_0 it draws anyway
     (SeededGradient's shift), one draw fewer. `tangents`: given directions (dicts like params, tests) instead of
     seeded ones, one per perturbation. `reduce` averages [loss, proj_0..proj_{q-1}] over devices (each device's
-    L+ - L- taken first: the cancellation loses no more than on one device)."""
+    L+ - L- taken first: the cancellation loses no more than on one device). `params`: the trainer's Units, or
+    a dict of tensors."""
+    units = units_of(params)
     if tangents is not None:
         q, restore = len(tangents), True
 
         def move(scale, k):
-            for name, p in params.items():
+            for name, p in units.params.items():
                 p.add_(tangents[k][name], alpha=scale)
     else:
 
         def move(scale, k):
-            perturb(params, scale, seed, step, kind, k)
+            perturb(units, scale, seed, step, kind, k)
 
     total, projs = spsa_projection(loss_of, move, micro_batches, eps=eps, q=q, restore=restore)
     total, *projs = reduce(torch.stack([torch.as_tensor(x) for x in (total, *projs)]))
     coeffs = [float(p) / q for p in projs]
     if tangents is not None:
-        return total, TangentGradient(tangents, coeffs)
-    return total, SeededGradient(params, coeffs, seed, step, kind, shift=0.0 if restore else eps)
+        return total, TangentGradient(units, tangents, coeffs)
+    return total, SeededGradient(units, coeffs, seed, step, kind, shift=0.0 if restore else eps)
 
 
 def spsa_projection(loss_of, move, micro_batches, *, eps: float, q: int = 1, restore: bool = True):
