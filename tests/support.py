@@ -334,7 +334,7 @@ def trial(framework: str, mode: str, status: str = "ok", **kw) -> dict:
         "device": "cpu",
         "device_name": "AMD EPYC x2",
         "dtype": "fp32",
-        "jvp_impl": "func",
+        "jvp_impl": "dual" if framework == "torch" else "func",  # jvp.impl=auto as each framework runs it
         "status": status,
         "sweep_id": "20261123-000000-abcdef",
         "experiment": "default_bench",

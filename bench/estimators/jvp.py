@@ -3,7 +3,7 @@ each, the estimate 1/K sum_k d_k v_k, unbiased."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench.estimators.base import (
     CommContext,
@@ -20,8 +20,12 @@ from bench.estimators.base import (
 )
 from bench.spec import StepSpec
 
-# torch only: how the forward-mode pass is built ("naive" reproduces the UMass forward-AD study's pathology)
-IMPLS = ("func", "lazy", "dual", "naive")
+# How the forward-mode pass is built: torch's four ways ("naive" reproduces the UMass forward-AD study's
+# pathology), JAX's one (jax.jvp, named func as torch.func.jvp is). auto: each framework's fastest, torch's dual
+# (forward_ad's dual tensors on the model's own modules: torch.func.jvp runs each op through functorch's
+# interpreter, the most host time of a pass; docs/methodology.md) and JAX's func.
+IMPLS = ("auto", "dual", "func", "lazy", "naive")
+AUTO_IMPL = {"torch": "dual", "jax": "func"}
 # one tangent: keep it for the update (drawn once) or redraw it from its seed (never held after the pass); auto
 # keeps it where that costs no peak memory (keeps_tangent)
 TANGENTS = ("auto", "keep", "redraw")
@@ -30,7 +34,10 @@ TANGENTS = ("auto", "keep", "redraw")
 @dataclass
 class JvpSettings:
     impl: str = setting(
-        "func", "torch only: func (torch.func.jvp) | lazy (tangent per module) | dual (forward_ad) | naive", IMPLS
+        "auto",
+        "auto (torch: dual, jax: func) | dual (forward_ad) | func (torch.func.jvp, jax.jvp) | lazy (tangent per "
+        "module) | naive; all but auto and func are torch's",
+        IMPLS,
     )
     num_tangents: int = setting(1, "tangents K per step (looped; memory does not grow with K), integer >= 1")
     tangent: str = setting("auto", "one tangent: auto | keep (drawn once, held for the update) | redraw", TANGENTS)
@@ -64,8 +71,8 @@ class Jvp(Estimator):
 
     def refuses(self, c: TrialContext) -> str | None:
         s = self.settings_of(c.step)
-        if c.framework == "jax" and s.impl != "func":
-            return f"jvp.impl={s.impl}: torch only; framework=jax accepts jvp.impl=func (jax.jvp)"
+        if c.framework == "jax" and s.impl not in ("auto", "func"):
+            return f"jvp.impl={s.impl}: torch only; framework=jax accepts jvp.impl=auto | func (jax.jvp)"
         if s.tangent == "keep" and (s.num_tangents != 1 or s.impl == "lazy"):
             return (
                 f"jvp.tangent=keep: applies to one tangent and an impl that holds it whole (got jvp.num_tangents="
@@ -77,6 +84,9 @@ class Jvp(Estimator):
                 "torch; accepted: jvp.impl=lazy (the tangent attached module by module to the gathered parameters)"
             )
         return None
+
+    def resolve(self, s: JvpSettings, framework: str, device_kind: str) -> JvpSettings:
+        return replace(s, impl=AUTO_IMPL[framework]) if s.impl == "auto" else s
 
     def records_graph(self, step: StepSpec) -> bool:
         return self.settings_of(step).impl == "naive"  # the forward-AD study's pathology: a graph never used

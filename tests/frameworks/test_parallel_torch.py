@@ -238,7 +238,7 @@ def test_a_rank_over_its_host_memory_limit_is_oom(tmp_path):
 @pytest.mark.parametrize(
     "args,expected",
     [
-        (["mode=jvp"], "jvp.impl=func with parallel=fsdp: forward-mode AD through FSDP2's sharded parameters fails"),
+        (["mode=jvp"], "jvp.impl=auto with parallel=fsdp: forward-mode AD through FSDP2's sharded parameters fails"),
         (["mode=jacfwd", "trainable=head"], "mode=jacfwd with parallel=fsdp, framework=torch: forward-mode AD"),
         (["fsdp_offload=true"], "fsdp_offload=true: the parameters already live in host memory on a CPU device"),
     ],

@@ -27,7 +27,7 @@ def row(framework, mode, layers, excess, step_s, **kw):
         "trainable": "all",
         "remat": "False",
         "num_tangents": "1",
-        "jvp_impl": "func",
+        "jvp_impl": "dual" if framework == "torch" else "func",
         "num_layers": str(layers),
         "hidden_size": "768",
         "status": "ok",

@@ -110,7 +110,7 @@ def result_row(
         "optimizer": cfg.optimizer.name,
         "trainable": cfg.trainable,
         "remat": cfg.remat,
-        "jvp_impl": cfg.jvp.impl,
+        "jvp_impl": best.get("jvp_impl") or cfg.jvp.impl,  # as the probes ran it (jvp.impl=auto resolved)
         "verdict": s.verdict,
         "max_value": s.best.value if s.best is not None else None,
         "peak_mem_mb": best.get("peak_mem_mb"),

@@ -23,6 +23,7 @@ from bench.config import (
     lora_columns,
     settings_columns,
 )
+from bench.estimators.jvp import AUTO_IMPL
 from bench.harness.scenario import Scenario, finished_runs, identity_of
 from bench.measure.system import cuda_memory_mb, host_facts, jaxlib_at_least
 from bench.scenarios.model import trial
@@ -66,9 +67,14 @@ def settings_identity(cfg: BenchConfig) -> dict:
     settings leave every earlier trial's hash as it was)."""
     moved, options = estimators.moved(), estimators.setting_columns()
     added = lambda column, value: column in ADDED_KEYS and value == ADDED_KEYS[column]
+    columns = settings_columns(cfg)
+    if columns.get("jvp_impl") == "auto":
+        # jvp.impl's default became auto (each framework's fastest pass; it was func): a jvp trial hashes with the
+        # pass it runs (torch's dual is a new configuration, JAX's jax.jvp is not), any other with func, as before
+        columns["jvp_impl"] = AUTO_IMPL[cfg.framework] if cfg.mode == "jvp" else "func"
     return {
         column: value
-        for column, value in settings_columns(cfg).items()
+        for column, value in columns.items()
         if (column in moved and not added(column, value)) or (column not in moved and value != default(options[column]))
     }
 

@@ -46,7 +46,8 @@ PARALLEL_COLUMNS = ("parallel", "devices", "nodes", "fsdp_reshard_after_forward"
 KNOB_DEFAULTS = {k: default(k) for k in ("attn_implementation", "directions", *PARALLEL_COLUMNS)}
 KNOB_DEFAULTS |= {"dropout": default("model.dropout")}
 # every estimator's settings, by their columns (mezo_eps: mezo.eps's default)
-KNOB_DEFAULTS |= {column: default(option) for column, option in estimators.setting_columns().items()}
+SETTING_OPTIONS = estimators.setting_columns()
+KNOB_DEFAULTS |= {column: default(option) for column, option in SETTING_OPTIONS.items()}
 # the optimizer's hyperparameters as runs.csv names them (adam_eps: optimizer.eps, apart from mezo_eps)
 OPTIMIZER_COLUMNS = {
     "lr": "lr",
@@ -83,10 +84,15 @@ def _canonical(value) -> str:
         return text
 
 
-def knob_default(column: str, optimizer: str = "") -> str:
-    """The knob's value when a run does not set it, as canonical text; an optimizer's own for its hyperparameters."""
+def knob_default(column: str, optimizer: str = "", row: dict | None = None) -> str:
+    """The knob's value when a run does not set it, as canonical text; an optimizer's own for its hyperparameters;
+    for an estimator's setting the device decides (jvp.impl=auto), what a run of `row`'s framework and device runs."""
     if column in OPTIMIZER_KNOBS:
         return _canonical(OPTIMIZER_DEFAULTS.get(optimizer, SCHEMA_OPTIMIZER)[column])
+    if row is not None and column in SETTING_OPTIONS and row.get("framework") in FRAMEWORKS:
+        name, key = SETTING_OPTIONS[column].split(".")
+        estimator, kind = estimators.get(name), "cuda" if str(row.get("device", "")).startswith("cuda") else "cpu"
+        return _canonical(getattr(estimator.resolve(estimator.settings(), row["framework"], kind), key))
     return _canonical(KNOB_DEFAULTS[column])
 
 
@@ -95,14 +101,14 @@ def knob(row: dict, column: str) -> str:
     empty or the CSV has no such column."""
     value = row.get(column)
     if value in (None, ""):
-        return knob_default(column, row.get("optimizer", "") or "")
+        return knob_default(column, row.get("optimizer", "") or "", row)
     return _canonical(value)
 
 
 def non_default(row: dict, column: str) -> str:
     """The knob's value where it is not the default, else ""."""
     value = knob(row, column)
-    return "" if value == knob_default(column, row.get("optimizer", "") or "") else value
+    return "" if value == knob_default(column, row.get("optimizer", "") or "", row) else value
 
 
 # ------------------------------------------------------------------------------------------------ mode names

@@ -23,6 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench import estimators
+from bench.estimators.jvp import AUTO_IMPL
 from bench.report.plots import Chart, Plot, Series, fit_title, save
 from bench.report.section import PLOT_DIR, Results, Section
 from bench.report.tables import fmt_ratio, md_table, num
@@ -77,7 +78,7 @@ JVP_WHY = {
     "pass that never comes",
     "lazy": "each module's tangent is drawn as the pass reaches it and dropped after",
 }
-JVP_REFERENCE = "func"  # bench's default torch jvp: the others are compared with it
+JVP_REFERENCE = AUTO_IMPL["torch"]  # bench's default torch jvp (jvp.impl=auto): the others are compared with it
 
 
 def has_breakdown(row: dict) -> bool:
@@ -303,8 +304,8 @@ def jvp_impl_rows(cells: Cells) -> list[list[dict]]:
 
 
 def jvp_impl_paragraph(rows: list[dict]) -> str:
-    """What torch's jvp implementations save and hold, each against `func` (or the first measured): the extra
-    activations naive's autograd records, the tangent lazy holds instead of the whole."""
+    """What torch's jvp implementations save and hold, each against the default, dual (or the first measured): the
+    extra activations naive's autograd records, the tangent lazy holds instead of the whole."""
     impl = {r.get("jvp_impl") or JVP_REFERENCE: r for r in rows}
     ref_name = JVP_REFERENCE if JVP_REFERENCE in impl else next(iter(impl))
     ref = impl[ref_name]

@@ -27,6 +27,7 @@ from bench.scenarios.model.select import (
     experiment_of,
     framework_order,
     knob,
+    knob_default,
     mode_label,
     richest_first,
     row_order,
@@ -217,7 +218,7 @@ def devices_grid(rows: list[dict]) -> list[list[Chart]]:
 def comm_category(row: dict) -> str:
     """The way of differentiating as the bytes plot groups it: variant() less torch's jvp_impl, which changes what
     a jvp holds, not what it exchanges (torch's jvp[lazy] and JAX's jvp stand side by side)."""
-    return variant({**row, "jvp_impl": "func"})
+    return variant({**row, "jvp_impl": knob_default("jvp_impl", row=row)})
 
 
 def comm_panels(contexts: dict[Context, Cells]) -> list[Chart]:
