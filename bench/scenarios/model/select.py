@@ -100,7 +100,7 @@ def knob(row: dict, column: str) -> str:
     """The row's value of a knob as canonical text (numbers compared by value); its default where the cell is
     empty or the CSV has no such column."""
     value = row.get(column)
-    if value in (None, ""):
+    if value in (None, "") or (value == "auto" and column in SETTING_OPTIONS):  # auto: what the device decides
         return knob_default(column, row.get("optimizer", "") or "", row)
     return _canonical(value)
 
