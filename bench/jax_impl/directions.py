@@ -2,8 +2,9 @@
 from their keys rather than stored. Mirror of torch_impl/directions.py.
 
 A direction is drawn unit by unit. A unit is a big parameter tensor (the word embeddings), the small tensors
-outside the layers together (one random op, cut into their shapes), or, with scan_layers, a stack of layers
-(model.BertEncoder): its layer i draws one direction over all of its trained tensors at once from the key
+outside the layers together with the small stacks whole (one random op, cut into their shapes: BitFit's biases,
+a narrow model's layers; see WHOLE), or, with scan_layers, a stack of layers (model.BertEncoder): its layer i draws
+one direction over all of its trained tensors at once from the key
 fold_in(unit's key, i). Unit u of direction k at `step` has the key
 fold_in(base(seed, step, k), u), so any unit, and any layer of a stack, can be drawn again alone, by any program:
 
@@ -23,6 +24,7 @@ with the same key (the rbg generator's values differ between a loop and a vmap, 
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 
@@ -38,6 +40,11 @@ PRNG_IMPL = "rbg"
 # A tensor outside the stacks with at least this many entries (2 MiB in fp32) is a unit of its own (the word
 # embeddings; BERT-base's pooler too); the smaller ones share one draw (see _units).
 ALONE = 1 << 19
+# A stack whose trained tensors hold fewer entries than this over all its layers (4 MiB in fp32: BitFit's biases,
+# a narrow model's layers) joins that shared draw, whole, as torch draws such tensors in one unit (its
+# bench.spec.UNIT_FLOOR): drawn layer by layer, each perturbation and update ran a loop over the layers whose
+# kernels outnumbered a forward pass's at BERT-base's depth (docs/speed.md).
+WHOLE = 1 << 20
 
 
 def direction_keys(seed: int, step, k, n: int):
@@ -85,17 +92,22 @@ def layer_direction(like: list, key, kind: str = "gaussian", gather=whole) -> li
 
 def _units(leaves_with_paths) -> list[tuple[str | None, list[int]]]:
     """The units of a flattened pytree of trained parameters (or things shaped like them), in order of their first
-    leaf: (stack name, its leaves' indices) for a stack of layers; (None, [i, j, ...]) for the tensors outside the
-    encoder's layers with fewer than ALONE entries, one draw cut into their shapes (that draw is held whole, a few
-    MiB: each random op more costs ~0.1 s of compile in every program that draws, and MiniLM has eight small
-    tensors outside its layers); (None, [i]) for any other tensor (the word embeddings; scan_layers=false, every
-    tensor of a layer), drawn alone where it is consumed, so the unrolled model holds no layer's direction whole."""
+    leaf: (stack name, its leaves' indices) for a stack of layers drawn layer by layer; (None, [i, j, ...]) for the
+    tensors outside the encoder's layers with fewer than ALONE entries and the stacks with fewer than WHOLE, whole,
+    one draw cut into their shapes (that draw is held whole, a few MiB: each random op more costs ~0.1 s of compile
+    in every program that draws, and MiniLM has eight small tensors outside its layers); (None, [i]) for any other
+    tensor (the word embeddings; scan_layers=false, every tensor of a layer), drawn alone where it is consumed, so
+    the unrolled model holds no layer's direction whole."""
+    sizes = collections.Counter()
+    for path, x in leaves_with_paths:
+        if stack_of(path) is not None:
+            sizes[stack_of(path)[0]] += x.size
     units, stacks = [], {}
     for i, (path, x) in enumerate(leaves_with_paths):
         stack = stack_of(path)
         if stack is None and (x.size >= ALONE or "layer" in keys_of(path)):
             units.append((None, [i]))
-        elif stack is None:
+        elif stack is None or sizes[stack[0]] < WHOLE:
             if "" not in stacks:
                 stacks[""] = len(units)
                 units.append((None, []))
@@ -106,6 +118,19 @@ def _units(leaves_with_paths) -> list[tuple[str | None, list[int]]]:
             stacks[stack[0]] = len(units)
             units.append((stack[0], [i]))
     return units
+
+
+def held_bytes(params) -> int:
+    """The most of a direction over `params` any program holds at once: its largest unit drawn whole, or one layer
+    of a stack drawn layer by layer."""
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    return max(
+        (
+            sum(flat[j][1].nbytes // (1 if stack is None else flat[j][1].shape[0]) for j in idx)
+            for stack, idx in _units(flat)
+        ),
+        default=0,
+    )
 
 
 def unit_direction(like: list, key, kind: str = "gaussian", gather=whole) -> list:

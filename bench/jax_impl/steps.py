@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -43,21 +44,55 @@ from bench.spec import HEAD_ONLY, StepSpec
 
 
 def make_optimizer(opt) -> optax.GradientTransformation:
-    """optax with the same hyperparameters torch.optim gets (torch_impl.steps.make_optimizer)."""
+    """optax with the same hyperparameters torch.optim gets (torch_impl.steps.make_optimizer), its numeric ones
+    values in its state (optax.inject_hyperparams), not constants of the compiled programs: a trial at another
+    learning rate, weight decay, momentum or epsilon runs the same programs (the persistent compilation cache's
+    hit, docs/speed.md). Static: what changes the program (momentum or weight decay off: no buffer, no term) and
+    AdamW's betas, which optax uses as 1 - beta: computed in float32 from a traced beta, in double from a constant
+    as torch does, so a traced beta would move AdamW's moments by ~1e-5 relative."""
     if opt.name == "sgd":
-        # torch.optim.SGD's weight decay is coupled (added to the gradient before momentum)
-        return optax.chain(
-            optax.add_decayed_weights(opt.weight_decay) if opt.weight_decay else optax.identity(),
-            optax.sgd(opt.lr, momentum=opt.momentum or None),
-        )
+        return optax.inject_hyperparams(_sgd)(opt.lr, opt.momentum or None, opt.weight_decay or None)
     if opt.name == "adamw":
-        return optax.adamw(opt.lr, b1=opt.beta1, b2=opt.beta2, eps=opt.eps, weight_decay=opt.weight_decay)
-    if opt.name == "signsgd":  # torch_impl.steps.SignSGD: weight decay coupled, then the sign
-        return optax.chain(
-            optax.add_decayed_weights(opt.weight_decay) if opt.weight_decay else optax.identity(),
-            optax.sign_sgd(opt.lr),
+        return optax.inject_hyperparams(optax.adamw, static_args=("b1", "b2", "eps_root"))(
+            opt.lr, b1=opt.beta1, b2=opt.beta2, eps=opt.eps, weight_decay=opt.weight_decay
         )
+    if opt.name == "signsgd":
+        return optax.inject_hyperparams(_signsgd)(opt.lr, opt.weight_decay or None)
     raise ValueError(f"optimizer={opt.name!r}: accepted sgd, adamw, signsgd")
+
+
+def _sgd(learning_rate, momentum, weight_decay) -> optax.GradientTransformation:
+    # torch.optim.SGD's weight decay is coupled (added to the gradient before momentum)
+    return optax.chain(
+        optax.add_decayed_weights(weight_decay) if weight_decay is not None else optax.identity(),
+        optax.sgd(learning_rate, momentum=momentum),
+    )
+
+
+def _signsgd(learning_rate, weight_decay) -> optax.GradientTransformation:
+    # torch_impl.steps.SignSGD: weight decay coupled, then the sign
+    return optax.chain(
+        optax.add_decayed_weights(weight_decay) if weight_decay is not None else optax.identity(),
+        optax.sign_sgd(learning_rate),
+    )
+
+
+# optax's names of the injected hyper-parameters -> OptimizerSpec's
+INJECTED = {"learning_rate": "lr", "momentum": "momentum", "weight_decay": "weight_decay", "eps": "eps"}
+
+
+def hyperparams_of(opt, optimizer: optax.GradientTransformation, params) -> dict[str, np.ndarray]:
+    """OptimizerSpec `opt`'s injected hyper-parameters, as `optimizer.init` would put them in its state (in the
+    parameters' widest float dtype), computed on the host: the program that makes the state takes them as
+    arguments (init_with)."""
+    like = jax.eval_shape(optimizer.init, params).hyperparams
+    return {k: np.asarray(jnp.asarray(getattr(opt, INJECTED[k]), x.dtype)) for k, x in like.items()}
+
+
+def init_with(optimizer: optax.GradientTransformation, params, hyperparams: dict):
+    """optimizer.init with its hyper-parameters given as arguments, not constants: one program at any
+    learning rate."""
+    return optimizer.init(params)._replace(hyperparams=hyperparams)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -102,12 +137,16 @@ class Trainer:
         # Frozen parameters live in `frozen`, closed over by the loss (in a world: passed to it, see on): no
         # tangent, no gradient, no optimizer state.
         self.graphdef, params, frozen = nnx.split(model, trainable, ...)
+        # Both as trees of plain arrays, the model's own Params (nnx.merge rebuilds the Variables from the
+        # graphdef): an nnx Variable is a pytree node of its own, flattened and rebuilt in Python at every program
+        # call, tensor by tensor, where a tree of arrays is flattened in C++ (docs/speed.md).
+        params, frozen = (nnx.State(nnx.to_pure_dict(x)) for x in (params, frozen))
         if self.world is None:
             self.params, self.frozen = jax.device_put((params, frozen), self.device)
         else:
             self.params, self.frozen = self.world.place((params, frozen))
         count = lambda t: sum(int(np.prod(x.shape)) for x in jax.tree.leaves(t))
-        every_param = (self.params, nnx.filter_state(self.frozen, nnx.Param))
+        every_param = (self.params, self.frozen)
         self.n_trainable, self.n_params = count(self.params), count(every_param)
         self.n_sharded = count([x for x in jax.tree.leaves(every_param) if not x.sharding.is_fully_replicated])
         # Dropout where the estimator trains with it; inference and MeZO run deterministic (as torch_impl).
@@ -129,7 +168,9 @@ class Trainer:
             w = self.world
             opt = w.shardings(jax.eval_shape(self.optimizer.init, self.params)) if self.optimizer else None
             sh = Shardings(w.shardings(self.frozen), w.shardings(self.params), opt, w.batch_sharding, w.replicated)
-        self.opt_shardings = sh.opt
+        if self.optimizer is not None:  # the optimizer state's program, its hyper-parameters arguments
+            self.opt_hyperparams = hyperparams_of(s.optimizer, self.optimizer, self.params)
+            self._init_opt = self.jit(partial(init_with, self.optimizer), (), (sh.params, sh.scalar), sh.opt)
         # The timed step: the estimator's own programs, or gradient and update fused in one
         self.split = hasattr(self.impl, "step")
         if self.split:
@@ -187,15 +228,25 @@ class Trainer:
         step's memory; torch_impl's eager trainer has nothing to compile. A step of several programs has them
         traced one after the other and compiled at the same time, on threads (XLA compiles without the GIL: on
         hosts with more cores than XLA:CPU's kernels use, the programs' sequential HLO passes overlap)."""
+        lowered = self.lower(micro_batches)
+        with ThreadPoolExecutor(len(lowered)) as pool:
+            for name, program in zip(lowered, pool.map(lambda program: program.compile(), lowered.values())):
+                setattr(self, name, program)
+
+    def lower(self, micro_batches) -> dict:
+        """{attribute: jax.stages.Lowered} of the programs compile() compiles for these batch shapes: the timed
+        step's and the optimizer state's (made by the first step). Their text is what a trial compiles, the key of
+        the persistent compilation cache (bench.jax_impl.device): the same at any value of the hyper-parameters
+        that are the programs' arguments (make_optimizer, the estimators' eps)."""
         self.micro_batches = len(micro_batches)
         if self.split:
             lowered = self.impl.lower(self, micro_batches)
         else:
             opt_state = jax.eval_shape(self.optimizer.init, self.params)
             lowered = {"_step": self._step.lower(self.frozen, self.params, opt_state, micro_batches, np.int32(0))}
-        with ThreadPoolExecutor(len(lowered)) as pool:
-            for name, program in zip(lowered, pool.map(lambda program: program.compile(), lowered.values())):
-                setattr(self, name, program)
+        if self.optimizer is not None and self.opt_state is None:  # made by the first step, compiled here
+            lowered["_init_opt"] = self._init_opt.lower(self.params, self.opt_hyperparams)
+        return lowered
 
     def programs(self) -> list[tuple]:
         """(compiled program, runs per step) for every program one timed step runs, after compile(): what
@@ -225,8 +276,7 @@ class Trainer:
 
     def _ensure_opt_state(self) -> None:
         if self.opt_state is None:
-            shardings = {} if self.world is None else {"out_shardings": self.opt_shardings}
-            self.opt_state = jax.jit(self.optimizer.init, **shardings)(self.params)
+            self.opt_state = self._init_opt(self.params, self.opt_hyperparams)
 
     def apply(self, grads) -> None:
         self._ensure_opt_state()
@@ -251,7 +301,7 @@ class Trainer:
         """Parameters and optimizer state held by one device (the fullest), from the arrays' own shards; the
         estimator's own state (HiZOO's Hessian estimate) counts with the optimizer's."""
         return {
-            "params": per_device_bytes((self.params, nnx.filter_state(self.frozen, nnx.Param))),
+            "params": per_device_bytes((self.params, self.frozen)),
             "optimizer": per_device_bytes((self.opt_state, self.state)),
         }
 

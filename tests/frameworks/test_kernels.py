@@ -47,8 +47,6 @@ FORWARDS = {
 # +eps z and the update; HiZOO's Hessian estimate's terms; LOZO's factors and their product)
 PER_UNIT = 16
 PER_STEP = 16  # the step's scalars: the losses, the projected gradient, their copies to the host
-REWRITE = {"jax": "JAX's perturbations launch several kernels per parameter buffer (issue 71 item 1's JAX mirror)"}
-FAILS_TODAY = {("jax", m) for m in ("mezo", "hizoo", "lozo")}
 
 
 def trainer(framework: str, mode: str):
@@ -103,10 +101,8 @@ def test_every_mode_is_counted_with_its_method(counted):
 
 
 @pytest.mark.parametrize("mode", list(FORWARDS))
-def test_each_estimator_launches_its_forwards_and_a_constant_per_unit(counted, mode, request):
+def test_each_estimator_launches_its_forwards_and_a_constant_per_unit(counted, mode):
     fw = counted["framework"]
-    if (fw, mode) in FAILS_TODAY:
-        request.applymarker(pytest.mark.xfail(reason=REWRITE[fw], strict=False))
     c, n = counted[mode]
     forwards, reference = FORWARDS[mode][1], counted["inference"][0]["kernels_per_step"]
     if (fw, mode) == ("torch", "jvp"):

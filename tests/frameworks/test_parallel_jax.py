@@ -188,8 +188,8 @@ spec = model_spec(cfg.model)
 trainer = steps.make_trainer(spec, build_weights(spec, 0, None), step_spec(cfg), world.device, world=world)
 batch = {"input_ids": [[101] * 8] * 4, "token_type_ids": [[0] * 8] * 4, "attention_mask": [[1] * 8] * 4,
          "labels": [0] * 4}
-trainer.compile(trainer.to_device([batch]))
-names = ("perturb", "loss", "update")  # MeZO's programs, in the order Trainer.programs() lists them
+trainer.compile(trainer.to_device([batch] * cfg.grad_accum))
+names = ("move_loss", "move", "update")  # MeZO's programs, in the order Trainer.programs() lists them
 print(json.dumps({name: {"comm": parallel.program_comm_bytes(p.as_text(), 2),
                          "temp": p.memory_analysis().temp_size_in_bytes}
                   for name, (p, _) in zip(names, trainer.programs(), strict=True)}))
@@ -200,8 +200,9 @@ print(json.dumps({name: {"comm": parallel.program_comm_bytes(p.as_text(), 2),
 def test_fsdp_draws_each_devices_part_of_the_directions_without_exchanging_them():
     """MeZO under fsdp: the perturbation and the update regenerate z from its key on each device, for its own
     shard: no collective, and no whole z (XLA's SPMD partitioner replicates the random-bit generator and slices
-    each device's part, and XLA:CPU fuses the slice into the generator, so the rest is never computed)."""
-    args = [*TINY, "mode=mezo", "parallel=fsdp", "devices=2", "seq_len=8", "optimizer=sgd"]
+    each device's part, and XLA:CPU fuses the slice into the generator, so the rest is never computed). Two
+    micro-batches, so that a move runs alone (between them) beside the moves fused with a loss."""
+    args = [*TINY, "mode=mezo", "parallel=fsdp", "devices=2", "seq_len=8", "optimizer=sgd", "grad_accum=2"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=false"}
     out = subprocess.run(
         [sys.executable, "-c", DIRECTIONS, *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=600
@@ -209,12 +210,12 @@ def test_fsdp_draws_each_devices_part_of_the_directions_without_exchanging_them(
     assert out.returncode == 0, out.stderr
     programs = json.loads(out.stdout.strip().splitlines()[-1])
     word_embeddings_shard = SPEC.vocab_size * SPEC.hidden_size * 4 // 2  # the largest tensor's part on one device
-    for name in ("perturb", "update"):
+    for name in ("move", "update"):
         assert programs[name]["comm"] == 0, programs
         # never a whole (or half) z; the small tensors' shared draw (positions, pooler, ...: 70 KB) is whole on
         # every device (directions._units), ~3x that in temporaries
         assert programs[name]["temp"] < word_embeddings_shard / 4, programs
-    assert programs["loss"]["comm"] == 4 * SHARDED + 4  # the matrices gathered, the loss all-reduced
+    assert programs["move_loss"]["comm"] == 4 * SHARDED + 4  # the loss's alone: the matrices gathered, it reduced
 
 
 @pytest.mark.slow

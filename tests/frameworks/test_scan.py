@@ -193,11 +193,19 @@ def _stacked_params(scope="all"):
     return model, params, frozen
 
 
+# directions.WHOLE: tiny's stacks are small enough to be drawn whole; at 0 every stack is drawn layer by layer, as a
+# wide model's are
+BY_LAYER, WHOLE = 0, directions.WHOLE
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("whole", [BY_LAYER, WHOLE])
 @pytest.mark.parametrize("scope", ["all", "last_k"])
-def test_a_pass_along_the_seeded_direction_is_the_jvp_along_the_whole_tangent(scope):
-    """displaced(): each stacked layer's tangent drawn inside the scan gives jax.jvp's derivative along the whole
-    tangent sample_tangent draws (the update's and jvp.tangent=keep's), to fp32 rounding."""
+def test_a_pass_along_the_seeded_direction_is_the_jvp_along_the_whole_tangent(scope, whole, monkeypatch):
+    """displaced(): each stacked layer's tangent drawn inside the scan (or a small stack's drawn whole) gives
+    jax.jvp's derivative along the whole tangent sample_tangent draws (the update's and jvp.tangent=keep's), to
+    fp32 rounding."""
+    monkeypatch.setattr(directions, "WHOLE", whole)
     model, params, frozen = _stacked_params(scope)
     graphdef = nnx.graphdef(model)
     args = _args(model.spec)
@@ -220,10 +228,11 @@ def test_a_pass_along_the_seeded_direction_is_the_jvp_along_the_whole_tangent(sc
 
 @pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
-def test_the_layer_by_layer_update_is_the_whole_one(optimizer):
+def test_the_layer_by_layer_update_is_the_whole_one(optimizer, monkeypatch):
     """seeded_update (a stack's g one layer at a time, the optimizer applied part by part) equals the optimizer's
     update with g whole (seeded_gradient), parameters and state, for K = 2 directions, with momentum, weight decay
     and AdamW's moments and step count, over two steps; perturb equals theta + scale z whole."""
+    monkeypatch.setattr(directions, "WHOLE", BY_LAYER)
     _, params, _ = _stacked_params("last_k")  # two stacks: the frozen one carries nothing
     spec = OptimizerSpec(name=optimizer, lr=0.1, momentum=0.9 if optimizer == "sgd" else 0.0, weight_decay=0.01)
     opt = make_optimizer(spec)
@@ -245,10 +254,11 @@ def test_the_layer_by_layer_update_is_the_whole_one(optimizer):
 
 
 @pytest.mark.slow
-def test_a_forward_gradient_and_mezo_hold_no_more_with_more_layers():
+def test_a_forward_gradient_and_mezo_hold_no_more_with_more_layers(monkeypatch):
     """What XLA's buffer assignment gives each program of a jvp and a MeZO step (compiled.memory_analysis) does not
     grow with depth: a stack's direction exists one layer at a time in every program. (Handed to jax.jvp whole, a
     stacked tangent would add a layer's tangent, 0.8 MB here, per layer: the scan's inputs exist before it runs.)"""
+    monkeypatch.setattr(directions, "WHOLE", BY_LAYER)  # a wide model's stacks (these would be drawn whole)
     temps = {}
     for layers in (2, 6):  # a whole tangent would add 4 x 0.8 MB at 6 layers
         for mode in ("jvp", "mezo"):

@@ -2,10 +2,11 @@
 then the Hessian estimate's update and g = proj z / sqrt(H), z regenerated from its key. Mirror of
 torch_impl/estimators/hizoo.py.
 
-The timed step runs separate programs, as MeZO's: each perturbation donates the parameters (XLA writes theta +-
-eps z / sqrt(H) over them, in place as torch's add_), the loss, and an update that redraws z, updates H (donated,
-so in place too) and applies g. Unlike MeZO's update, which draws a stack's z one layer at a time, it draws z
-whole: one parameter-sized temporary more inside the update program.
+The timed step runs separate programs, as MeZO's: the loss at theta, then each perturbation fused with the loss
+after it, the parameters donated (XLA writes theta +- eps z / sqrt(H) over them, in place as torch's add_), and an
+update that takes the losses, redraws z, puts the last +eps back, updates H (donated, so in place too) and applies
+g; eps and alpha are its arguments, not constants. Unlike MeZO's update, which draws a stack's z one layer at a
+time, it draws z whole: one parameter-sized temporary more inside the update program.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bench.jax_impl.directions import perturb, sample_tangent
+from bench.jax_impl.directions import held_bytes, perturb, sample_tangent
 from bench.jax_impl.estimators import Held
 from bench.jax_impl.loss import dropout_key
 
@@ -28,8 +29,9 @@ def init_state(trainer):
 
 
 def memory(trainer, micro_batches, temp) -> Held:
-    # one leaf's direction in the perturbations (H is state, counted with the optimizer's: Trainer.state_bytes)
-    return Held(directions=max((x.nbytes for x in jax.tree.leaves(trainer.params)), default=0))
+    # a unit of the direction at a time in the perturbations (H is state, counted with the optimizer's:
+    # Trainer.state_bytes)
+    return Held(directions=held_bytes(trainer.params))
 
 
 def gradient(trainer, params, micro_batches, step, tangents=None):
@@ -52,87 +54,114 @@ def gradient(trainer, params, micro_batches, step, tangents=None):
 
 
 def prepare(trainer, shardings) -> None:
-    sh, s = shardings, trainer.spec
-    trainer._perturb = trainer.jit(
-        lambda p, h, scale, step: perturb(p, scale, s.seed, step, s.directions, trainer.gather, hessian=h),
-        (0,),
-        (sh.params, sh.params, sh.scalar, sh.scalar),
-        sh.params,
+    sh = shardings
+    trainer._loss = trainer.jit(partial(loss, trainer), (), (sh.frozen, sh.params, sh.scalar, sh.batch), sh.scalar)
+    trainer._move_loss = trainer.jit(
+        partial(move_loss, trainer),
+        (1,),
+        (sh.frozen, sh.params, sh.params, sh.scalar, sh.scalar, sh.batch),
+        (sh.params, sh.scalar),
     )
-    trainer._loss = trainer.jit(partial(loss, trainer), (), (sh.frozen, sh.params, sh.batch, sh.scalar), sh.scalar)
+    trainer._move = trainer.jit(partial(move, trainer), (0,), (sh.params, sh.params, sh.scalar, sh.scalar), sh.params)
     trainer._update = trainer.jit(
         partial(update, trainer),
         (0, 1, 2),
-        (sh.params, sh.opt, sh.params, sh.scalar, sh.scalar, sh.scalar),
-        (sh.params, sh.opt, sh.params),
+        (sh.params, sh.opt, sh.params, sh.scalar, sh.scalar, sh.scalar, sh.scalar),
+        (sh.params, sh.opt, sh.params, sh.scalar),
     )
 
 
 def lower(trainer, micro_batches) -> dict:
-    step, params = np.int32(0), trainer.params
+    step, zero, params, m = np.int32(0), np.float32(0), trainer.params, len(micro_batches)
     opt_state = jax.eval_shape(trainer.optimizer.init, params)
-    key, zero = dropout_key(trainer.spec.seed, step), np.float32(0)
-    return {
-        "_perturb": trainer._perturb.lower(params, params, zero, step),  # H has the parameters' shapes
-        "_loss": trainer._loss.lower(trainer.frozen, params, micro_batches[0], key),
-        "_update": trainer._update.lower(params, opt_state, params, zero, zero, step),
+    lowered = {  # H has the parameters' shapes
+        "_loss": trainer._loss.lower(trainer.frozen, params, step, micro_batches[0]),
+        "_move_loss": trainer._move_loss.lower(trainer.frozen, params, params, 0.0, step, micro_batches[0]),
+        "_update": trainer._update.lower(params, opt_state, params, [(zero, zero, zero)] * m, 0.0, 0.0, step),
     }
+    if m > 1:  # the moves back between micro-batches
+        lowered["_move"] = trainer._move.lower(params, params, 0.0, step)
+    return lowered
 
 
 def programs(trainer) -> list[tuple]:
     m = trainer.micro_batches
-    return [(trainer._perturb, 3 * m), (trainer._loss, 3 * m), (trainer._update, 1)]
+    moves = [(trainer._move, m - 1)] if m > 1 else []
+    return [(trainer._loss, m), (trainer._move_loss, 2 * m), *moves, (trainer._update, 1)]
 
 
 def step(trainer, micro_batches):
-    step, eps = np.int32(trainer.step_count), trainer.estimator.settings_of(trainer.spec).eps
-    trainer.params, total, proj, second = hizoo_passes(
-        lambda p, batch, key: trainer._loss(trainer.frozen, p, batch, key),
-        lambda p, scale: trainer._perturb(p, trainer.state, scale, step),
+    step, settings = np.int32(trainer.step_count), trainer.estimator.settings_of(trainer.spec)
+    trainer.params, losses = hizoo_passes(
+        lambda p, batch: trainer._loss(trainer.frozen, p, step, batch),
+        lambda p, scale, batch: trainer._move_loss(trainer.frozen, p, trainer.state, scale, step, batch),
+        lambda p, scale: trainer._move(p, trainer.state, scale, step),
         trainer.params,
         micro_batches,
-        dropout_key(trainer.spec.seed, step),
-        eps=eps,
+        eps=settings.eps,
+        restore=False,  # the update puts the last +eps back with the z it draws anyway
     )
-    trainer.params, trainer.opt_state, trainer.state = trainer._update(
-        trainer.params, trainer.opt_state, trainer.state, proj, second, step
+    trainer.params, trainer.opt_state, trainer.state, total = trainer._update(
+        trainer.params, trainer.opt_state, trainer.state, losses, settings.eps, settings.alpha, step
     )
     return total
 
 
-def loss(trainer, frozen, params, batch, key):
-    """One forward pass (L0, L+ or L-)."""
-    return trainer.on(frozen).loss_of(params, batch, key)
+def loss(trainer, frozen, params, step, batch):
+    """One forward pass at theta (L0)."""
+    return trainer.on(frozen).loss_of(params, batch, dropout_key(trainer.spec.seed, step))
 
 
-def update(trainer, params, opt_state, hessian, proj, second, step):
-    """H's update and the optimizer's with g = proj z / sqrt(H), z regenerated from the step: (params, opt_state,
-    H)."""
-    s, settings = trainer.spec, trainer.estimator.settings_of(trainer.spec)
+def move(trainer, params, hessian, scale, step):
+    """theta + scale z / sqrt(H), z regenerated from its keys, written over the donated theta."""
+    s = trainer.spec
+    return perturb(params, scale, s.seed, step, s.directions, trainer.gather, hessian=hessian)
+
+
+def move_loss(trainer, frozen, params, hessian, scale, step, batch):
+    """The move, then one forward pass there (L+ or L-): (the moved parameters, the loss)."""
+    params = move(trainer, params, hessian, scale, step)
+    return params, loss(trainer, frozen, params, step, batch)
+
+
+def update(trainer, params, opt_state, hessian, losses, eps, alpha, step):
+    """The last +eps z / sqrt(H) put back, H's update and the optimizer's with g = proj z / sqrt(H), z regenerated
+    from the step: (params, opt_state, H, the step's loss L0)."""
+    s = trainer.spec
+    total, proj, second = hizoo_differences(losses, eps)
     z = sample_tangent(params, s.seed, step, 0, s.directions, trainer.gather)
-    curvature = jnp.abs(second) / (2 * settings.eps**2)
-    hessian, g = hessian_scaled(hessian, z, proj, curvature, settings.alpha)
+    params = jax.tree.map(lambda x, z, h: x + eps * (z * jax.lax.rsqrt(h)), params, z, hessian)  # as perturb's
+    curvature = jnp.abs(second) / (2 * eps**2)
+    hessian, g = hessian_scaled(hessian, z, proj, curvature, alpha)
     updates, opt_state = trainer.optimizer.update(g, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, hessian
+    return optax.apply_updates(params, updates), opt_state, hessian, total
 
 
-def hizoo_passes(loss_of, move, params, micro_batches, key, *, eps: float):
-    """HiZOO's three passes per micro-batch: (parameters after the round trip, L0, the projection
-    (L+ - L-) / (2 eps), the second difference L+ + L- - 2 L0), perturbing by +eps, -2eps, +eps with
-    `move(params, scale)`."""
+def hizoo_passes(loss_fn, move_loss_fn, move_fn, params, micro_batches, *, eps, restore=True):
+    """HiZOO's three passes per micro-batch: (parameters after the round trip, losses[n] = (L0, L+, L-)),
+    perturbing by +eps, -2eps, +eps with `move_loss_fn(params, scale, batch)` -> (moved, loss) and
+    `move_fn(params, scale)`; restore=False leaves the last +eps to the update."""
+    losses, m = [], len(micro_batches)
+    for n, batch in enumerate(micro_batches):
+        loss0 = loss_fn(params, batch)
+        params, loss_plus = move_loss_fn(params, +eps, batch)
+        params, loss_minus = move_loss_fn(params, -2 * eps, batch)
+        if restore or n < m - 1:
+            params = move_fn(params, +eps)
+        losses.append((loss0, loss_plus, loss_minus))
+    return params, losses
+
+
+def hizoo_differences(losses, eps):
+    """(the mean L0, the projection (L+ - L-) / (2 eps), the second difference L+ + L- - 2 L0), each averaged over
+    the micro-batches of hizoo_passes' losses, in the order the passes ran."""
     total = proj = second = 0.0
-    m = len(micro_batches)
-    for batch in micro_batches:
-        loss0 = loss_of(params, batch, key)
-        params = move(params, +eps)
-        loss_plus = loss_of(params, batch, key)
-        params = move(params, -2 * eps)
-        loss_minus = loss_of(params, batch, key)
-        params = move(params, +eps)
+    m = len(losses)
+    for loss0, loss_plus, loss_minus in losses:
         total = total + loss0 / m
         proj = proj + (loss_plus - loss_minus) / (2 * eps) / m
         second = second + (loss_plus + loss_minus - 2 * loss0) / m
-    return params, total, proj, second
+    return total, proj, second
 
 
 def hessian_scaled(hessian, z, proj, curvature, alpha):
@@ -163,7 +192,15 @@ def hizoo_gradient(
     else:
         z = None
         move = lambda p, scale: perturb(p, scale, seed, step, kind, hessian=hessian)  # noqa: E731
-    params, total, proj, second = hizoo_passes(loss_of, move, params, micro_batches, key, eps=eps)
+
+    def move_loss_fn(p, scale, batch):
+        p = move(p, scale)
+        return p, loss_of(p, batch, key)
+
+    params, losses = hizoo_passes(
+        lambda p, batch: loss_of(p, batch, key), move_loss_fn, move, params, micro_batches, eps=eps
+    )
+    total, proj, second = hizoo_differences(losses, eps)
     z = z if z is not None else sample_tangent(params, seed, step, 0, kind)
     hessian, g = hessian_scaled(hessian, z, proj, jnp.abs(second) / (2 * eps**2), alpha)
     return params, total, g, hessian

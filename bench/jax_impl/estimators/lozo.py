@@ -4,8 +4,9 @@ torch_impl/estimators/lozo.py; a stacked layer's matrix (scan_layers) gets facto
 matrix's U runs along its first dimension (a JAX kernel's input side, a torch weight's output side: the estimate's
 statistics are the same either way).
 
-The timed step runs MeZO's separate programs (the perturbations donating the parameters, the loss, the update);
-the update builds the estimate whole, where MeZO's regenerates it a stack's layer at a time.
+The timed step runs MeZO's programs (each perturbation fused with the loss after it, the parameters donated; a
+move alone between micro-batches; the update, which restores the last +eps and takes eps as an argument); the
+update builds the estimate whole, where MeZO's regenerates it a stack's layer at a time.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bench.jax_impl.directions import PRNG_IMPL, layer_direction
 from bench.jax_impl.estimators import Held
-from bench.jax_impl.estimators.mezo import spsa_projection
+from bench.jax_impl.estimators.mezo import evaluated, spsa_passes, spsa_projections
 from bench.jax_impl.loss import dropout_key
 from bench.jax_impl.params import stack_of
 
@@ -53,48 +55,57 @@ def lozo_gradient(
     params, tests) instead of the seeded one."""
     draw = dict(rank=rank, interval=interval, seed=seed, step=step, kind=kind)
     z = tangents[0] if tangents is not None else low_rank_directions(params, **draw)
-    params, total, projs = spsa_projection(
-        loss_of, lambda p, scale, k: jax.tree.map(lambda x, z: x + scale * z, p, z), params, micro_batches, key, eps=eps
-    )
+    move_fn = lambda p, scale, k: jax.tree.map(lambda x, z: x + scale * z, p, z)  # noqa: E731
+    params, losses = spsa_passes(*evaluated(loss_of, move_fn, key), params, micro_batches, eps=eps)
+    total, projs = spsa_projections(losses, eps)
     return params, total, jax.tree.map(lambda z: projs[0] * z, z)
 
 
 def prepare(trainer, shardings) -> None:
     sh = shardings
-    trainer._perturb = trainer.jit(partial(perturb, trainer), (0,), (sh.params, sh.scalar, sh.scalar), sh.params)
-    trainer._loss = trainer.jit(partial(loss, trainer), (), (sh.frozen, sh.params, sh.batch, sh.scalar), sh.scalar)
+    trainer._move_loss = trainer.jit(
+        partial(move_loss, trainer),
+        (1,),
+        (sh.frozen, sh.params, sh.scalar, sh.scalar, sh.batch),
+        (sh.params, sh.scalar),
+    )
+    trainer._move = trainer.jit(partial(move, trainer), (0,), (sh.params, sh.scalar, sh.scalar), sh.params)
     trainer._update = trainer.jit(
-        partial(update, trainer), (0, 1), (sh.params, sh.opt, sh.scalar, sh.scalar), (sh.params, sh.opt)
+        partial(update, trainer),
+        (0, 1),
+        (sh.params, sh.opt, sh.scalar, sh.scalar, sh.scalar),
+        (sh.params, sh.opt, sh.scalar),
     )
 
 
 def lower(trainer, micro_batches) -> dict:
-    step, params = np.int32(0), trainer.params
+    step, zero, params, m = np.int32(0), np.float32(0), trainer.params, len(micro_batches)
     opt_state = jax.eval_shape(trainer.optimizer.init, params)
-    key = dropout_key(trainer.spec.seed, step)
-    return {
-        "_perturb": trainer._perturb.lower(params, np.float32(0), step),
-        "_loss": trainer._loss.lower(trainer.frozen, params, micro_batches[0], key),
-        "_update": trainer._update.lower(params, opt_state, np.float32(0), step),
+    lowered = {
+        "_move_loss": trainer._move_loss.lower(trainer.frozen, params, 0.0, step, micro_batches[0]),
+        "_update": trainer._update.lower(params, opt_state, [[(zero, zero)] * m], 0.0, step),
     }
+    if m > 1:  # the moves back between micro-batches
+        lowered["_move"] = trainer._move.lower(params, 0.0, step)
+    return lowered
 
 
 def programs(trainer) -> list[tuple]:
     m = trainer.micro_batches
-    return [(trainer._perturb, 3 * m), (trainer._loss, 2 * m), (trainer._update, 1)]
+    return [(trainer._move_loss, 2 * m), *([(trainer._move, m - 1)] if m > 1 else []), (trainer._update, 1)]
 
 
 def step(trainer, micro_batches):
     step, eps = np.int32(trainer.step_count), trainer.estimator.settings_of(trainer.spec).eps
-    trainer.params, total, projs = spsa_projection(
-        lambda p, batch, key: trainer._loss(trainer.frozen, p, batch, key),
-        lambda p, scale, k: trainer._perturb(p, scale, step),
+    trainer.params, losses = spsa_passes(
+        lambda p, scale, k, batch: trainer._move_loss(trainer.frozen, p, scale, step, batch),
+        lambda p, scale, k: trainer._move(p, scale, step),
         trainer.params,
         micro_batches,
-        dropout_key(trainer.spec.seed, step),
         eps=eps,
+        restore=False,  # the update puts the last +eps back with the Z it draws anyway
     )
-    trainer.params, trainer.opt_state = trainer._update(trainer.params, trainer.opt_state, projs[0], step)
+    trainer.params, trainer.opt_state, total = trainer._update(trainer.params, trainer.opt_state, losses, eps, step)
     return total
 
 
@@ -103,42 +114,55 @@ def _draw(trainer, step) -> dict:
     return dict(rank=settings.rank, interval=settings.interval, seed=s.seed, step=step, kind=s.directions)
 
 
-def perturb(trainer, params, scale, step):
-    """theta + scale Z, Z regenerated from its keys."""
+def move(trainer, params, scale, step):
+    """theta + scale Z, Z regenerated from its keys, written over the donated theta."""
     return jax.tree.map(lambda x, z: x + scale * z, params, low_rank_directions(params, **_draw(trainer, step)))
 
 
-def loss(trainer, frozen, params, batch, key):
-    """One forward pass (L+ or L-)."""
-    return trainer.on(frozen).loss_of(params, batch, key)
+def move_loss(trainer, frozen, params, scale, step, batch):
+    """The move, then one forward pass there (L+ or L-): (the moved parameters, the loss)."""
+    params = move(trainer, params, scale, step)
+    return params, trainer.on(frozen).loss_of(params, batch, dropout_key(trainer.spec.seed, step))
 
 
-def update(trainer, params, opt_state, proj, step):
-    """The optimizer's update with g = proj Z, Z regenerated from its keys."""
-    g = jax.tree.map(lambda z: proj * z, low_rank_directions(params, **_draw(trainer, step)))
-    updates, opt_state = trainer.optimizer.update(g, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state
+def update(trainer, params, opt_state, losses, eps, step):
+    """The projection from the passes' losses; the last +eps Z restored, then the optimizer's update with
+    g = proj Z, Z regenerated from its keys: (params, opt_state, the step's loss)."""
+    total, projs = spsa_projections(losses, eps)
+    z = low_rank_directions(params, **_draw(trainer, step))
+    params = jax.tree.map(lambda x, z: x + eps * z, params, z)
+    updates, opt_state = trainer.optimizer.update(jax.tree.map(lambda z: projs[0] * z, z), opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, total
 
 
 def low_rank_directions(params, *, rank: int, interval: int, seed: int, step, kind: str = "gaussian"):
     """Every leaf's perturbation at `step`: U V^T for a matrix (a stacked leaf's per layer), U drawn for the step
-    and V for its block of `interval` steps, each leaf from keys of its own; z, MeZO's, for any other leaf."""
+    and V for its block of `interval` steps, each matrix from keys of its own; z, MeZO's, for the other leaves,
+    one draw cut into their shapes (biases and norms: a few MiB at most, held whole)."""
     flat, treedef = jax.tree_util.tree_flatten_with_path(params)
-    root = jax.random.key(seed)
-    u_keys = jax.random.fold_in(jax.random.fold_in(root, step), 0)
-    v_keys = jax.random.fold_in(jax.random.fold_in(root, step // interval), 1)
-    out = []
-    for i, (path, x) in enumerate(flat):
-        lead = 1 if stack_of(path) is not None else 0  # a stack's leading axis is its layers
-        u_key, v_key = jax.random.fold_in(u_keys, i), jax.random.fold_in(v_keys, i)
-        if x.ndim - lead < 2:
-            out.append(_sample(u_key, x.shape, x.dtype, kind))
-            continue
-        m, n = x.shape[lead], int(np.prod(x.shape[lead + 1 :]))
-        u = _sample(u_key, (*x.shape[:lead], m, rank), x.dtype, kind)
-        v = _sample(v_key, (*x.shape[:lead], n, rank), x.dtype, kind)
-        out.append(jnp.matmul(u, jnp.swapaxes(v, -1, -2)).reshape(x.shape))
-    return jax.tree.unflatten(treedef, out)
+    lead = [1 if stack_of(path) is not None else 0 for path, _ in flat]  # a stack's leading axis is its layers
+    vectors = [i for i, (_, x) in enumerate(flat) if x.ndim - lead[i] < 2]
+    matrices = [i for i in range(len(flat)) if i not in vectors]
+    u_keys, v_keys = _keys(seed, step, interval, len(matrices) + 1)
+    out = dict(zip(vectors, layer_direction([flat[i][1] for i in vectors], u_keys[-1], kind) if vectors else []))
+    for i, u_key, v_key in zip(matrices, u_keys, v_keys):
+        x = flat[i][1]
+        m, n = x.shape[lead[i]], int(np.prod(x.shape[lead[i] + 1 :]))
+        u = _sample(u_key, (*x.shape[: lead[i]], m, rank), x.dtype, kind)
+        v = _sample(v_key, (*x.shape[: lead[i]], n, rank), x.dtype, kind)
+        out[i] = jnp.matmul(u, jnp.swapaxes(v, -1, -2)).reshape(x.shape)
+    return jax.tree.unflatten(treedef, [out[i] for i in range(len(flat))])
+
+
+def _keys(seed: int, step, interval: int, n: int):
+    """(U's keys, V's keys), n each: key i of U's is fold_in(fold_in(fold_in(seed's, step), 0), i), of V's the same
+    at step // interval and 1. The two streams in one vectorised hash per level, with the rbg generator's bits, as
+    the other directions' (bench/jax_impl/directions.py: on XLA:CPU each threefry hash is a loop of its own)."""
+    root = jax.random.key(seed, impl=PRNG_IMPL)
+    steps, streams = jnp.stack([jnp.asarray(step), jnp.asarray(step) // interval]), jnp.arange(2, dtype=jnp.uint32)
+    bases = jax.vmap(lambda s, k: jax.random.fold_in(jax.random.fold_in(root, s), k))(steps, streams)
+    keys = jax.vmap(lambda b: jax.vmap(lambda i: jax.random.fold_in(b, i))(jnp.arange(n, dtype=jnp.uint32)))(bases)
+    return keys[0], keys[1]
 
 
 def _sample(key, shape, dtype, kind: str):

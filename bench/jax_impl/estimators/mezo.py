@@ -3,9 +3,13 @@
 forward passes, g = 1/q sum_k (L+ - L-)/(2 eps) z_k with each z_k regenerated from its key. Mirror of
 torch_impl/estimators/mezo.py.
 
-The timed step runs separate programs: each perturbation donates the parameters, so it overwrites them in place as
-torch's add_ does (inside one jit XLA cannot write theta + eps z over the donated input and holds a second
-parameter-sized buffer); the loss; and an update that regenerates the z_k, restoring the last +eps with z_0.
+The timed step runs its perturbations and forward passes as separate programs, each perturbation fused with the
+loss that follows it: (theta, scale, k) -> (theta + scale z_k, the loss there), the parameters donated, so XLA
+writes the move over them in place as torch's add_ does (a whole MeZO step in one jit would hold theta and its
+perturbed copy: +1x parameters). Between directions and micro-batches a move alone puts theta back; the update
+takes the losses, forms the projections, restores the last +eps with the z_0 it draws anyway, and applies the
+optimizer: one direction on one micro-batch is three programs, and no arithmetic runs between them in Python.
+eps is an argument of every program, not a constant, so a trial at another eps compiles nothing new.
 """
 
 from __future__ import annotations
@@ -16,14 +20,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench.jax_impl.directions import perturb, seeded_gradient, seeded_update, tangent_gradient
+from bench.jax_impl.directions import held_bytes, perturb, seeded_gradient, seeded_update, tangent_gradient
 from bench.jax_impl.estimators import Held
 from bench.jax_impl.loss import dropout_key
 
 
 def memory(trainer, micro_batches, temp) -> Held:
-    # one leaf's direction at a time, fused into the perturbation
-    return Held(directions=max((x.nbytes for x in jax.tree.leaves(trainer.params)), default=0))
+    # a unit of the direction at a time (a big tensor's, the small ones' together, a stack's layer's), fused into
+    # the perturbation
+    return Held(directions=held_bytes(trainer.params))
 
 
 def gradient(trainer, params, micro_batches, step, tangents=None):
@@ -44,81 +49,115 @@ def gradient(trainer, params, micro_batches, step, tangents=None):
 
 
 def prepare(trainer, shardings) -> None:
-    sh, s = shardings, trainer.spec
-    trainer._perturb = trainer.jit(
-        lambda p, scale, step, k: perturb(p, scale, s.seed, step, s.directions, trainer.gather, k),
-        (0,),
-        (sh.params, sh.scalar, sh.scalar, sh.scalar),
-        sh.params,
+    sh = shardings
+    trainer._move_loss = trainer.jit(
+        partial(move_loss, trainer),
+        (1,),
+        (sh.frozen, sh.params, sh.scalar, sh.scalar, sh.scalar, sh.batch),
+        (sh.params, sh.scalar),
     )
-    trainer._loss = trainer.jit(partial(loss, trainer), (), (sh.frozen, sh.params, sh.batch, sh.scalar), sh.scalar)
+    trainer._move = trainer.jit(partial(move, trainer), (0,), (sh.params, sh.scalar, sh.scalar, sh.scalar), sh.params)
     trainer._update = trainer.jit(
-        partial(update, trainer), (0, 1), (sh.params, sh.opt, sh.scalar, sh.scalar), (sh.params, sh.opt)
+        partial(update, trainer),
+        (0, 1),
+        (sh.params, sh.opt, sh.scalar, sh.scalar, sh.scalar),
+        (sh.params, sh.opt, sh.scalar),
     )
 
 
 def lower(trainer, micro_batches) -> dict:
-    step, params, q = np.int32(0), trainer.params, trainer.estimator.settings_of(trainer.spec).q
+    step, zero, params, q = np.int32(0), np.float32(0), trainer.params, trainer.estimator.settings_of(trainer.spec).q
     opt_state = jax.eval_shape(trainer.optimizer.init, params)
-    key = dropout_key(trainer.spec.seed, step)
-    return {
-        "_perturb": trainer._perturb.lower(params, 0.0, step, np.int32(0)),
-        "_loss": trainer._loss.lower(trainer.frozen, params, micro_batches[0], key),
-        "_update": trainer._update.lower(params, opt_state, np.zeros(q, np.float32), step),
+    losses = [[(zero, zero)] * len(micro_batches)] * q
+    lowered = {
+        "_move_loss": trainer._move_loss.lower(trainer.frozen, params, 0.0, step, step, micro_batches[0]),
+        "_update": trainer._update.lower(params, opt_state, losses, 0.0, step),
     }
+    if restores(trainer):
+        lowered["_move"] = trainer._move.lower(params, 0.0, step, step)
+    return lowered
+
+
+def restores(trainer) -> int:
+    """The moves that put theta back within a step: one after each direction's pair of passes on each micro-batch,
+    but the last, which the update makes."""
+    return trainer.micro_batches * trainer.estimator.settings_of(trainer.spec).q - 1
 
 
 def programs(trainer) -> list[tuple]:
-    m, q = trainer.micro_batches, trainer.estimator.settings_of(trainer.spec).q  # the last +eps: in _update
-    return [(trainer._perturb, 3 * m * q - 1), (trainer._loss, 2 * m * q), (trainer._update, 1)]
+    m, q = trainer.micro_batches, trainer.estimator.settings_of(trainer.spec).q
+    moves = [(trainer._move, restores(trainer))] if restores(trainer) else []
+    return [(trainer._move_loss, 2 * m * q), *moves, (trainer._update, 1)]
 
 
 def step(trainer, micro_batches):
     step, settings = np.int32(trainer.step_count), trainer.estimator.settings_of(trainer.spec)
-    trainer.params, total, projs = spsa_projection(
-        lambda p, batch, key: trainer._loss(trainer.frozen, p, batch, key),
-        lambda p, scale, k: trainer._perturb(p, scale, step, np.int32(k)),
+    trainer.params, losses = spsa_passes(
+        lambda p, scale, k, batch: trainer._move_loss(trainer.frozen, p, scale, step, np.int32(k), batch),
+        lambda p, scale, k: trainer._move(p, scale, step, np.int32(k)),
         trainer.params,
         micro_batches,
-        dropout_key(trainer.spec.seed, step),
         eps=settings.eps,
         q=settings.q,
         restore=False,  # the update restores the last +eps with the z_0 it draws anyway (seeded_update)
     )
-    trainer.params, trainer.opt_state = trainer._update(trainer.params, trainer.opt_state, projs / settings.q, step)
+    trainer.params, trainer.opt_state, total = trainer._update(
+        trainer.params, trainer.opt_state, losses, settings.eps, step
+    )
     return total
 
 
-def loss(trainer, frozen, params, batch, key):
-    """One forward pass (L+ or L-)."""
-    return trainer.on(frozen).loss_of(params, batch, key)
+def move(trainer, params, scale, step, k):
+    """theta + scale z_k, z_k regenerated from its keys, written over the donated theta."""
+    s = trainer.spec
+    return perturb(params, scale, s.seed, step, s.directions, trainer.gather, k)
 
 
-def update(trainer, params, opt_state, coeffs, step):
-    """Optimizer update with g = sum_k coeffs[k] z_k, the z_k regenerated from the step, the last +eps z_0
-    restored in it."""
-    s, eps = trainer.spec, trainer.estimator.settings_of(trainer.spec).eps
-    return seeded_update(trainer.optimizer, params, opt_state, coeffs, s.seed, step, s.directions, trainer.gather, eps)
+def move_loss(trainer, frozen, params, scale, step, k, batch):
+    """The move, then one forward pass there (L+ or L-): (the moved parameters, the loss)."""
+    params = move(trainer, params, scale, step, k)
+    return params, trainer.on(frozen).loss_of(params, batch, dropout_key(trainer.spec.seed, step))
 
 
-def spsa_projection(loss_of, perturb_fn, params, micro_batches, key, *, eps: float, q: int = 1, restore=True):
-    """SPSA's forward passes: (restored parameters, mean of the L+ and L-, the q projected gradients
-    (L(theta + eps z_k) - L(theta - eps z_k)) / (2 eps)), perturbing by +eps, -2eps, +eps with
-    `perturb_fn(params, scale, k)` (the restored parameters carry the same rounding as torch's in-place round
-    trip). The directions go from z_{q-1} down to z_0, as in torch; restore=False: z_0's last +eps is left to the
-    update (seeded_update's shift), which draws z_0 anyway: the parameters come back at theta - eps z_0."""
-    projs, total, m = [0.0] * q, 0.0, len(micro_batches)
+def update(trainer, params, opt_state, losses, eps, step):
+    """The projections from the passes' losses, then the optimizer's update with g = 1/q sum_k proj_k z_k, the z_k
+    regenerated from the step, the last +eps z_0 restored in it: (params, opt_state, the step's loss)."""
+    s = trainer.spec
+    total, projs = spsa_projections(losses, eps)
+    params, opt_state = seeded_update(
+        trainer.optimizer, params, opt_state, projs / len(losses), s.seed, step, s.directions, trainer.gather, eps
+    )
+    return params, opt_state, total
+
+
+def spsa_passes(move_loss_fn, move_fn, params, micro_batches, *, eps, q: int = 1, restore=True):
+    """SPSA's forward passes: (the parameters after them, losses[k][n] = (L+, L-) of direction k on micro-batch
+    n), perturbing by +eps, -2eps, +eps with `move_loss_fn(params, scale, k, batch)` -> (moved, loss) and
+    `move_fn(params, scale, k)` (the restored parameters carry the same rounding as torch's in-place round trip).
+    The directions go from z_{q-1} down to z_0, as in torch; restore=False: z_0's last +eps is left to the update
+    (seeded_update's shift), which draws z_0 anyway: the parameters come back at theta - eps z_0."""
+    m = len(micro_batches)
+    losses = [[None] * m for _ in range(q)]
     for k in reversed(range(q)):
         for n, batch in enumerate(micro_batches):
-            params = perturb_fn(params, +eps, k)
-            loss_plus = loss_of(params, batch, key)
-            params = perturb_fn(params, -2 * eps, k)
-            loss_minus = loss_of(params, batch, key)
+            params, loss_plus = move_loss_fn(params, +eps, k, batch)
+            params, loss_minus = move_loss_fn(params, -2 * eps, k, batch)
             if restore or k > 0 or n < m - 1:
-                params = perturb_fn(params, +eps, k)
+                params = move_fn(params, +eps, k)
+            losses[k][n] = (loss_plus, loss_minus)
+    return params, losses
+
+
+def spsa_projections(losses, eps):
+    """(mean of the L+ and L-, the q projected gradients (L+ - L-) / (2 eps) averaged over the micro-batches)
+    from spsa_passes' losses, summed in the order the passes ran."""
+    q, m = len(losses), len(losses[0])
+    projs, total = [0.0] * q, 0.0
+    for k in reversed(range(q)):
+        for loss_plus, loss_minus in losses[k]:
             projs[k] = projs[k] + (loss_plus - loss_minus) / (2 * eps) / m
             total = total + (loss_plus + loss_minus) / 2 / m / q
-    return params, total, jnp.stack([jnp.asarray(p, jnp.float32) for p in projs])
+    return total, jnp.stack([jnp.asarray(p, jnp.float32) for p in projs])
 
 
 def spsa_gradient(
@@ -130,10 +169,21 @@ def spsa_gradient(
     estimate."""
     if tangents is not None:
         q = len(tangents)
-        move = lambda p, scale, k: jax.tree.map(lambda x, z: x + scale * z, p, tangents[k])  # noqa: E731
+        move_fn = lambda p, scale, k: jax.tree.map(lambda x, z: x + scale * z, p, tangents[k])  # noqa: E731
     else:
-        move = lambda p, scale, k: perturb(p, scale, seed, step, kind, k=k)  # noqa: E731
-    params, total, projs = spsa_projection(loss_of, move, params, micro_batches, key, eps=eps, q=q)
+        move_fn = lambda p, scale, k: perturb(p, scale, seed, step, kind, k=k)  # noqa: E731
+    params, losses = spsa_passes(*evaluated(loss_of, move_fn, key), params, micro_batches, eps=eps, q=q)
+    total, projs = spsa_projections(losses, eps)
     if tangents is not None:
         return params, total, tangent_gradient(tangents, projs / q)
     return params, total, seeded_gradient(params, projs / q, seed, step, kind)
+
+
+def evaluated(loss_of, move_fn, key):
+    """(move_loss_fn, move_fn) for spsa_passes from a loss and a move, traced in one program (the gradient)."""
+
+    def move_loss_fn(params, scale, k, batch):
+        params = move_fn(params, scale, k)
+        return params, loss_of(params, batch, key)
+
+    return move_loss_fn, move_fn
