@@ -215,6 +215,12 @@ class BenchConfig:
         "torch only: torch.compile the model (inductor; the first step, compilation included, is the "
         "row's compile_time_s, as JAX's jit); not with jvp or jacfwd, whose torch.func transforms it skips",
     )
+    compile_cache_dir: str | None = _f(
+        "~/.cache/bench/jax",
+        "JAX only: folder of XLA's persistent compilation cache, shared by every trial and run on this host that "
+        "compiles the same program (a tuning grid's points compile once; JAX_COMPILATION_CACHE_DIR in the "
+        "environment stands); the row's compile_cache says hit | miss | partial | off; null: off (docs/speed.md)",
+    )
     directions: str = _f("gaussian", "jvp tangents and mezo perturbations: gaussian | rademacher (+-1 entries)")
     dtype: str = _f("fp32", "fp32 | bf16 (mixed precision) | bf16_pure (scenario=ops: fp32 | fp64 | bf16)")
     device: str = _f("auto", "auto | cpu | cuda")
@@ -497,6 +503,7 @@ TRACES = "traces"  # profile=true: results_dir/traces/<run_id>/ holds each trial
 # Keys that do not change what a trial measures: `resume=true` ignores them when matching recorded trials.
 NOT_IDENTITY = (
     "results_dir",
+    "compile_cache_dir",
     "resume",
     "logger",
     "timeout_s",

@@ -3,11 +3,59 @@ trackers. Mirror of torch_impl/device.py."""
 
 from __future__ import annotations
 
+import collections
 import os
 
 import jax
 
 from bench.measure.trackers import HostRssTracker, JaxDeviceTracker, MemoryTracker, NvmlTracker
+
+# JAX's monitoring events of its persistent compilation cache (jax._src.compiler): each program compiled while the
+# cache is on is a request, and a hit when its executable was read from the cache instead of compiled.
+CACHE_EVENTS = {
+    "/jax/compilation_cache/compile_requests_use_cache": "requests",
+    "/jax/compilation_cache/cache_hits": "hits",
+}
+_cache_events = collections.Counter()
+
+
+def compilation_cache(folder: str | None) -> None:
+    """compile_cache_dir: XLA's compiled programs kept in `folder` and read back by any later process that compiles
+    the same program (JAX's key: the program, the compile options, the backend and jax/jaxlib versions, the XLA
+    flags), however short its compile (JAX's default keeps only those over a second) and whatever its size. A
+    folder the environment names (JAX_COMPILATION_CACHE_DIR, JAX's own setting: the tests' conftest sets one)
+    stands; None turns the cache off. Called before the first compile; JAX's events say what each compile did
+    (cache_counts)."""
+    if folder is None:
+        jax.config.update("jax_compilation_cache_dir", None)
+        return
+    if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        jax.config.update("jax_compilation_cache_dir", os.path.expanduser(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def _count_cache_event(event: str, **kwargs) -> None:
+    if event in CACHE_EVENTS:
+        _cache_events[CACHE_EVENTS[event]] += 1
+
+
+jax.monitoring.register_event_listener(_count_cache_event)  # counts only: nothing happens without the cache
+
+
+def cache_counts() -> tuple[int, int]:
+    """(programs compiled with the persistent cache on, of which read from it) so far in this process."""
+    return _cache_events["requests"], _cache_events["hits"]
+
+
+def cache_status(before: tuple[int, int], after: tuple[int, int]) -> str:
+    """The row's compile_cache for the compiles between two cache_counts(): hit (every program read from the
+    cache: compile_time_s is then the reads'), miss (none: compiled, and written), partial, or off (no folder:
+    compile_cache_dir=null; JAX counts its requests even then)."""
+    requests, hits = after[0] - before[0], after[1] - before[1]
+    if requests == 0 or not jax.config.jax_compilation_cache_dir:
+        return "off"
+    return "hit" if hits == requests else "miss" if hits == 0 else "partial"
 
 
 def resolve_device(requested):

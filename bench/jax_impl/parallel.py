@@ -32,7 +32,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bench.config import BenchConfig
-from bench.jax_impl.device import memory_trackers, resolve_device
+from bench.jax_impl.device import compilation_cache, memory_trackers, resolve_device
 from bench.jax_impl.params import is_stacked
 from bench.measure.trackers import HostRssTracker, JaxDeviceTracker, MemoryTracker, MiB, NvmlTracker
 from bench.parallel import shard_batches, world_size
@@ -181,7 +181,9 @@ class World:
 
 def start(cfg: BenchConfig) -> World:
     """This process's place in the trial (parallel=none: the whole trial, on one device). Called before anything
-    touches a device: the CPU device count and the distributed runtime can only be set before JAX starts."""
+    touches a device: the CPU device count, the distributed runtime and the persistent compilation cache
+    (compile_cache_dir) can only be set before JAX starts or compiles."""
+    compilation_cache(cfg.compile_cache_dir)
     p = cfg.parallel
     if p == "none":
         assert world_size(cfg) == 1

@@ -31,7 +31,7 @@ from flax import nnx
 
 from bench import estimators, models
 from bench.jax_impl import models as model_modules
-from bench.jax_impl.device import resolve_device, use_fp32
+from bench.jax_impl.device import cache_counts, cache_status, resolve_device, use_fp32
 from bench.jax_impl.estimators import implementation
 from bench.jax_impl.estimators.backprop import backprop_gradient
 from bench.jax_impl.loss import dropout_key, make_loss_fn, make_trunk_head_fns, whole
@@ -161,6 +161,7 @@ class Trainer:
         # as the optimizer's is (an argument of the programs that read it, never closed over)
         self.state = None
         self.step_count = 0
+        self.compile_cache = None  # compile(): hit | miss | partial | off (device.cache_status)
         self.micro_batches = s.grad_accum  # per update: how often MeZO's perturbation and loss run in a step
 
         sh = Shardings()
@@ -227,11 +228,14 @@ class Trainer:
         records the memory baseline, so what the compiler leaves resident (code, caches) is not counted as the
         step's memory; torch_impl's eager trainer has nothing to compile. A step of several programs has them
         traced one after the other and compiled at the same time, on threads (XLA compiles without the GIL: on
-        hosts with more cores than XLA:CPU's kernels use, the programs' sequential HLO passes overlap)."""
+        hosts with more cores than XLA:CPU's kernels use, the programs' sequential HLO passes overlap).
+        compile_cache: whether they came from the persistent compilation cache (device.cache_status)."""
         lowered = self.lower(micro_batches)
+        before = cache_counts()
         with ThreadPoolExecutor(len(lowered)) as pool:
             for name, program in zip(lowered, pool.map(lambda program: program.compile(), lowered.values())):
                 setattr(self, name, program)
+        self.compile_cache = cache_status(before, cache_counts())
 
     def lower(self, micro_batches) -> dict:
         """{attribute: jax.stages.Lowered} of the programs compile() compiles for these batch shapes: the timed

@@ -183,6 +183,7 @@ EXTRA_COLUMNS = (
     "no_kernel_dispatches_per_step",
     "host_share",
     "host_share_method",
+    "compile_cache",  # JAX: hit | miss | partial | off, the compiled programs read from the persistent cache or not
 )
 # each estimator's settings (bench/estimators/<name>.py): NAME_<setting>, those not named above at the end
 SETTING_COLUMNS = tuple(c for c in estimators.setting_columns() if c not in REQUIRED_COLUMNS + EXTRA_COLUMNS)

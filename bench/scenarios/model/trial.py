@@ -204,6 +204,8 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
         "data_fingerprint": data_fingerprint,
         "compile_time_s": aot_compile_s + warm[0],
         "aot_compile_s": aot_compile_s,
+        # JAX: whether those programs came from the persistent compilation cache (a hit's compile is its read)
+        "compile_cache": getattr(trainer, "compile_cache", None),
         "warmup_time_s": aot_compile_s + sum(warm),
         **stats.to_row(),
         "samples_per_s": samples / stats.median_s,

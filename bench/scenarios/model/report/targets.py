@@ -190,7 +190,15 @@ def perf(rows: list[dict], overhead: list[dict] = ()) -> list[Check]:
                 "x",
             )
         )
-    ok = [r for r in rows if r.get("status") == "ok" and r.get("framework") == "jax" and num(r, "compile_time_s")]
+    # a compile read from the persistent cache (compile_cache hit or partial) is not a compile: left out
+    ok = [
+        r
+        for r in rows
+        if r.get("status") == "ok"
+        and r.get("framework") == "jax"
+        and num(r, "compile_time_s")
+        and r.get("compile_cache") not in ("hit", "partial")
+    ]
     by = {(context_key(r), r.get("num_layers") or "", variant(r)): r for r in ok}
     contexts = sorted({ctx for ctx, _, _ in by})
     for (ctx, layers, name), r in sorted(by.items()):
