@@ -207,6 +207,14 @@ PROBE_MATMUL_S = 0.05
 PROBE_REPEATS = 5  # timed matmuls at the chosen size; the fastest is the peak (the others met a busy host)
 
 
+def useful_flops(forward: float | None, mode: str) -> float | None:
+    """The model's FLOPs a step of `mode` is credited with, from one forward pass's (`forward`): 3 forward passes
+    for every training mode, as backprop's forward and backward (MFU as PaLM and torchtitan define it: MeZO's two
+    forwards count as three, a forward-mode pass's zero tangents not at all), 1 for inference."""
+    trains = mode not in estimators.names() or estimators.get(mode).updates
+    return None if forward is None else forward * (3 if trains else 1)
+
+
 def best_matmul_rate(
     make: Callable[[int], Callable[[], Any]], sync: Callable[[Any], Any] | None, sizes: tuple[int, ...]
 ) -> float:

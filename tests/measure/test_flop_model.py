@@ -11,7 +11,7 @@ import pytest
 from bench.estimators.jacfwd import JacfwdSettings
 from bench.estimators.jvp import JvpSettings
 from bench.measure import flop_model
-from bench.measure.flop_model import matmuls, predict, published_peak
+from bench.measure.flop_model import matmuls, predict, published_peak, useful_flops
 from bench.models.bert import BertSpec, count_params
 from bench.spec import StepSpec
 
@@ -151,3 +151,11 @@ def test_probe_picks_the_largest_size_in_its_time(monkeypatch):
     rate = flop_model.best_matmul_rate(make, None, (256, 512, 1024))
     assert made == [256, 512]
     assert 0.5 * 2 * 512**3 / 8e-3 < rate <= 2 * 512**3 / 8e-3  # sleep overshoots, never undershoots
+
+
+def test_a_step_is_credited_three_forward_passes_when_it_trains_and_one_when_it_does_not():
+    """MFU's useful FLOPs (PaLM's and torchtitan's): backprop's forward and backward for every training mode, MeZO's
+    two forwards and a forward-mode pass included; inference one pass."""
+    assert useful_flops(10.0, "inference") == 10.0
+    assert [useful_flops(10.0, m) for m in ("backprop", "jvp", "mezo")] == [30.0] * 3
+    assert useful_flops(None, "mezo") is None

@@ -29,7 +29,7 @@ from bench.config import TRACES, BenchConfig, model_spec, step_spec
 from bench.harness.scenario import RUN_ID_ENV
 from bench.harness.signals import maybe_inject_fault
 from bench.measure.flop_model import predict as predict_flops
-from bench.measure.flop_model import published_peak
+from bench.measure.flop_model import published_peak, useful_flops
 from bench.measure.memory_model import predict
 from bench.measure.system import cpu_name
 from bench.measure.timeline import explain, load_events
@@ -313,6 +313,7 @@ def flop_columns(cfg: BenchConfig, trainer, batches, step_s: float, device, kind
         model_spec(cfg.model), replace(step_spec(cfg), mode=estimators.BASELINE), cfg.batch_size, cfg.seq_len
     )
     rate = counted["flops_per_step"] / step_s
+    useful = useful_flops(forward.total if forward else None, cfg.mode)
     published = (
         published_peak(implementation(cfg.framework, "device").device_name(device), cfg.dtype)
         if kind == "cuda"
@@ -327,7 +328,10 @@ def flop_columns(cfg: BenchConfig, trainer, batches, step_s: float, device, kind
         "matmul_peak_flops_per_s": peak,
         "utilisation": rate / peak if peak else None,
         "peak_flops_per_s": published,
-        "mfu": rate / published if published else None,
+        # the counted FLOPs' rate over the peak (hardware FLOPs: recomputation, forward mode's tangents) and the
+        # model's useful FLOPs' (rows before hfu existed hold the former under mfu)
+        "hfu": rate / published if published else None,
+        "mfu": useful / step_s / published if published and useful else None,
     }
 
 

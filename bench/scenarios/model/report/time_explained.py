@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 
 from bench import estimators
+from bench.measure import flop_model
 from bench.measure.timeline import CATEGORIES
 from bench.report.plots import Chart, Plot, Series, save
 from bench.report.section import PLOT_DIR, Results, Section
@@ -119,11 +120,8 @@ def peak_of(row: dict, peaks: dict[str, float]) -> float | None:
 
 
 def useful_flops(row: dict) -> float | None:
-    """The model's FLOPs a step is credited with: 3 forward passes for every training mode, as backprop's forward
-    and backward (MFU as PaLM and torchtitan define it), 1 for inference."""
-    forward = num(row, "flops_forward")
-    trains = row.get("mode") not in estimators.names() or estimators.get(row["mode"]).updates
-    return None if forward is None else forward * (3 if trains else 1)
+    """The model's FLOPs a row's step is credited with (bench.measure.flop_model.useful_flops)."""
+    return flop_model.useful_flops(num(row, "flops_forward"), row.get("mode", ""))
 
 
 def utilisations(row: dict, peaks: dict[str, float]) -> tuple[float | None, float | None]:
