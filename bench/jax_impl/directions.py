@@ -34,6 +34,7 @@ import optax
 from optax import tree_utils as otu
 
 from bench.jax_impl.params import keys_of, stack_of
+from bench.spec import UNIT_FLOOR
 
 # The generator of the directions' bits (jax.random's key implementations): see direction_keys.
 PRNG_IMPL = "rbg"
@@ -41,10 +42,10 @@ PRNG_IMPL = "rbg"
 # embeddings; BERT-base's pooler too); the smaller ones share one draw (see _units).
 ALONE = 1 << 19
 # A stack whose trained tensors hold fewer entries than this over all its layers (4 MiB in fp32: BitFit's biases,
-# a narrow model's layers) joins that shared draw, whole, as torch draws such tensors in one unit (its
-# bench.spec.UNIT_FLOOR): drawn layer by layer, each perturbation and update ran a loop over the layers whose
-# kernels outnumbered a forward pass's at BERT-base's depth (docs/speed.md).
-WHOLE = 1 << 20
+# a narrow model's layers) joins that shared draw, whole, as torch draws such tensors in one unit: drawn layer by
+# layer, each perturbation and update ran a loop over the layers whose kernels outnumbered a forward pass's at
+# BERT-base's depth (docs/speed.md).
+WHOLE = UNIT_FLOOR
 
 
 def direction_keys(seed: int, step, k, n: int):
