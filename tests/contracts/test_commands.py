@@ -74,8 +74,13 @@ def check(command: str, tmp_path: Path) -> None:
             "gpu-check": gpu_check.parse,
             "rerun": rerun.parse,
         }.get(name, lambda a: a)(rest)
-        if name == "capacity":
+        if name == "capacity" and cuda_device_count():
             capacity.prepare(parsed)
+        elif name == "capacity":
+            try:
+                capacity.prepare(parsed)
+            except ConfigError as e:  # a GPU host's command (its budget the GPU's memory): refused here, in one line
+                assert "no GPU here" in str(e) and "\n" not in str(e), e
         return
     multirun = any(a in ("-m", "--multirun") for a in args)
     overrides = [a for a in args if not a.startswith("-")]

@@ -44,7 +44,7 @@ from tests.support import FAST, REPO, bench_here, whole_rows
         (["num_tangents=4"], "num_tangents=4: num_tangents is now jvp.num_tangents; accepted: jvp.num_tangents=4"),
         (["jvp_impl=lazy"], "jvp_impl=lazy: jvp_impl is now jvp.impl; accepted: jvp.impl=lazy"),
         (["jacfwd_chunk=8"], "jacfwd_chunk=8: jacfwd_chunk is now jacfwd.chunk; accepted: jacfwd.chunk=8"),
-        (["jvp.impl=fused"], "jvp.impl=fused: accepted func | lazy | dual | naive"),
+        (["jvp.impl=fused"], "jvp.impl=fused: accepted auto | dual | func | lazy | naive"),
         (["jacfwd.chunk=0"], "jacfwd.chunk=0: accepted auto | an integer >= 1"),
         (["mode=hizoo", "dtype=bf16_pure"], "mode=hizoo with dtype=bf16_pure: MeZO's in-place +eps, -2eps, +eps"),
         (["batch_size=abc"], "batch_size=abc"),
