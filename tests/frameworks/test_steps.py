@@ -196,6 +196,34 @@ def test_torch_jvp_impls_agree():
         assert results[impl] == pytest.approx(results["func"], rel=1e-5), impl
 
 
+@pytest.mark.parametrize("affine", [True, False])
+def test_torch_layer_norm_rule_is_torchs_own_in_both_modes(affine):
+    """The dual passes' LayerNormJvp gives torch's own layer norm, tangent (x, weight and bias moving at once) and
+    gradient: the reverse passes the same model still runs (a run's gradient cosine) go through it too."""
+    from bench.torch_impl.estimators.jvp import LayerNormJvp
+
+    g = torch.Generator().manual_seed(0)
+    x, dx, grad = (torch.randn(2, 3, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    w, b, dw, db = (torch.randn(8, generator=g, dtype=torch.float64) if affine else None for _ in range(4))
+    primals, tangents = [t for t in (x, w, b) if t is not None], [t for t in (dx, dw, db) if t is not None]
+
+    def rule(x, w=None, b=None):
+        return LayerNormJvp.apply(x, w, b, (8,), 1e-5)
+
+    def own(x, w=None, b=None):
+        return torch.nn.functional.layer_norm(x, (8,), w, b, 1e-5)
+
+    out, tangent = torch.func.jvp(rule, tuple(primals), tuple(tangents))
+    ref_out, ref_tangent = torch.func.jvp(own, tuple(primals), tuple(tangents))
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(tangent, ref_tangent)
+    leaves = [t.clone().requires_grad_() for t in primals]
+    got = torch.autograd.grad(rule(*leaves), leaves, grad)
+    want = torch.autograd.grad(own(*leaves), leaves, grad)
+    for a, e in zip(got, want, strict=True):
+        torch.testing.assert_close(a, e)
+
+
 def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(monkeypatch):
     """jvp.impl=lazy draws a unit of the tangent when the first module it feeds runs: the same seeded directions as
     func, so the same step, with one unit alive at a time (func: every unit). Units here as small as the largest

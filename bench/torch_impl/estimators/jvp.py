@@ -48,7 +48,8 @@ def _layer_norm(m, x):
 
 class LayerNormJvp(torch.autograd.Function):
     """Layer norm whose tangent is computed by native ops: with x^ = (x - mean) / std over the normalized dims,
-    d(x^ w + b) = (dx - mean(dx) - x^ mean(dx x^)) w / std + x^ dw + db. Forward mode only (no backward)."""
+    d(x^ w + b) = (dx - mean(dx) - x^ mean(dx x^)) w / std + x^ dw + db. Its backward is torch's own kernel, for
+    the reverse passes the same model still runs (the gradient a run's cosine is measured against)."""
 
     @staticmethod
     def forward(x, weight, bias, shape, eps):
@@ -56,9 +57,20 @@ class LayerNormJvp(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, weight, _, shape, eps = inputs
+        x, weight, bias, shape, eps = inputs
         ctx.save_for_forward(x, weight)
-        ctx.dims, ctx.eps, ctx.dtype = tuple(range(-len(shape), 0)), eps, output.dtype
+        ctx.save_for_backward(x, weight, bias)
+        ctx.shape, ctx.dims, ctx.eps, ctx.dtype = shape, tuple(range(-len(shape), 0)), eps, output.dtype
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w, b = ctx.saved_tensors
+        x = x.to(ctx.dtype)
+        var, mean = torch.var_mean(x, ctx.dims, keepdim=True, correction=0)
+        dx, dw, db = torch.ops.aten.native_layer_norm_backward(
+            grad, x, list(ctx.shape), mean, torch.rsqrt(var + ctx.eps), w, b, list(ctx.needs_input_grad[:3])
+        )
+        return dx, dw, db, None, None
 
     @staticmethod
     def jvp(ctx, dx, dweight, dbias, _shape, _eps):
