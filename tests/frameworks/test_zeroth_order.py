@@ -258,24 +258,31 @@ def test_lozo_given_the_same_direction_is_the_same_in_torch_and_jax():
 
 
 def lozo_draws(framework: str, step: int, rank: int, interval: int) -> dict[str, np.ndarray]:
-    """One draw of LOZO's directions over a matrix and a vector."""
+    """One draw of LOZO's directions over a Linear layer of 8 inputs and 6 outputs, in torch's layout (out, in)
+    whatever the framework's (JAX's kernel is (in, out)), and a vector."""
     draw = dict(rank=rank, interval=interval, seed=0, step=step, kind="gaussian")
     if framework == "torch":
-        params = {"w": torch.zeros(8, 6), "b": torch.zeros(6)}
-        return {n: z.numpy() for n, z in tlozo.low_rank_directions(params, **draw).items()}
-    params = {"b": jnp.zeros(6), "w": jnp.zeros((8, 6))}  # a pytree's leaves in key order: b, then w
-    return {n: np.asarray(z) for n, z in jlozo.low_rank_directions(params, **draw).items()}
+        params = {"dense.weight": torch.zeros(6, 8), "dense.bias": torch.zeros(6)}
+        z = {n: z.numpy() for n, z in tlozo.low_rank_directions(params, **draw).items()}
+        return {"w": z["dense.weight"], "b": z["dense.bias"]}
+    params = {"dense": {"bias": jnp.zeros(6), "kernel": jnp.zeros((8, 6))}}
+    z = jlozo.low_rank_directions(params, **draw)["dense"]
+    return {"w": np.asarray(z["kernel"]).T, "b": np.asarray(z["bias"])}
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_lozo_perturbs_a_matrix_by_rank_r_and_keeps_v_for_its_interval(framework):
+def test_lozo_perturbs_a_matrix_by_rank_r_and_keeps_v_on_its_input_side(framework):
+    """A Linear's perturbation U V^T has rank r, and V, kept for `interval` steps, runs along its input, as the
+    authors keep it: across the steps it is kept, the perturbations span r input directions while U, drawn every
+    step, spans more output ones. In JAX, whose kernel is the transpose of torch's weight, a V drawn along the
+    kernel's first axis by the torch rule would span r output directions instead."""
     rank, interval = 2, 3
     z = [lozo_draws(framework, step, rank, interval) for step in range(4)]
     assert np.linalg.matrix_rank(z[0]["w"]) == rank and np.linalg.matrix_rank(z[0]["b"][None]) == 1
-    # steps 0..2 share V: their U V^T span the same r rows' space; step 3 draws a new V
-    assert np.linalg.matrix_rank(np.concatenate([z[0]["w"], z[1]["w"], z[2]["w"]])) == rank
-    assert np.linalg.matrix_rank(np.concatenate([z[2]["w"], z[3]["w"]])) == 2 * rank
-    assert not np.allclose(z[0]["w"], z[1]["w"])  # U is drawn every step
+    block = [z[0]["w"], z[1]["w"], z[2]["w"]]  # steps 0..2 share V
+    assert np.linalg.matrix_rank(np.concatenate(block, axis=0)) == rank  # their rows: r input directions
+    assert np.linalg.matrix_rank(np.concatenate(block, axis=1)) == 6  # their columns: every output direction
+    assert np.linalg.matrix_rank(np.concatenate([z[2]["w"], z[3]["w"]], axis=0)) == 2 * rank  # step 3: a new V
 
 
 @pytest.mark.slow

@@ -1,8 +1,10 @@
 """lozo in JAX: LOZO (bench/estimators/lozo.py has the rule): perturbations +eps, -2eps, +eps along U V^T per weight
 matrix (z per other tensor), two forward passes, g = proj U V^T, each factor regenerated from its key. Mirror of
-torch_impl/estimators/lozo.py; a stacked layer's matrix (scan_layers) gets factors of its own per layer, and a
-matrix's U runs along its first dimension (a JAX kernel's input side, a torch weight's output side: the estimate's
-statistics are the same either way).
+torch_impl/estimators/lozo.py; a stacked layer's matrix (scan_layers) gets factors of its own per layer. V, the
+factor kept for `interval` steps, runs along a Linear's input side in both frameworks, as the authors keep it: a
+JAX kernel is (in, out), the transpose of torch's weight, so its V runs along its first axis and U along the rest
+(an embedding table is laid out as torch's: U along its rows). Across the steps V is kept, the perturbations span
+`rank` input directions, not `rank` output ones.
 
 The timed step runs MeZO's programs (each perturbation fused with the loss after it, the parameters donated; a
 move alone between micro-batches; the update, which restores the last +eps and takes eps as an argument); the
@@ -146,12 +148,28 @@ def low_rank_directions(params, *, rank: int, interval: int, seed: int, step, ki
     u_keys, v_keys = _keys(seed, step, interval, len(matrices) + 1)
     out = dict(zip(vectors, layer_direction([flat[i][1] for i in vectors], u_keys[-1], kind) if vectors else []))
     for i, u_key, v_key in zip(matrices, u_keys, v_keys):
-        x = flat[i][1]
-        m, n = x.shape[lead[i]], int(np.prod(x.shape[lead[i] + 1 :]))
-        u = _sample(u_key, (*x.shape[: lead[i]], m, rank), x.dtype, kind)
-        v = _sample(v_key, (*x.shape[: lead[i]], n, rank), x.dtype, kind)
-        out[i] = jnp.matmul(u, jnp.swapaxes(v, -1, -2)).reshape(x.shape)
+        path, x = flat[i]
+        layers, (first, *rest) = x.shape[: lead[i]], x.shape[lead[i] :]
+        if _transposed(path):  # (in, out): V along the input, U along the rest
+            n, m = first, int(np.prod(rest))
+            u = _sample(u_key, (*layers, m, rank), x.dtype, kind)
+            v = _sample(v_key, (*layers, n, rank), x.dtype, kind)
+            out[i] = jnp.matmul(v, jnp.swapaxes(u, -1, -2)).reshape(x.shape)
+        else:
+            m, n = first, int(np.prod(rest))
+            u = _sample(u_key, (*layers, m, rank), x.dtype, kind)
+            v = _sample(v_key, (*layers, n, rank), x.dtype, kind)
+            out[i] = jnp.matmul(u, jnp.swapaxes(v, -1, -2)).reshape(x.shape)
     return jax.tree.unflatten(treedef, [out[i] for i in range(len(flat))])
+
+
+# The leaves nnx stores as the transpose of torch's weight (params.py): a Linear's kernel and LoRA's two factors
+TRANSPOSED = ("kernel", "lora_a", "lora_b")
+
+
+def _transposed(path) -> bool:
+    last = path[-1]
+    return getattr(last, "key", getattr(last, "name", None)) in TRANSPOSED
 
 
 def _keys(seed: int, step, interval: int, n: int):
