@@ -202,6 +202,25 @@ def test_hizoo_updates_its_hessian_estimate_as_the_paper_writes(framework):
     np.testing.assert_allclose(g, proj * z / np.sqrt(want), rtol=2e-3, atol=1e-5)
 
 
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_hizoo_perturbs_along_z_over_the_square_root_of_h_on_its_seeded_path(framework):
+    """The seeded draw (the timed step's path, JAX's perturbation program included), checked against the paper's
+    formula as the given-z test is: the second difference along z / sqrt(H) fixes H' and g exactly on the
+    quadratic, and a perturbation along z / H (or z) would give another H' (h spread over [0.25, 4])."""
+    alpha, step = 0.5, 3
+    h = np.random.default_rng(4).uniform(0.25, 4.0, N_PARAMS).astype(np.float32)
+    if framework == "torch":
+        unit = tdirections.units_of({"w": torch.zeros(N_PARAMS)})[0]
+        z = thizoo.unit_direction(unit, seed=0, step=step, kind="gaussian")[0].numpy()
+    else:
+        z = np.asarray(jdirections.sample_tangent({"w": jnp.zeros(N_PARAMS)}, 0, step, 0)["w"])
+    g, updated = hizoo_on_quadratic(framework, h, alpha, step)
+    want = (1 - alpha) * h + alpha * ((A * z**2 / h).sum() / 2) * h * z**2
+    # the second difference of fp32 losses at eps = 1e-2: ~0.5 % off; along z / H, H' is 30 % off and more
+    np.testing.assert_allclose(updated, want, rtol=2e-2)
+    np.testing.assert_allclose(g, (GRAD @ (z / np.sqrt(h))) * z / np.sqrt(want), rtol=2e-2, atol=1e-4)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_hizoo_steps_keep_their_hessian_estimate_and_gradient_leaves_it(framework):
