@@ -294,6 +294,25 @@ def test_forward_gradient_is_unbiased(framework, directions):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_forward_gradient_over_k_seeded_tangents_is_their_mean(framework):
+    """With K = 3 seeded tangents v_k the estimate is 1/K sum_k (g . v_k) v_k, g backprop's gradient: the mean, not
+    the sum (a cosine cannot tell them apart)."""
+    K = 3
+    _, g = exact(framework, "head")
+    t = make(framework, "jvp", trainable="head", settings=JvpSettings(num_tangents=K))
+    _, est = gradient(framework, t)
+    if framework == "torch":
+        vs = [{n: x.numpy() for n, x in tdirections.sample_tangent(t.params, 0, 0, k).items()} for k in range(K)]
+    else:
+        vs = [to_hf(jdirections.sample_tangent(t.params, 0, jnp.int32(0), k)) for k in range(K)]
+    ds = [sum(float((g[n] * v[n]).sum()) for n in g) for v in vs]
+    for n in g:
+        want = sum(d * v[n] for d, v in zip(ds, vs)) / K
+        np.testing.assert_allclose(est[n], want, rtol=1e-4, atol=1e-6, err_msg=n)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_jvp_keeps_or_redraws_its_tangent_and_takes_the_same_steps(framework):
     """jvp.tangent=keep hands the pass's tangent to the update (drawn once per step); redraw draws it again from
     its seed: the same direction, so the same steps, in the timed step's own programs."""
