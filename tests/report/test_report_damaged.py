@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from bench.measure.system import cuda_gpu_names
 from bench.report.build import main
 from bench.report.tables import SkippedCell, num
 from bench.scenarios import REPORT_SECTIONS
@@ -93,3 +94,18 @@ def test_impossible_cells_are_shown_as_damaged_and_left_out_of_ratios(tmp_path):
     (ratio,) = [line for line in md.splitlines() if line.startswith("| backprop: jax / torch |")]
     assert ratio.split(" | ")[1:] == ["-", "1.00×", "-", "- |"]
     assert "e+308" not in md and "1000000000000" not in md and "0.00×" not in md and not re.search(r"\binf\b", md)
+
+
+@pytest.mark.skipif(bool(cuda_gpu_names()), reason="a GPU host names the kept copy after its own card")
+def test_a_kept_copy_is_named_inside_its_folder_whatever_the_rows_say(tmp_path):
+    """The kept copy is named after the rows' card and commit: a row edited to name a path, or with a devices cell
+    that is no number, still gives one file in --benchmarks."""
+    gpu = {"device": "cuda", "device_name": "NVIDIA ../../../evil1/x"}
+    rows = [trial("torch", "backprop", **gpu, devices="x"), trial("jax", "backprop", **gpu, git_sha="../../y")]
+    path = write_csv(tmp_path / "results" / "runs.csv", rows)
+    kept = tmp_path / "results" / "benchmarks"
+    with pytest.warns(SkippedCell, match="devices='x' is not a number"):
+        assert main([str(path), "--out", str(tmp_path / "out"), "--benchmarks", str(kept)], REPORT_SECTIONS) == 0
+    (copy,) = kept.iterdir()
+    assert copy.is_file() and copy.name.endswith("_1gpu--evil1-x_y.md"), copy.name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "results"]
