@@ -57,6 +57,20 @@ FAST = [
 ]
 
 
+class FakeClock:
+    """Seconds that pass only when the test advances them: a clock under test reads it instead of the host's, so
+    a busy host (CI, a full test run beside another) cannot move its readings."""
+
+    def __init__(self, start: float = 1000.0):
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 # ---------------------------------------------------------------------------------------------- the command line
 
 

@@ -72,13 +72,14 @@ What the frameworks run (predict's `framework`), measured with their own counter
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench import estimators, models
 from bench.estimators.base import FlopContext
-from bench.measure.timing import timed
+from bench.measure.timing import Now, timed
 from bench.models import Matmul
 from bench.spec import (
     FRAMEWORKS,
@@ -216,16 +217,19 @@ def useful_flops(forward: float | None, mode: str) -> float | None:
 
 
 def best_matmul_rate(
-    make: Callable[[int], Callable[[], Any]], sync: Callable[[Any], Any] | None, sizes: tuple[int, ...]
+    make: Callable[[int], Callable[[], Any]],
+    sync: Callable[[Any], Any] | None,
+    sizes: tuple[int, ...],
+    clock: Now = time.perf_counter,
 ) -> float:
     """FLOP/s of the fastest of PROBE_REPEATS n x n matmuls, `make(n)` returning the matmul to call and `sync`
     waiting for its result; n is the largest of `sizes` that the smallest one's rate says takes at most
     PROBE_MATMUL_S. Each size is called once untimed first (allocation, compilation, library warm-up)."""
     run = make(sizes[0])
-    timed(run, sync=sync)
-    _, elapsed = timed(run, sync=sync)
+    timed(run, sync=sync, clock=clock)
+    _, elapsed = timed(run, sync=sync, clock=clock)
     n = max([s for s in sizes if elapsed * (s / sizes[0]) ** 3 <= PROBE_MATMUL_S], default=sizes[0])
     if n != sizes[0]:
         run = make(n)
-        timed(run, sync=sync)
-    return 2 * n**3 / min(timed(run, sync=sync)[1] for _ in range(PROBE_REPEATS))
+        timed(run, sync=sync, clock=clock)
+    return 2 * n**3 / min(timed(run, sync=sync, clock=clock)[1] for _ in range(PROBE_REPEATS))

@@ -56,18 +56,23 @@ class TimingStats:
 Sync = Callable[[Any], Any]
 
 
-def timed(fn: Callable[..., Any], *args: Any, sync: Sync | None = None, **kwargs: Any) -> tuple[Any, float]:
+Now = Callable[[], float]  # seconds: time.perf_counter, or a test's fake clock that it advances itself
+
+
+def timed(
+    fn: Callable[..., Any], *args: Any, sync: Sync | None = None, clock: Now = time.perf_counter, **kwargs: Any
+) -> tuple[Any, float]:
     """(fn(*args, **kwargs), wall seconds), with `sync(output)` called before the clock stops.
 
     Both frameworks dispatch work asynchronously: without the sync we would time the launch, not the step.
     sync receives the step's output: `jax.block_until_ready` for JAX, `lambda _: torch.cuda.synchronize()`
     for torch on CUDA, None on CPU torch (eager CPU ops are synchronous).
     """
-    t0 = time.perf_counter()
+    t0 = clock()
     out = fn(*args, **kwargs)
     if sync is not None:
         sync(out)
-    return out, time.perf_counter() - t0
+    return out, clock() - t0
 
 
 class StepTimer:
@@ -110,6 +115,7 @@ def time_calls(
     warmup: int = 1,
     repeats: int = 5,
     min_sample_s: float = 0.0,
+    clock: Now = time.perf_counter,
 ) -> CallTiming:
     """Per-call wall time of fn(*args), timeit-style, over `repeats` samples.
 
@@ -120,17 +126,17 @@ def time_calls(
     """
     out = None
     for _ in range(warmup):
-        out, _ = timed(fn, *args, sync=sync)
-    out, dt = timed(fn, *args, sync=sync)
+        out, _ = timed(fn, *args, sync=sync, clock=clock)
+    out, dt = timed(fn, *args, sync=sync, clock=clock)
     number = 1 if dt >= min_sample_s else min(MAX_CALLS_PER_SAMPLE, int(min_sample_s / max(dt, 1e-9)) + 1)
     samples = []
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    cpu0, wall0 = time.process_time(), clock()
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(number):
             out = fn(*args)
             if sync is not None:
                 sync(out)
-        samples.append((time.perf_counter() - t0) / number)
-    cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+        samples.append((clock() - t0) / number)
+    cpu_s, wall_s = time.process_time() - cpu0, clock() - wall0
     return CallTiming(TimingStats.from_times(samples), out, cpu_s, wall_s)

@@ -24,6 +24,7 @@ from pathlib import Path
 from bench.harness.command import OneLineParser, run
 from bench.measure.system import cpu_name, cuda_gpu_names, git_sha, gpu_slug, host_facts, host_slug
 from bench.report.section import PLOT_DIR, RUNS_CSV, Results, Section
+from bench.report.tables import num
 from bench.store.read import ReadError
 from bench.store.wandb import log_report
 
@@ -88,9 +89,11 @@ def keep_benchmark(report: Report, folder: Path, command: str, rows: Sequence[di
         newest = max(gpu_rows, key=lambda r: r.get("started_at") or "")
         facts = {k: newest.get(k) or "?" for k in facts}
         hardware = ", ".join(sorted({r["device_name"] for r in gpu_rows}))
-        slug = gpu_slug(newest["device_name"], max(int(r.get("devices") or 1) for r in gpu_rows))
+        slug = gpu_slug(newest["device_name"], max(int(num(r, "devices") or 1) for r in gpu_rows))
         sha = newest.get("git_sha") or sha
-    path = Path(folder) / f"{date.today():%Y-%m-%d}_{slug}_{sha}.md"
+    # the rows name the card and the commit: as a file name, only what a slug or a sha holds, so a row edited to
+    # name a path ("../x") cannot put the kept copy outside `folder`
+    path = Path(folder) / f"{date.today():%Y-%m-%d}_{file_word(slug)}_{file_word(sha)}.md"
     header = [
         f"# Measured {date.today():%Y-%m-%d} on {slug} at git {sha}",
         "",
@@ -111,6 +114,10 @@ def keep_benchmark(report: Report, folder: Path, command: str, rows: Sequence[di
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(header) + body, encoding="utf-8")
     return path
+
+
+def file_word(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_+-]+", "-", text).strip("-") or "unknown"
 
 
 def parse(argv: list[str] | None):

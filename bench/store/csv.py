@@ -129,7 +129,7 @@ def _cell(v: Any) -> str:
         return ""
     if isinstance(v, float):
         return repr(v)  # shortest string that round-trips the float exactly
-    return _escaped(str(v)) if isinstance(v, str) else str(v)
+    return escaped(str(v)) if isinstance(v, str) else str(v)
 
 
 # OWASP's CSV-injection advice: a spreadsheet evaluates a cell that starts with one of these (=1+2, @SUM(...),
@@ -150,14 +150,14 @@ def _formula_like(text: str) -> bool:
     return False
 
 
-def _escaped(text: str) -> str:
+def escaped(text: str) -> str:
     """A text cell as written: a quote before one that reads as a formula. Text already starting with quotes
     before a formula gets one more, so that reading back (text_cell) removes exactly the one written."""
     return "'" + text if _formula_like(text) else text
 
 
 def text_cell(cell: str) -> str:
-    """A cell as it was given to the writer: the quote _escaped put before a formula-like text taken off."""
+    """A cell as it was given to the writer: the quote `escaped` put before a formula-like text taken off."""
     return cell[1:] if cell.startswith("'") and _formula_like(cell) else cell
 
 

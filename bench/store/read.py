@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from pathlib import Path
 
 from bench.errors import ConfigError
-from bench.store.csv import scan_csv, text_cell
+from bench.store.csv import CsvScan, escaped, scan_csv, text_cell
 
 DAMAGED = "damaged"  # the status a reader gives a CSV row that is not whole (cut off, wrong cell count)
 
@@ -25,10 +25,14 @@ class ReadError(ConfigError):
 def read_rows(path: str | os.PathLike[str]) -> list[dict[str, str]]:
     """Every whole row of a results CSV as {column: string} ("" for empty cells); [] if the file does not exist.
     Rows that are not whole (scan_csv) are left out: resume and the sweep's summary never read a cut-off row."""
+    path = Path(path)
     try:
-        scan = scan_csv(Path(path).read_bytes())
+        scan = scan_csv(path.read_bytes())
     except FileNotFoundError:
         return []
+    except UnicodeDecodeError as e:
+        raise ReadError(f"{path}: not UTF-8 text (byte {e.start}); accepted: a results CSV written by bench") from None
+    check_header(str(path), scan)
     return [as_written(scan.header, record) for record in scan.records]
 
 
@@ -36,6 +40,25 @@ def as_written(header: list[str], record: list[str]) -> dict[str, str]:
     """A record as the row the writer was given: a formula-like text cell without the quote put before it
     (bench.store.csv's OWASP rule)."""
     return {column: text_cell(cell) for column, cell in zip(header, record)}
+
+
+def as_shown(header: list[str], record: list[str]) -> dict[str, str]:
+    """A record as the report shows it: a formula-like text cell with one quote before it (bench.store.csv's OWASP
+    rule), whether the file had it or not (a CSV edited by hand), so no heading, table cell or plot label the report
+    writes starts with a formula."""
+    return {column: escaped(text_cell(cell)) for column, cell in zip(header, record)}
+
+
+def check_header(where: str, scan: CsvScan) -> None:
+    """ReadError (one line) for a header that names a column twice: each row would be read with the later cell
+    in place of the earlier one (a torch row shown as jax), so the file is refused rather than read either way."""
+    twice = [c for i, c in enumerate(scan.header) if c in scan.header[:i]]
+    if twice:
+        shown = ", ".join(dict.fromkeys(twice))
+        raise ReadError(
+            f"{where}: its header repeats the column(s) {shown}; accepted: a results CSV written by bench, each "
+            "column once"
+        )
 
 
 def started(row: dict) -> str:
@@ -55,9 +78,10 @@ def latest(rows: Iterable[dict], key: Callable[[dict], Hashable]) -> list[dict]:
 def load_rows(paths: Sequence[str | Path], required: Sequence[str] = ()) -> list[dict[str, str]]:
     """Every row of the given results CSVs, in file order, each with "_source" (its CSV's path) added; a row that
     is not whole is one row marked status "damaged" with its line and what is wrong (listed as such, never read
-    as numbers). A run_id an earlier file had (the same file given twice) is read once; within one file every
-    row is kept (an ops trial writes one row per op and shape under its run_id). ReadError (one line) for a file
-    that is missing, unreadable, or whose header lacks a `required` column."""
+    as numbers); a formula-like text cell is read with a quote before it (as_shown). A run_id an earlier file had
+    (the same file given twice) is read once; within one file every row is kept (an ops trial writes one row per
+    op and shape under its run_id). ReadError (one line) for a file that is missing, unreadable, or whose header
+    lacks a `required` column or repeats one."""
     rows: list[dict[str, str]] = []
     seen: set[str] = set()
     for p in paths:
@@ -91,7 +115,8 @@ def _read_csv(path: Path, required: Sequence[str]) -> list[dict[str, str]]:
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ReadError(f"csv={path}: not a bench results CSV, its header lacks {shown} ({accepted})")
-    rows = [as_written(scan.header, record) for record in scan.records]
+    check_header(f"csv={path}", scan)
+    rows = [as_shown(scan.header, record) for record in scan.records]
     for first, _, why in scan.damaged:
         rows.append({"status": DAMAGED, "error": f"{path.name} line {first}: row not whole ({why})"})
     return rows

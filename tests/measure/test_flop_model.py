@@ -4,8 +4,6 @@ of size. The frameworks' own counts against it: tests/frameworks/test_flops.py."
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from bench.estimators.jacfwd import JacfwdSettings
@@ -14,6 +12,7 @@ from bench.measure import flop_model
 from bench.measure.flop_model import matmuls, predict, published_peak, useful_flops
 from bench.models.bert import BertSpec, count_params
 from bench.spec import StepSpec
+from tests.support import FakeClock
 
 # B=2, T=4 (8 tokens), H=8, I=16, 2 layers, C=3: small enough to count by hand
 SPEC = BertSpec(
@@ -139,18 +138,18 @@ def test_published_peak():
 
 
 def test_probe_picks_the_largest_size_in_its_time(monkeypatch):
-    """A fake matmul whose time grows as n^3 (1 ms at 256): 512 takes 8 ms, within PROBE_MATMUL_S; 1024 (64 ms)
-    does not. The rate is that of the size probed."""
+    """A fake matmul whose time on a fake clock grows as n^3 (1 ms at 256): 512 takes 8 ms, within
+    PROBE_MATMUL_S; 1024 (64 ms) does not. The rate is that of the size probed."""
     monkeypatch.setattr(flop_model, "PROBE_MATMUL_S", 0.05)
-    made = []
+    now, made = FakeClock(), []
 
     def make(n):
         made.append(n)
-        return lambda: time.sleep(1e-3 * (n / 256) ** 3)
+        return lambda: now.advance(1e-3 * (n / 256) ** 3)
 
-    rate = flop_model.best_matmul_rate(make, None, (256, 512, 1024))
+    rate = flop_model.best_matmul_rate(make, None, (256, 512, 1024), clock=now)
     assert made == [256, 512]
-    assert 0.5 * 2 * 512**3 / 8e-3 < rate <= 2 * 512**3 / 8e-3  # sleep overshoots, never undershoots
+    assert rate == pytest.approx(2 * 512**3 / 8e-3)
 
 
 def test_a_step_is_credited_three_forward_passes_when_it_trains_and_one_when_it_does_not():

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from bench.measure.timing import StepTimer, TimingStats, time_calls, timed
+from tests.support import FakeClock
 
 
 def test_timing_stats_on_known_numbers():
@@ -56,15 +57,20 @@ def test_timer_stops_the_clock_only_after_sync():
 
 
 def test_time_calls_samples_enough_calls_per_sample():
-    calls = []
+    """A call that takes one tick of a fake clock (a power of two: the sums are exact): a sample of 10 ticks needs
+    11 calls, the first count past it; each sample's time is one tick a call."""
+    tick, now, calls = 2.0**-10, FakeClock(), []
 
     def fn():
         calls.append(1)
-        time.sleep(0.001)
+        now.advance(tick)
         return len(calls)
 
-    r = time_calls(fn, warmup=2, repeats=3, min_sample_s=0.01)
-    per_sample = (len(calls) - 3) // 3  # 2 warm-up calls and 1 sizing call first
-    assert 3 <= per_sample <= 11 and len(calls) == 3 + 3 * per_sample
-    assert r.out == len(calls) and r.stats.n == 3 and r.stats.median_s >= 0.001
-    assert 0 <= r.cpu_s < r.wall_s  # sleeping costs no CPU
+    r = time_calls(fn, warmup=2, repeats=3, min_sample_s=10 * tick, clock=now)
+    assert len(calls) == 3 + 3 * 11  # 2 warm-up calls and 1 sizing call first
+    assert r.out == len(calls) and r.stats.n == 3 and r.stats.median_s == tick and r.wall_s == 3 * 11 * tick
+
+
+def test_time_calls_counts_the_process_cpu_apart_from_the_wall():
+    r = time_calls(time.sleep, 0.001, warmup=0, repeats=3)
+    assert 0 <= r.cpu_s < r.wall_s  # sleeping costs no CPU, and the wall runs at least the sleep

@@ -55,7 +55,8 @@ from bench.scenarios.gpu import wheels
 from bench.scenarios.gpu.kept import EARLIER, KEPT, keep, readme_table, seed
 from bench.scenarios.gpu.steps import NAMES, REPORT_BUDGET_S, STEPS, Context, Step, bench
 from bench.scenarios.gpu.stream import Stream, archive
-from bench.store.read import read_rows
+from bench.store.csv import escaped
+from bench.store.read import load_rows, read_rows
 
 SETUP_BUDGET_S = 60  # install (a few small wheels); facts (two Python processes that import a framework, 30 s each)
 STOP_GRACE_S = 30  # SIGTERM to a step's process group, then SIGKILL: `python -m bench` stops its trial in seconds
@@ -230,7 +231,7 @@ def run_step(step: Step, ctx: Context, runner: Runner, time_left: float) -> dict
     if reason is None and budget < need:
         reason = f"{max(time_left, 0):.0f} s left before --deadline-s, less than its first row takes ({need} s)"
     if reason is not None:
-        earlier = json.loads((folder / "step.json").read_text()) if (folder / "step.json").exists() else {}
+        earlier = read_record(folder / "step.json", step_line) if (folder / "step.json").exists() else {}
         if earlier.get("status", "skipped") != "skipped":
             # a lease's later call that has no time for a step keeps what an earlier call's run of it recorded
             print(f"gpu-check: [{step.name}] skipped: {reason}; kept the earlier call's record", flush=True)
@@ -386,26 +387,14 @@ def report(out: Path, runner: Runner, time_left: float) -> dict:
 
 def summarize(out: Path) -> str:
     """summary.json and summary.md from facts/*.json and every <step>/step.json in `out`; returns the markdown."""
-    order = ["install", "facts", *NAMES, "report"]
-    steps = sorted(
-        (json.loads(p.read_text()) for p in out.glob("*/step.json")),
-        key=lambda s: order.index(s["name"]) if s["name"] in order else len(order),
-    )
-    devices = [json.loads(p.read_text()) for p in sorted((out / "facts").glob("device-*.json"))]
+    steps, devices = records(out)
     (out / "summary.json").write_text(json.dumps({"facts": devices, "steps": steps}, indent=1))
     lines = [f"# gpu-check: {out.name}", ""]
     if any(d.get("dry_run") for d in devices):
         lines += ["**Dry run**: tiny shapes on the CPU. No number here is a GPU's.", ""]
-    for d in devices:
-        lines += [
-            f"- {d['time']} on {d['host']} (git {d.get('git_sha') or '?'}, Python {d['python']}): {device_line(d)}"
-        ]
+    lines += [facts_line(d) for d in devices]
     lines += ["", "| step | status | seconds | budget s | exit code | result |", "|---|---|---|---|---|---|"]
-    for s in steps:
-        seconds = "" if s.get("seconds") is None else f"{s['seconds']:.0f}"
-        code = "" if s.get("exit_code") is None else s["exit_code"]
-        result = "; ".join(x for x in (s.get("result") or s.get("reason"), s.get("note")) if x).replace("|", "/")
-        lines.append(f"| {s['name']} | {s['status']} | {seconds} | {s['budget_s']} | {code} | {result} |")
+    lines += [step_line(s) for s in steps]
     lines += [
         "",
         "Each step's commands, log and results are in its folder (`<step>/step.log`, `step.json`); the "
@@ -415,6 +404,48 @@ def summarize(out: Path) -> str:
     text = "\n".join(lines)
     (out / "summary.md").write_text(text)
     return text
+
+
+def facts_line(d: dict) -> str:
+    return f"- {d['time']} on {d['host']} (git {d.get('git_sha') or '?'}, Python {d['python']}): {device_line(d)}"
+
+
+def step_line(s: dict) -> str:
+    seconds = "" if s.get("seconds") is None else f"{s['seconds']:.0f}"
+    code = "" if s.get("exit_code") is None else s["exit_code"]
+    result = "; ".join(x for x in (s.get("result") or s.get("reason"), s.get("note")) if x).replace("|", "/")
+    cells = [s["name"], s["status"], seconds, s["budget_s"], code, result]
+    # the rows' text (a run's error, a search's verdict) shown as text, never a formula (OWASP's CSV-injection rule)
+    return "| " + " | ".join(escaped(str(c)) for c in cells) + " |"
+
+
+def records(out: Path) -> tuple[list[dict], list[dict]]:
+    """The steps' records (<step>/step.json, in the check's order) and the device facts (facts/device-*.json) in
+    `out`. ConfigError (one line) naming the first that is damaged: not JSON, or not a record gpu-check writes."""
+    order = ["install", "facts", *NAMES, "report"]
+    steps = [read_record(p, step_line) for p in out.glob("*/step.json")]
+    steps.sort(key=lambda s: order.index(s["name"]) if s["name"] in order else len(order))
+    devices = [read_record(p, facts_line) for p in sorted((out / "facts").glob("device-*.json"))]
+    return steps, devices
+
+
+def read_record(path: Path, line: Callable[[dict], str]) -> dict:
+    """One record gpu-check wrote, as long as `line` can show it."""
+    accepted = "accepted: a record gpu-check writes (remove it: a step without one runs again)"
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ConfigError(f"{path}: not JSON ({type(e).__name__}: {str(e).splitlines()[0]}); {accepted}") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read it: {e.strerror}; {accepted}") from None
+    try:
+        if not isinstance(found, dict) or not all(isinstance(found.get(k, ""), str) for k in ("name", "status")):
+            raise TypeError("not an object with a name and a status")
+        line(found)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        why = f"lacks {e}" if isinstance(e, KeyError) else str(e).splitlines()[0]
+        raise ConfigError(f"{path}: not a gpu-check record ({why}); {accepted}") from None
+    return found
 
 
 # ---------------------------------------------------------------------------------------------------------- main
@@ -503,6 +534,10 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out or default).resolve()
         if args.summarize and not out.is_dir():
             raise ConfigError(f"--out={out}: no such folder; accepted: a gpu-check's output folder")
+        if args.summarize:  # a damaged record or results file stops it before anything is kept or remade
+            records(out)
+            for rows in out.glob("*/*.csv"):  # keep() reads each runs.csv's run_id and status
+                load_rows([rows], required=("run_id", "status") if rows.name == "runs.csv" else ())
         if not args.summarize:  # each step's trials get results_dir=<out>/<step>, AG News as data.path=
             check_path_value("--out", "results_dir", out)
             if ag_news:
@@ -542,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
                 stream.close()
             if args.archive and out.is_dir():
                 print(f"gpu-check: {archive(out, Path(args.archive))}", flush=True)
-        ended_as = [json.loads(p.read_text())["status"] for p in out.glob("*/step.json")]
+        ended_as = [s["status"] for s in records(out)[0]]
         return 1 if any(s in ("failed", "timeout") for s in ended_as) else 0
 
     return run(
