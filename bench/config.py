@@ -96,8 +96,8 @@ class DataConfig:
 class OptimizerConfig:
     name: str = _f(
         "sgd",
-        "sgd | adamw | signsgd (the sign of the gradient or estimate: ZO-SignSGD); the same "
-        "hyperparameters in torch.optim and optax",
+        "sgd | adamw | signsgd (the elementwise sign of the gradient or estimate: ZO-SignSGD, Liu et al. "
+        "2019); the same hyperparameters in torch.optim and optax",
     )
     lr: float = _f(1e-3, "learning rate, a finite number > 0")
     momentum: float = _f(0.0, "sgd momentum in [0, 1)")

@@ -1,5 +1,8 @@
 """jvp: the forward gradient (Baydin et al. 2022): K seeded tangents v_k, d_k = grad . v_k by one forward-mode pass
-each, the estimate 1/K sum_k d_k v_k, unbiased."""
+each, the estimate 1/K sum_k d_k v_k, unbiased.
+
+Reference code (K = 1): ZO-Bench/ZO-LLM@bf210fa, zo-bench/trainer.py (forward_grad_step). Where the suite differs:
+docs/estimators.md#references."""
 
 from __future__ import annotations
 

@@ -8,6 +8,9 @@ Each weight matrix W (m x n) is perturbed by Z = U V^T with U (m x r) drawn ever
 Given V, the estimate's mean is G V V^T; over V's draws r G: the gradient scaled by the rank, as the paper's
 estimator (no 1/r: the learning rate absorbs it). V is regenerated from its seed and the step's block
 (step // interval) rather than stored, so LOZO holds what MeZO holds: one tensor's perturbation at a time.
+
+Reference code: optsuite/LOZO@5d1ade5, large_models/LOZOtrainer.py (lowrank_zo_perturb_parameters,
+lowrank_zo_update). Where the suite differs: docs/estimators.md#references.
 """
 
 from __future__ import annotations

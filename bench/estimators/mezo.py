@@ -5,6 +5,9 @@ ZO-Bench's ZO-SGD takes them (Zhang et al. 2024, arXiv 2402.11592, eq. 2):
 
 two forward passes per perturbation, each z_i regenerated from its seed rather than stored. q=1 is MeZO; larger q
 lowers the estimate's variance by q at q times the passes (the same memory: one direction at a time).
+
+Reference code: princeton-nlp/MeZO@552cb1b, large_models/trainer.py (zo_step, zo_update); q > 1:
+ZO-Bench/ZO-LLM@bf210fa, zo-bench/trainer.py (zo_step_v1). Where the suite differs: docs/estimators.md#references.
 """
 
 from __future__ import annotations

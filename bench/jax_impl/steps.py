@@ -70,7 +70,7 @@ def _sgd(learning_rate, momentum, weight_decay) -> optax.GradientTransformation:
 
 
 def _signsgd(learning_rate, weight_decay) -> optax.GradientTransformation:
-    # torch_impl.steps.SignSGD: weight decay coupled, then the sign
+    # torch_impl.steps.SignSGD: weight decay coupled, then the elementwise sign (Liu et al. 2019, not ZO-Bench's)
     return optax.chain(
         optax.add_decayed_weights(weight_decay) if weight_decay is not None else optax.identity(),
         optax.sign_sgd(learning_rate),

@@ -52,9 +52,10 @@ def make_optimizer(params: dict[str, torch.Tensor], opt) -> torch.optim.Optimize
 
 
 class SignSGD(torch.optim.Optimizer):
-    """The sign of the gradient or its estimate, each entry moved by lr (ZO-SignSGD, Liu et al. 2019, "signSGD via
-    Zeroth-Order Oracle"; ZO-Bench's ZO-SGD-Sign), weight decay coupled as torch.optim.SGD's; no state. torch has
-    none; optax's sign_sgd after add_decayed_weights is the mirror (jax_impl.steps.make_optimizer)."""
+    """The elementwise sign of the gradient or its estimate, each entry moved by lr (ZO-SignSGD, Liu et al. 2019,
+    "signSGD via Zeroth-Order Oracle"), weight decay coupled as torch.optim.SGD's; no state. Not ZO-Bench's
+    ZO-SGD-Sign, which steps along sign(projection) z (docs/estimators.md#references). torch has none; optax's
+    sign_sgd after add_decayed_weights is the mirror (jax_impl.steps.make_optimizer)."""
 
     def __init__(self, params, lr: float, weight_decay: float = 0.0):
         super().__init__(params, {"lr": lr, "weight_decay": weight_decay})
