@@ -136,3 +136,22 @@ def test_a_rerun_into_folders_it_cannot_write_is_one_line_and_runs_nothing(recor
         assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
         assert f"its {folder}/ folder cannot be written" in out.stderr
     assert (results / "runs.csv").read_bytes() == before
+
+
+def test_a_saved_config_holding_an_interpolation_runs_nothing_and_leaks_nothing(recorded, monkeypatch):
+    """The issue's case: `"sweep_id": "${oc.env:WANDB_API_KEY}"` in a results folder someone sent wrote the key's
+    value into runs.csv and the rerun's config; now one line naming the key, exit 2, nothing recorded."""
+    results, run_id = recorded
+    monkeypatch.setenv("BENCH_TEST_SECRET", "s3cr3t-token-value")
+    config = results / "configs" / f"{run_id}.json"
+    saved = config.read_text()
+    before = (results / "runs.csv").read_bytes(), sorted((results / "configs").iterdir())
+    try:
+        config.write_text(json.dumps({**json.loads(saved), "sweep_id": "${oc.env:BENCH_TEST_SECRET}"}))
+        out = bench_here("rerun", run_id, "--results", str(results))
+    finally:
+        config.write_text(saved)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "sweep_id holds an interpolation" in out.stderr and "not accepted from a saved config" in out.stderr
+    assert "s3cr3t" not in out.stdout + out.stderr
+    assert ((results / "runs.csv").read_bytes(), sorted((results / "configs").iterdir())) == before
