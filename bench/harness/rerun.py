@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.config import from_dict
+from bench.config import default, from_dict
 from bench.errors import ConfigError
 from bench.harness.command import OneLineParser, run
 from bench.harness.launch import stop_descendants
@@ -106,6 +106,9 @@ def main(argv: list[str] | None, scenarios: Registry) -> int:
             )
         cfg = as_rerun(saved_config(results, args.run_id))
         cfg.results_dir, cfg.resume = str(results), False
+        # XLA loads compiled programs from its cache folder as they are: machine code, so never a folder a saved
+        # config (data, perhaps someone else's) names; the cache is not what the rerun repeats
+        cfg.compile_cache_dir = default("compile_cache_dir")
         validate(scenario, cfg)
         check_results_file(results / scenario.results_file, scenario.columns)
         check_folders(results, (*RUNNER_FOLDERS, *scenario.folders))
