@@ -28,6 +28,7 @@ from bench.errors import ConfigError
 from bench.harness import command, rerun, runner, sweep
 from bench.harness.launch import LAUNCHER_PID, adopt, quiet_helpers, stop_descendants
 from bench.harness.preflight import compose_trials, preflight, searchpath
+from bench.harness.trust import check_config_dir
 from bench.report import build as report
 from bench.report import dashboard
 from bench.scenarios import COLUMNS, REPORT_SECTIONS, SCENARIOS
@@ -129,6 +130,8 @@ def trials(argv: list[str]) -> int:
 
     def body() -> int:
         check_flags(flags, config_dir)
+        if config_dir is not None:  # data, as a saved config is: --cfg job --resolve would print what it resolves
+            check_config_dir(Path(config_dir))
         if info:
             sys.argv = [sys.argv[0], *argv]
             _hydra_app()
@@ -184,7 +187,7 @@ def check_flags(flags: list[str], config_dir: str | None) -> None:
                 f"{f}: not taken here ({_HYDRA_REFUSED[f]}); accepted: --config-dir DIR, "
                 f"{_CONFIG_DIR_ACCEPTED}, which join conf/'s"
             )
-    if config_dir is not None and not Path(config_dir).is_dir():
+    if config_dir is not None and not (config_dir and Path(config_dir).is_dir()):  # "" would be the current folder
         raise ConfigError(
             f"--config-dir={config_dir}: not a folder; accepted: {_CONFIG_DIR_ACCEPTED}, which join conf/'s"
         )

@@ -22,6 +22,7 @@ from bench.config import CONF_DIR, GROUPS, available, register_configs, resolve,
 from bench.errors import ConfigError
 from bench.harness.launch import check_launch
 from bench.harness.scenario import RUNNER_FOLDERS, Registry, scenario_of, validate
+from bench.harness.trust import check_config_dir
 from bench.harness.tuning import check_tuning, expand, trained_params
 from bench.measure.system import cuda_device_count
 from bench.store.csv import check_folders, check_results_file
@@ -128,6 +129,8 @@ def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
     except Exception as e:  # noqa: BLE001
         raise ConfigError(one_line(e)) from e
     fixed, sweeps, hydra_overrides, dirs = [], {}, [], _search_dirs(parsed)
+    for folder in dirs:  # --config-dir's folder, or one the command line names in hydra.searchpath: data
+        check_config_dir(folder)
     for o in parsed:
         key = o.get_key_element()
         if o.key_or_group.startswith("hydra"):

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.config import from_dict
+from bench.config import default, from_dict
 from bench.errors import ConfigError
 from bench.harness.command import OneLineParser, run
 from bench.harness.launch import stop_descendants
 from bench.harness.runner import config_path, run_job
 from bench.harness.scenario import RUNNER_FOLDERS, Registry, validate
+from bench.harness.trust import check_data
 from bench.store.csv import check_folders, check_results_file
 from bench.store.read import is_run_id, read_rows
 
@@ -55,10 +56,20 @@ def saved_config(results: Path, run_id: str):
             "kept, or the file was removed); nothing was run"
         )
     try:
-        return from_dict(json.loads(path.read_text()))
-    except Exception as e:  # noqa: BLE001 (a JSON or schema error: either way the config is not usable)
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ConfigError(f"run_id={run_id}: its config {path} is damaged ({first}); nothing was run") from None
+        data = json.loads(path.read_text())
+    except Exception as e:  # noqa: BLE001 (not text, not JSON: either way the config is not usable)
+        raise damaged(run_id, path, e) from None
+    # a results folder may come from someone else: its values are read as written, never resolved or instantiated
+    check_data(data, f"run_id={run_id}: its config {path}", "a saved config")
+    try:
+        return from_dict(data)
+    except Exception as e:  # noqa: BLE001 (a schema error: the config is not usable)
+        raise damaged(run_id, path, e) from None
+
+
+def damaged(run_id: str, path: Path, e: Exception) -> ConfigError:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return ConfigError(f"run_id={run_id}: its config {path} is damaged ({first}); nothing was run")
 
 
 def as_rerun(cfg):
@@ -95,6 +106,9 @@ def main(argv: list[str] | None, scenarios: Registry) -> int:
             )
         cfg = as_rerun(saved_config(results, args.run_id))
         cfg.results_dir, cfg.resume = str(results), False
+        # XLA loads compiled programs from its cache folder as they are: machine code, so never a folder a saved
+        # config (data, perhaps someone else's) names; the cache is not what the rerun repeats
+        cfg.compile_cache_dir = default("compile_cache_dir")
         validate(scenario, cfg)
         check_results_file(results / scenario.results_file, scenario.columns)
         check_folders(results, (*RUNNER_FOLDERS, *scenario.folders))

@@ -118,7 +118,7 @@ def record_job(cfg: BenchConfig, scenario: Scenario, run_trial=None) -> dict:
     except ResultsFileError as e:
         raise Abort(str(e)) from None
     if cfg.resume:
-        earlier = recorded_finished(csv_path, h)
+        earlier = recorded_finished(csv_path, h, cfg.tuning)
         if earlier:
             run_id = earlier[0]["run_id"]
             print(f"{progress}: skipped (recorded {earlier[0]['status']} as {run_id})", flush=True)
@@ -166,9 +166,13 @@ def save_config(results_dir: Path, run_id: str, cfg: BenchConfig) -> None:
     tmp.replace(path)  # whole or absent: a rerun never reads half a config
 
 
-def recorded_finished(csv_path: Path, config_hash: str) -> list[dict]:
-    """The rows of the latest run of this configuration whose every row is finished, or none."""
-    return finished_runs(r for r in read_rows(csv_path) if r.get("config_hash") == config_hash).get(config_hash, [])
+def recorded_finished(csv_path: Path, config_hash: str, tuning: str | None = None) -> list[dict]:
+    """The rows of the latest run of this configuration and kind whose every row is finished, or none. The kind
+    (`tuning`: search, confirm, repeat, rerun, or none) is not in the hash, which a rerun keeps, yet a trial of one
+    kind never stands for another: a rerun of a search point is not that point's search trial."""
+    kind = tuning or ""
+    rows = (r for r in read_rows(csv_path) if r.get("config_hash") == config_hash and (r.get("tuning") or "") == kind)
+    return finished_runs(rows).get(config_hash, [])
 
 
 def progress_info(cfg: BenchConfig) -> tuple[int, int | str, str, str]:

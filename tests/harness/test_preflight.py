@@ -315,6 +315,7 @@ def test_a_package_checkpoint_is_only_ever_a_known_weight_package(tmp_path, monk
         ),
         (["--experimental-rerun", "config.pickle"], "(a recorded trial runs again with python -m bench rerun RUN_ID)"),
         (["--config-dir", "/no/such"], "--config-dir=/no/such: not a folder; accepted: a folder of configs laid out"),
+        (["--config-dir="], "--config-dir=: not a folder"),  # not the current folder, scanned and added as configs
     ],
 )
 def test_hydra_flags_that_would_fail_late_are_one_line(tmp_path, args, expected):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.config import default
+from bench.harness import rerun
 from bench.store.read import read_rows
 from tests.support import bench_here, run_here
 
@@ -136,3 +138,38 @@ def test_a_rerun_into_folders_it_cannot_write_is_one_line_and_runs_nothing(recor
         assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
         assert f"its {folder}/ folder cannot be written" in out.stderr
     assert (results / "runs.csv").read_bytes() == before
+
+
+def test_a_saved_config_holding_an_interpolation_runs_nothing_and_leaks_nothing(recorded, monkeypatch):
+    """The issue's case: `"sweep_id": "${oc.env:WANDB_API_KEY}"` in a results folder someone sent wrote the key's
+    value into runs.csv and the rerun's config; now one line naming the key, exit 2, nothing recorded."""
+    results, run_id = recorded
+    monkeypatch.setenv("BENCH_TEST_SECRET", "s3cr3t-token-value")
+    config = results / "configs" / f"{run_id}.json"
+    saved = config.read_text()
+    before = (results / "runs.csv").read_bytes(), sorted((results / "configs").iterdir())
+    try:
+        config.write_text(json.dumps({**json.loads(saved), "sweep_id": "${oc.env:BENCH_TEST_SECRET}"}))
+        out = bench_here("rerun", run_id, "--results", str(results))
+    finally:
+        config.write_text(saved)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "sweep_id holds an interpolation" in out.stderr and "not accepted from a saved config" in out.stderr
+    assert "s3cr3t" not in out.stdout + out.stderr
+    assert ((results / "runs.csv").read_bytes(), sorted((results / "configs").iterdir())) == before
+
+
+def test_a_rerun_never_reads_the_compilation_cache_its_saved_config_names(recorded, tmp_path, monkeypatch):
+    """XLA loads what its cache folder holds as compiled code: a saved config's compile_cache_dir (a folder in a
+    results folder someone sent) is not the one a rerun uses; the host's default is."""
+    results, run_id = recorded
+    ran = []
+    monkeypatch.setattr(rerun, "run_job", lambda cfg, scenarios: ran.append(cfg) or {"status": "error", "run_id": "x"})
+    config = results / "configs" / f"{run_id}.json"
+    saved = config.read_text()
+    try:
+        config.write_text(json.dumps({**json.loads(saved), "compile_cache_dir": str(tmp_path / "planted")}))
+        out = bench_here("rerun", run_id, "--results", str(results))
+    finally:
+        config.write_text(saved)
+    assert out.returncode == 1 and [c.compile_cache_dir for c in ran] == [default("compile_cache_dir")], out.stderr

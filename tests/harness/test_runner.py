@@ -5,6 +5,7 @@ process by the same runner (run_here)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 
-from bench.harness.runner import LOG_TAIL_LINES, log_tail, recorded_finished, trial_env
+from bench.harness.runner import LOG_TAIL_LINES, log_tail, record_job, recorded_finished, trial_env
 from bench.scenarios import SCENARIOS
 from bench.store.wandb import read_wandb_offline
 from tests.support import FAST, REPO, bench, composed, rows, run_here
@@ -157,6 +158,27 @@ def test_resume_finds_the_latest_run_whose_every_row_finished(tmp_path):
         "two_ok": ["r8"],
         "other": [],
     }
+
+
+def test_resume_matches_only_rows_of_the_trials_own_kind(tmp_path):
+    """A rerun keeps its trial's config_hash (tuning is not in it), yet a resumed search must not take a
+    `tuning=rerun` row (python -m bench rerun of a search trial) for the search point it shadows: the point runs
+    again, and once its own row is recorded, resume skips it. Made-up outcomes, no trial process."""
+    cfg = composed("model=tiny", "logger=none", f"results_dir={tmp_path}", "tuning=search", "tune_group=g")
+    ran = []
+
+    def diverge(cfg, scenario, run_id, results_dir, task):  # a finished outcome resume would skip on
+        ran.append(cfg.tuning)
+        return {"status": "diverged", "error": "loss nan"}
+
+    record = lambda **kw: record_job(dataclasses.replace(cfg, **kw), SCENARIOS["model"], run_trial=diverge)  # noqa: E731
+    record(tuning="rerun")
+    assert record(resume=True)["status"] == "diverged"  # run, not skipped as the rerun's row
+    assert record(resume=True)["status"] == "skipped" and ran == ["rerun", "search"]
+    assert [r["tuning"] for r in rows(tmp_path)] == ["rerun", "search"]
+    h = rows(tmp_path)[0]["config_hash"]
+    kinds = {k: [r["tuning"] for r in recorded_finished(tmp_path / "runs.csv", h, k)] for k in ("search", "rerun")}
+    assert kinds == {"search": ["search"], "rerun": ["rerun"]} and recorded_finished(tmp_path / "runs.csv", h) == []
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -567,7 +567,8 @@ def test_a_confirming_seed_runs_before_the_repeats_and_its_row_says_so(tmp_path)
 
 def test_a_resumed_sweeps_summary_shows_the_trials_it_skipped_as_diverged():
     """Resume skips a trial recorded ok or diverged; the sweep's summary shows the row that made it skip for both (a
-    search below a diverged point is resumed with its diverged trials), never a crashed row or another sweep's."""
+    search below a diverged point is resumed with its diverged trials), never a crashed row, another sweep's or a
+    rerun's."""
     rows = [
         {"config_hash": "a", "sweep_id": "old", "run_id": "1", "status": "ok"},
         {"config_hash": "b", "sweep_id": "old", "run_id": "2", "status": "diverged"},
@@ -575,6 +576,8 @@ def test_a_resumed_sweeps_summary_shows_the_trials_it_skipped_as_diverged():
         {"config_hash": "d", "sweep_id": "old", "run_id": "4", "status": "diverged"},
         {"config_hash": "c", "sweep_id": "new", "run_id": "5", "status": "ok"},
         {"config_hash": "e", "sweep_id": "new", "run_id": "6", "status": "ok"},  # a repeat: not known up front
+        # python -m bench rerun of trial 1: its hash, but no sweep's trial (resume skips on rows of its own kind)
+        {"config_hash": "a", "sweep_id": "later", "run_id": "7", "status": "ok", "tuning": "rerun"},
     ]
     shown = MODEL.sweep_rows(rows, ["a", "b", "c"], "new")
     assert [r["run_id"] for r in shown] == ["1", "2", "5", "6"]

@@ -175,9 +175,10 @@ class ModelScenario(Scenario):
 
     def sweep_rows(self, rows: list[dict], hashes: list[str], sweep_id: str) -> list[dict]:
         # the sweep's rows (a tuning sweep's repeats too, whose configurations were not known up front); a
-        # resumed trial shows the row that made it skip (the latest finished one: ok or diverged, as resume reads)
+        # resumed trial shows the row that made it skip (the latest finished one: ok or diverged, as resume reads;
+        # never a rerun's, which no sweep runs and which keeps its trial's hash)
         mine = {r["config_hash"]: r for r in rows if r.get("sweep_id") == sweep_id}
-        earlier = finished_runs(rows)
+        earlier = finished_runs(r for r in rows if r.get("tuning") != "rerun")
         known = [mine.get(h) or earlier[h][0] for h in hashes if h in mine or h in earlier]
         return known + [r for h, r in mine.items() if h not in set(hashes)]
 
