@@ -32,6 +32,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from bench import estimators, models
+from bench.data import MAX_SAMPLES
 from bench.errors import ConfigError
 from bench.measure.system import cuda_device_count
 from bench.ops_spec import OP_NAMES
@@ -87,8 +88,12 @@ class ModelConfig:
 class DataConfig:
     name: str = _f("synthetic", "synthetic | ag_news")
     path: str | None = _f(None, "ag_news: local CSV (class index 1-4, title, description) or a dir with train/test.csv")
-    num_train: int | None = _f(2048, "training examples, integer >= 1 (ag_news: null = the whole split)")
-    num_eval: int | None = _f(512, "held-out examples for accuracy, integer >= 1 (ag_news: null = the whole split)")
+    num_train: int | None = _f(
+        2048, f"training examples, integer in [1, {MAX_SAMPLES:,}] (ag_news: null = the whole split)"
+    )
+    num_eval: int | None = _f(
+        512, f"held-out examples for accuracy, integer in [1, {MAX_SAMPLES:,}] (ag_news: null = the whole split)"
+    )
     seed: int = _f(0, "which synthetic corpus / ag_news subsets, integer in [0, 2^63) (batch order follows `seed`)")
 
 

@@ -43,13 +43,17 @@ from tests.support import FAST, REPO, bench_here, whole_rows
         (["case=jvp", "jvp.num_tangents=4", "jvp.tangent=keep"], "jvp.tangent=keep: applies to one tangent and an"),
         (["num_tangents=4"], "num_tangents=4: num_tangents is now jvp.num_tangents; accepted: jvp.num_tangents=4"),
         (["jvp_impl=lazy"], "jvp_impl=lazy: jvp_impl is now jvp.impl; accepted: jvp.impl=lazy"),
+        # a moved key's new spelling is never proposed with a value its estimator refuses
+        (["mezo_eps=nan"], "mezo_eps=nan: mezo_eps is now mezo.eps, and mezo.eps=nan: accepted a finite number > 0"),
         (["jacfwd_chunk=8"], "jacfwd_chunk=8: jacfwd_chunk is now jacfwd.chunk; accepted: jacfwd.chunk=8"),
         (["jvp.impl=fused"], "jvp.impl=fused: accepted auto | dual | func | lazy | naive"),
         (["jacfwd.chunk=0"], "jacfwd.chunk=0: accepted auto | an integer >= 1"),
         (["mode=hizoo", "dtype=bf16_pure"], "mode=hizoo with dtype=bf16_pure: MeZO's in-place +eps, -2eps, +eps"),
         (["batch_size=abc"], "batch_size=abc"),
-        (["model=tiny", "seq_len=1024"], "seq_len=1024: accepted an integer in [8, 512] (512: BERT's max_posit"),
-        (["seq_len=4"], "seq_len=4: accepted an integer in [8, 512] (512: BERT's max_position_embeddings)"),
+        (["model=tiny", "seq_len=1024"], "seq_len=1024: accepted an integer in [8, 512] (512: model=tiny's max_posit"),
+        (["seq_len=4"], "seq_len=4: accepted an integer in [8, 512] (512: model=minilm_l6's max_position_embeddings)"),
+        # each model's own limit by its name: OPT-125m's positions are 2,048, not BERT's 512
+        (["model=opt_125m", "seq_len=4096"], "seq_len=4096: accepted an integer in [8, 2048] (2048: model=opt_125m's"),
         (
             ["model=tiny", "model.max_position_embeddings=64", "seq_len=100"],
             "seq_len=100: accepted an integer in [8, 64] (64: model=tiny's max_position_embeddings)",
@@ -203,6 +207,12 @@ def test_a_folder_the_trial_writes_that_cannot_be_written_is_refused_before_anyt
         (["last_k=0"], "last_k=0: must be a number >= 1"),  # checked although trainable=all does not read it
         (["profile_steps=0"], "profile_steps=0: accepted an integer in [1, 100]"),
         (["profile=true", "profile_steps=1000000000"], "profile_steps=1000000000: accepted an integer in [1, 100]"),
+        # the embedding table holds every id the tokenizer emits (torch: IndexError mid-trial, JAX: diverged)
+        (["model.vocab_size=100"], "model.vocab_size=100: smaller than the tokenizer's 30,522 ids"),
+        # counts a user sets are bounded: a typo must not run until killed or fill memory before a step
+        (["mode=jvp", "jvp.num_tangents=1000000000"], "jvp.num_tangents=1000000000: accepted an integer in [1, 1024]"),
+        (["evaluate=true", "data.num_eval=1000000000"], "data.num_eval=1000000000: accepted: an integer in [1, 1,0"),
+        (["data.num_train=1000001"], "data.num_train=1000001: accepted: an integer in [1, 1,000,000]"),
         (["scenario=ops", "profile=true"], "profile=true: scenario=ops times single ops and has no training step"),
     ],
 )

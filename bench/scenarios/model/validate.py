@@ -81,6 +81,7 @@ def validate(cfg: BenchConfig) -> None:
         at_least("max_timed_s", cfg.max_timed_s, 0)
     spec = model_spec(m)
     data.check_seq_len(cfg.seq_len, spec.max_position_embeddings, m.name)
+    check_vocab(m.vocab_size)
     if cfg.trainable == "last_k" and not 1 <= cfg.last_k <= spec.num_layers:
         raise ConfigError(f"last_k={cfg.last_k}: accepted 1..{spec.num_layers} (model.num_layers)")
     validate_lora(cfg)
@@ -118,6 +119,17 @@ def validate(cfg: BenchConfig) -> None:
             check_checkpoint(m.checkpoint, spec)
         except WeightsError as e:
             raise ConfigError(str(e)) from e
+
+
+def check_vocab(vocab_size: int) -> None:
+    """The embedding table holds every id the tokenizer emits: a smaller one would index past its end (torch: an
+    IndexError mid-trial; JAX clamps the index and the loss drifts into a row named diverged)."""
+    ids = data.tokenizer_vocab_size()
+    if vocab_size < ids:
+        raise ConfigError(
+            f"model.vocab_size={vocab_size}: smaller than the tokenizer's {ids:,} ids (bert-base-uncased WordPiece, "
+            f"the suite's tokenizer); accepted: an integer >= {ids}"
+        )
 
 
 def forward_passes(cfg: BenchConfig, spec, step) -> float | None:
