@@ -213,6 +213,28 @@ def test_a_folder_the_trial_writes_that_cannot_be_written_is_refused_before_anyt
         (["mode=jvp", "jvp.num_tangents=1000000000"], "jvp.num_tangents=1000000000: accepted an integer in [1, 1024]"),
         (["evaluate=true", "data.num_eval=1000000000"], "data.num_eval=1000000000: accepted: an integer in [1, 1,0"),
         (["data.num_train=1000001"], "data.num_train=1000001: accepted: an integer in [1, 1,000,000]"),
+        (["steps=1000000000"], "steps=1000000000: accepted an integer in [1, 1,000,000]"),
+        (["warmup_steps=1000001"], "warmup_steps=1000001: accepted an integer in [1, 1,000,000]"),
+        (["grad_accum=1025"], "grad_accum=1025: accepted an integer in [1, 1,024]"),
+        (["epochs=100000"], "epochs=100000: 1,600,000 updates over data.num_train=64; accepted: 1,000,000 updates"),
+        (["evaluate=true", "eval_every=1000001"], "eval_every=1000001: accepted an integer in [0, 1,000,000]"),
+        (
+            [
+                "mode=backprop",
+                "evaluate=true",
+                "eval_every=1",
+                "target.metric=eval_loss",
+                "target.value=0.1",
+                "target.max_steps=1000000000",
+            ],
+            "target.max_steps=1000000000: accepted an integer in [1, 1,000,000]",
+        ),
+        # a rank past the matrices it factors is no longer low rank (model=tiny: hidden 32, 4 labels)
+        (["mode=lozo", "lozo.rank=33"], "lozo.rank=33: above the smaller side of every matrix trainable=all trains"),
+        (["mode=lozo", "trainable=classifier", "lozo.rank=5"], "(the widest: 4), so no perturbation is low rank; acc"),
+        (["trainable=lora", "lora.rank=33"], "lora.rank=33: above the smaller side (32) of a layer lora.targets wraps"),
+        (["scenario=ops", "ops.repeats=10001"], "ops.repeats=10001: accepted an integer in [1, 10,000]"),
+        (["scenario=ops", "ops.sizes=[100000]"], "ops: shape (100000, 100000) has 10,000,000,000 entries; accepted"),
         (["scenario=ops", "profile=true"], "profile=true: scenario=ops times single ops and has no training step"),
     ],
 )
