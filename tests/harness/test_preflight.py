@@ -346,6 +346,7 @@ def test_a_package_checkpoint_is_only_ever_a_known_weight_package(tmp_path, monk
             "accepted: --config-dir DIR",
         ),
         (["--experimental-rerun", "config.pickle"], "(a recorded trial runs again with python -m bench rerun RUN_ID)"),
+        (["--config-dir=", "model=tiny"], "--config-dir=: no folder given; accepted: --config-dir DIR, a folder"),
         (["--config-dir", "/no/such"], "--config-dir=/no/such: not a folder; accepted: a folder of configs laid out"),
     ],
 )
