@@ -187,7 +187,11 @@ def check_flags(flags: list[str], config_dir: str | None) -> None:
                 f"{f}: not taken here ({_HYDRA_REFUSED[f]}); accepted: --config-dir DIR, "
                 f"{_CONFIG_DIR_ACCEPTED}, which join conf/'s"
             )
-    if config_dir is not None and not (config_dir and Path(config_dir).is_dir()):  # "" would be the current folder
+    if config_dir is not None and not config_dir.strip():  # Path("") is the working directory: never meant
+        raise ConfigError(
+            f"--config-dir={config_dir}: no folder given; accepted: --config-dir DIR, {_CONFIG_DIR_ACCEPTED}"
+        )
+    if config_dir is not None and not Path(config_dir).is_dir():
         raise ConfigError(
             f"--config-dir={config_dir}: not a folder; accepted: {_CONFIG_DIR_ACCEPTED}, which join conf/'s"
         )

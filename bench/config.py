@@ -32,6 +32,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from bench import estimators, models
+from bench.data import MAX_SAMPLES
 from bench.errors import ConfigError
 from bench.measure.system import cuda_device_count
 from bench.ops_spec import OP_NAMES
@@ -51,6 +52,12 @@ DEVICES = ("auto", "cpu", "cuda")
 LOGGERS = ("wandb", "none")
 LOGGER_MODES = ("offline", "online", "disabled")
 GROUPS = ("model", "data", "optimizer", "logger", "ops", "case", "experiment")
+
+# Upper bounds of the counts a trial runs: far past any measurement's needs (a cost-to-target search caps at 10,001
+# steps), short of a typo (1e9) that would run until killed. MAX_ACCUM mirrors mezo.q's 1,024 passes a step.
+MAX_STEPS = 1_000_000
+MAX_ACCUM = 1024
+MAX_OPS_CALLS = 10_000  # ops.warmup and ops.repeats: a sample is min_sample_s or more, so 10,000 is minutes per shape
 
 # OmegaConf 2.3 types a field by one type (X | None allowed, other unions not), so three option kinds stay Any:
 # jacfwd.chunk (auto | an integer), and the ops lists, which also take one bare value (ops.names=matmul).
@@ -87,8 +94,12 @@ class ModelConfig:
 class DataConfig:
     name: str = _f("synthetic", "synthetic | ag_news")
     path: str | None = _f(None, "ag_news: local CSV (class index 1-4, title, description) or a dir with train/test.csv")
-    num_train: int | None = _f(2048, "training examples, integer >= 1 (ag_news: null = the whole split)")
-    num_eval: int | None = _f(512, "held-out examples for accuracy, integer >= 1 (ag_news: null = the whole split)")
+    num_train: int | None = _f(
+        2048, f"training examples, integer in [1, {MAX_SAMPLES:,}] (ag_news: null = the whole split)"
+    )
+    num_eval: int | None = _f(
+        512, f"held-out examples for accuracy, integer in [1, {MAX_SAMPLES:,}] (ag_news: null = the whole split)"
+    )
     seed: int = _f(0, "which synthetic corpus / ag_news subsets, integer in [0, 2^63) (batch order follows `seed`)")
 
 
@@ -123,8 +134,10 @@ class OpsConfig:
     sizes: Any = _f([], "square sizes n: each op runs at (n, n)")
     shapes: Any = _f([], "further [rows, cols] shapes, e.g. [[64,4096]]")
     compile: bool = _f(False, "torch: torch.compile the primal, jvp and vjp (fullgraph); jax is always jax.jit")
-    warmup: int = _f(1, "untimed calls of each function first (the first one compiles), integer >= 1")
-    repeats: int = _f(5, "timed samples per function, integer >= 1; the row holds their median")
+    warmup: int = _f(
+        1, f"untimed calls of each function first (the first one compiles), integer in [1, {MAX_OPS_CALLS:,}]"
+    )
+    repeats: int = _f(5, f"timed samples per function, integer in [1, {MAX_OPS_CALLS:,}]; the row holds their median")
     min_sample_s: float = _f(
         0.005, "seconds >= 0: a sample repeats the call until it lasts this long (timer resolution, dispatch jitter)"
     )
@@ -138,13 +151,13 @@ class TargetConfig:
     max_steps: int | None = _f(
         None,
         "the step cap (warm-up steps included; replaces `steps`): a trial that has not reached the target by "
-        "then ends not_reached",
+        f"then ends not_reached; an integer in [1, {MAX_STEPS:,}]",
     )
 
 
 @dataclass
 class LoraConfig:
-    rank: int = _f(8, "trainable=lora: the adapters' rank r, integer >= 1")
+    rank: int = _f(8, "trainable=lora: the adapters' rank r, integer in [1, the smaller side of each layer wrapped]")
     alpha: float = _f(16.0, "trainable=lora: the scale's numerator (updates scaled by alpha / rank), a number > 0")
     dropout: float = _f(0.0, "trainable=lora: dropout on the adapters' input, in [0, 1)")
     targets: Any = _f(
@@ -184,8 +197,8 @@ class BenchConfig:
     )
     last_k: int = _f(1, "trainable=last_k: final encoder layers trained, integer in [1, model.num_layers]")
     batch_size: int = _f(8, "examples per micro-batch (per device with parallel), integer >= 1")
-    seq_len: int = _f(128, "tokens per example (padded/truncated), integer in [8, 512]")
-    steps: int = _f(20, "timed steps (optimizer updates), integer >= 1; ignored when epochs is set")
+    seq_len: int = _f(128, "tokens per example (padded/truncated), integer in [8, model.max_position_embeddings]")
+    steps: int = _f(20, f"timed steps (optimizer updates), integer in [1, {MAX_STEPS:,}]; ignored when epochs is set")
     max_timed_s: float | None = _f(
         None,
         "null | seconds >= 0: stop the timed steps once they have taken this long (at least one runs); "
@@ -193,11 +206,13 @@ class BenchConfig:
     )
     epochs: int | None = _f(
         None,
-        "null: `steps` timed steps | N >= 1: N passes over data.num_train (num_train // global batch "
-        "// grad_accum updates each)",
+        f"null: `steps` timed steps | N >= 1: N passes over data.num_train (num_train // global batch "
+        f"// grad_accum updates each; {MAX_STEPS:,} updates in all at most)",
     )
-    warmup_steps: int = _f(3, "untimed steps before the timed ones (the first compiles), integer >= 1")
-    grad_accum: int = _f(1, "micro-batches per optimizer update, integer >= 1")
+    warmup_steps: int = _f(
+        3, f"untimed steps before the timed ones (the first compiles), integer in [1, {MAX_STEPS:,}]"
+    )
+    grad_accum: int = _f(1, f"micro-batches per optimizer update, integer in [1, {MAX_ACCUM:,}]")
     seed: int = _f(0, "weights, data order, tangents, perturbations, dropout: integer in [0, 2^63)")
     deterministic: bool = _f(
         False,
@@ -533,6 +548,12 @@ def choice(name: str, value, accepted) -> None:
 def is_number(value) -> bool:
     """A real, finite number (a bool is not one; nan and inf are not accepted anywhere)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def count(name: str, value, low: int, high: int) -> None:
+    """An integer count in [low, high]: every count a user sets is bounded, the bound in the message."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{name}={value}: accepted an integer in [{low}, {high:,}]")
 
 
 def at_least(name: str, value, low) -> None:

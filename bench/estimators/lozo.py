@@ -39,7 +39,9 @@ MAX_RANK = 1024  # a perturbation's factors beyond this are no longer low rank a
 class LozoSettings:
     eps: float = setting(1e-3, "perturbation scale, a finite number > 0 (MeZO's 1e-3)")
     rank: int = setting(
-        2, f"rank r of each weight matrix's perturbation U V^T, integer in [1, {MAX_RANK}] (the paper's r)"
+        2,
+        f"rank r of each weight matrix's perturbation U V^T, integer in [1, {MAX_RANK}] and at most the widest "
+        "trained matrix's smaller side (the paper's r)",
     )
     interval: int = setting(
         50, "steps V is kept before it is drawn again, integer >= 1 (the paper's lazy sampling, nu)"

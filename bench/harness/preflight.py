@@ -99,7 +99,27 @@ def _check_moved(o) -> None:
     option = estimators.moved().get(o.key_or_group)
     if option:
         value = o.input_line.split("=", 1)[1] if "=" in o.input_line else ""
+        # the new spelling is only proposed with a value its estimator accepts: never suggest what is refused next
+        if problem := _moved_value_problem(option, o):
+            raise ConfigError(f"{o.input_line}: {o.key_or_group} is now {option}, and {problem}")
         raise ConfigError(f"{o.input_line}: {o.key_or_group} is now {option}; accepted: {option}={value}")
+
+
+def _moved_value_problem(option: str, o) -> str | None:
+    """What the estimator's own check says of the value(s) of a moved key under its new name (None: accepted)."""
+    name, field = option.split(".", 1)
+    estimator = estimators.get(name)
+    if o.is_sweep_override() and not o.is_discrete_sweep():
+        return None  # a range or interval: its values are checked when the sweep expands them
+    values = list(o.sweep_iterator()) if o.is_discrete_sweep() else [o.value()]
+    for value in values:
+        try:
+            settings = estimator.settings(**{field: value})
+        except TypeError:
+            return None
+        if problem := estimator.check(settings):
+            return problem
+    return None
 
 
 @contextlib.contextmanager

@@ -81,6 +81,9 @@ OBJECTIVES = ("wall_to_target_s", "seconds_to_target", "steps_to_target", "sampl
 LR = "optimizer.lr"  # what a scale rule places and a diverged group's search extends
 # How a case's learning rate moves with the trained dimension d, from `at` where its points were measured to work
 SCALES = {"1/d": lambda at, d: at / d}
+# A group's trials: far past any grid (the experiments' run 3-7 points), short of a descent that a group whose every
+# point diverges would take a decade at a time until killed.
+MAX_BUDGET = 1000
 EXTEND_STEP = 0.1  # below a grid of one point, the next is a decade lower
 T = TypeVar("T")
 
@@ -94,10 +97,12 @@ def check_tuning(objective, repeats, budget=None, confirm=(), capping=False, sto
             "hydra.sweeper.stop_at_miss=true: needs hydra.sweeper.capping=true (a group's descent ends at a point "
             "that misses its cap)"
         )
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_BUDGET
+    ):
         raise ConfigError(
-            f"hydra.sweeper.budget={budget}: accepted a positive integer, the trials each group may run (its "
-            "points, then the points below them while every one diverged)"
+            f"hydra.sweeper.budget={budget}: accepted an integer in [1, {MAX_BUDGET:,}], the trials each group may "
+            "run (its points, then the points below them while every one diverged)"
         )
     if objective not in OBJECTIVES:
         raise ConfigError(

@@ -273,3 +273,73 @@ def test_jax_impl_never_imports_torch():
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def _sharded(tmp_path, spec, weight_map_of=None):
+    """The tiny checkpoint as an HF sharded folder: its index and one shard file."""
+    from safetensors.numpy import save_file
+
+    ckpt, _ = _tiny_checkpoint(spec, seed=1)
+    save_file(ckpt, str(tmp_path / "model-00001-of-00001.safetensors"))
+    weight_map = {k: "model-00001-of-00001.safetensors" for k in ckpt}
+    return ckpt, weight_map if weight_map_of is None else weight_map_of(weight_map)
+
+
+@pytest.mark.parametrize(
+    "index, message",
+    [
+        ("{not json", "model.safetensors.index.json: not readable JSON (JSONDecodeError)"),
+        ("[1, 2]", "model.safetensors.index.json: not a JSON object"),
+        ('{"metadata": {}}', "model.safetensors.index.json: no weight_map of tensor -> shard file"),
+        ('{"weight_map": [1]}', "model.safetensors.index.json: no weight_map of tensor -> shard file"),
+        (b"\xff\xfe\x00", "model.safetensors.index.json: not readable JSON ("),
+    ],
+)
+def test_a_damaged_checkpoint_index_is_one_line(tmp_path, index, message):
+    from bench.weights import check_checkpoint
+
+    spec, _ = model_preset("tiny")
+    _sharded(tmp_path, spec)
+    path = tmp_path / "model.safetensors.index.json"
+    path.write_bytes(index) if isinstance(index, bytes) else path.write_text(index)
+    with pytest.raises(WeightsError, match="^model.checkpoint=") as e:
+        check_checkpoint(str(tmp_path), spec)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("shard", ["/etc/passwd", "../outside.safetensors", "sub/model.safetensors", ".."])
+def test_a_checkpoint_index_names_shards_inside_its_folder_only(tmp_path, shard):
+    import json
+
+    from safetensors.numpy import save_file
+
+    from bench.weights import check_checkpoint
+
+    spec, _ = model_preset("tiny")
+    folder = tmp_path / "ckpt"
+    (folder / "sub").mkdir(parents=True)
+    ckpt, weight_map = _sharded(folder, spec)
+    save_file(ckpt, str(tmp_path / "outside.safetensors"))  # a real file there: refused by its name, not its absence
+    save_file(ckpt, str(folder / "sub" / "model.safetensors"))
+    weight_map["embeddings.word_embeddings.weight"] = shard
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    for check in (check_checkpoint, build_weights):
+        with pytest.raises(WeightsError, match=f"shard '{shard}' is not a .safetensors file name in the checkpoint"):
+            check(str(folder), spec) if check is check_checkpoint else check(spec, 0, str(folder))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_checkpoint_with_a_non_finite_weight_is_refused_naming_the_tensor(tmp_path, bad):
+    from safetensors.numpy import save_file
+
+    from bench.weights import check_checkpoint
+
+    spec, _ = model_preset("tiny")
+    ckpt, _ = _tiny_checkpoint(spec, seed=1)
+    ckpt["encoder.layer.1.output.dense.weight"][0, 3] = bad
+    save_file(ckpt, str(tmp_path / "model.safetensors"))
+    with pytest.raises(WeightsError, match=r"in 1 tensor\(s\): encoder.layer.1.output.dense.weight \(1\)"):
+        check_checkpoint(str(tmp_path), spec)  # preflight, before any trial
+    # and a file changed after preflight: the trial's load ends in an error naming it, never a diverged run
+    with pytest.raises(WeightsError, match="tensor bert.encoder.layer.1.output.dense.weight holds 1 non-finite"):
+        build_weights(spec, 0, str(tmp_path))

@@ -43,13 +43,17 @@ from tests.support import FAST, REPO, bench_here, whole_rows
         (["case=jvp", "jvp.num_tangents=4", "jvp.tangent=keep"], "jvp.tangent=keep: applies to one tangent and an"),
         (["num_tangents=4"], "num_tangents=4: num_tangents is now jvp.num_tangents; accepted: jvp.num_tangents=4"),
         (["jvp_impl=lazy"], "jvp_impl=lazy: jvp_impl is now jvp.impl; accepted: jvp.impl=lazy"),
+        # a moved key's new spelling is never proposed with a value its estimator refuses
+        (["mezo_eps=nan"], "mezo_eps=nan: mezo_eps is now mezo.eps, and mezo.eps=nan: accepted a finite number > 0"),
         (["jacfwd_chunk=8"], "jacfwd_chunk=8: jacfwd_chunk is now jacfwd.chunk; accepted: jacfwd.chunk=8"),
         (["jvp.impl=fused"], "jvp.impl=fused: accepted auto | dual | func | lazy | naive"),
         (["jacfwd.chunk=0"], "jacfwd.chunk=0: accepted auto | an integer >= 1"),
         (["mode=hizoo", "dtype=bf16_pure"], "mode=hizoo with dtype=bf16_pure: MeZO's in-place +eps, -2eps, +eps"),
         (["batch_size=abc"], "batch_size=abc"),
-        (["model=tiny", "seq_len=1024"], "seq_len=1024: accepted an integer in [8, 512] (512: BERT's max_posit"),
-        (["seq_len=4"], "seq_len=4: accepted an integer in [8, 512] (512: BERT's max_position_embeddings)"),
+        (["model=tiny", "seq_len=1024"], "seq_len=1024: accepted an integer in [8, 512] (512: model=tiny's max_posit"),
+        (["seq_len=4"], "seq_len=4: accepted an integer in [8, 512] (512: model=minilm_l6's max_position_embeddings)"),
+        # each model's own limit by its name: OPT-125m's positions are 2,048, not BERT's 512
+        (["model=opt_125m", "seq_len=4096"], "seq_len=4096: accepted an integer in [8, 2048] (2048: model=opt_125m's"),
         (
             ["model=tiny", "model.max_position_embeddings=64", "seq_len=100"],
             "seq_len=100: accepted an integer in [8, 64] (64: model=tiny's max_position_embeddings)",
@@ -203,6 +207,34 @@ def test_a_folder_the_trial_writes_that_cannot_be_written_is_refused_before_anyt
         (["last_k=0"], "last_k=0: must be a number >= 1"),  # checked although trainable=all does not read it
         (["profile_steps=0"], "profile_steps=0: accepted an integer in [1, 100]"),
         (["profile=true", "profile_steps=1000000000"], "profile_steps=1000000000: accepted an integer in [1, 100]"),
+        # the embedding table holds every id the tokenizer emits (torch: IndexError mid-trial, JAX: diverged)
+        (["model.vocab_size=100"], "model.vocab_size=100: smaller than the tokenizer's 30,522 ids"),
+        # counts a user sets are bounded: a typo must not run until killed or fill memory before a step
+        (["mode=jvp", "jvp.num_tangents=1000000000"], "jvp.num_tangents=1000000000: accepted an integer in [1, 1024]"),
+        (["evaluate=true", "data.num_eval=1000000000"], "data.num_eval=1000000000: accepted: an integer in [1, 1,0"),
+        (["data.num_train=1000001"], "data.num_train=1000001: accepted: an integer in [1, 1,000,000]"),
+        (["steps=1000000000"], "steps=1000000000: accepted an integer in [1, 1,000,000]"),
+        (["warmup_steps=1000001"], "warmup_steps=1000001: accepted an integer in [1, 1,000,000]"),
+        (["grad_accum=1025"], "grad_accum=1025: accepted an integer in [1, 1,024]"),
+        (["epochs=100000"], "epochs=100000: 1,600,000 updates over data.num_train=64; accepted: 1,000,000 updates"),
+        (["evaluate=true", "eval_every=1000001"], "eval_every=1000001: accepted an integer in [0, 1,000,000]"),
+        (
+            [
+                "mode=backprop",
+                "evaluate=true",
+                "eval_every=1",
+                "target.metric=eval_loss",
+                "target.value=0.1",
+                "target.max_steps=1000000000",
+            ],
+            "target.max_steps=1000000000: accepted an integer in [1, 1,000,000]",
+        ),
+        # a rank past the matrices it factors is no longer low rank (model=tiny: hidden 32, 4 labels)
+        (["mode=lozo", "lozo.rank=33"], "lozo.rank=33: above the smaller side of every matrix trainable=all trains"),
+        (["mode=lozo", "trainable=classifier", "lozo.rank=5"], "(the widest: 4), so no perturbation is low rank; acc"),
+        (["trainable=lora", "lora.rank=33"], "lora.rank=33: above the smaller side (32) of a layer lora.targets wraps"),
+        (["scenario=ops", "ops.repeats=10001"], "ops.repeats=10001: accepted an integer in [1, 10,000]"),
+        (["scenario=ops", "ops.sizes=[100000]"], "ops: shape (100000, 100000) has 10,000,000,000 entries; accepted"),
         (["scenario=ops", "profile=true"], "profile=true: scenario=ops times single ops and has no training step"),
     ],
 )
@@ -314,8 +346,9 @@ def test_a_package_checkpoint_is_only_ever_a_known_weight_package(tmp_path, monk
             "accepted: --config-dir DIR",
         ),
         (["--experimental-rerun", "config.pickle"], "(a recorded trial runs again with python -m bench rerun RUN_ID)"),
+        (["--config-dir=", "model=tiny"], "--config-dir=: no folder given; accepted: --config-dir DIR, a folder"),
         (["--config-dir", "/no/such"], "--config-dir=/no/such: not a folder; accepted: a folder of configs laid out"),
-        (["--config-dir="], "--config-dir=: not a folder"),  # not the current folder, scanned and added as configs
+        (["--config-dir="], "--config-dir=: no folder given"),  # not the current folder, scanned and added as configs
     ],
 )
 def test_hydra_flags_that_would_fail_late_are_one_line(tmp_path, args, expected):

@@ -196,6 +196,8 @@ def test_a_budget_too_small_for_one_example_is_a_result(tmp_path):
             marks=pytest.mark.skipif(bool(shutil.which("nvidia-smi")), reason="a GPU gives the budget"),
         ),
         (["budget_mb=0"], "budget_mb=0.0: must be a number >= 1"),
+        # bounded: a typo must not probe until killed
+        (["--max-probes", "1000000000", "budget_mb=100"], "accepted start >= 1, max-probes in [3, 64]"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, args, expected):

@@ -13,7 +13,12 @@ from bench.store.read import read_rows
     "args,expected",
     [
         (["--framework", "mxnet"], "--framework=mxnet: accepted torch, jax or torch,jax"),
-        (["--rounds", "0"], "--rounds=0: accepted an integer >= 1"),
+        (["--rounds", "0"], "--rounds=0: accepted an integer in [1, 100]"),
+        # every count bounded: a typo must not run until killed
+        (["--rounds", "1000000000"], "--rounds=1000000000: accepted an integer in [1, 100]"),
+        (["--steps", "1000000000"], "--steps=1000000000: accepted an integer in [1, 10,000]"),
+        (["--warmup", "1000000"], "--warmup=1000000: accepted an integer in [1, 1,000]"),
+        (["--seq-len", "100000"], "--seq-len=100000: accepted an integer in [1, 8,192]"),
         (["--model", "gpt2"], "--model=gpt2: accepted bert_base"),
     ],
 )

@@ -68,8 +68,11 @@ def test_a_placed_grid_keeps_its_other_settings_and_needs_its_counts():
         expand({"case": "jvp"}, {"jvp": {**SPACE["jvp"], "scael": "1/d"}}, [], dimension)
     with pytest.raises(ConfigError, match="budget=3: smaller than the 4 points"):
         expand({"case": "jvp"}, SPACE, ["trainable=bias"], dimension, budget=3)
-    with pytest.raises(ConfigError, match="budget=0: accepted a positive integer"):
+    with pytest.raises(ConfigError, match=r"budget=0: accepted an integer in \[1, 1,000\]"):
         check_tuning("wall_to_target_s", [1], 0)
+    # bounded: a group whose every point diverges must not descend until killed
+    with pytest.raises(ConfigError, match=r"budget=1000000000: accepted an integer in \[1, 1,000\]"):
+        check_tuning("wall_to_target_s", [1], 1_000_000_000)
 
 
 def searched(group: str, lrs: list[float], statuses: list[str]) -> list[tuple[str, list[str], dict]]:

@@ -262,8 +262,11 @@ def test_ag_news_without_a_source_says_what_to_do(tmp_path):
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: make_batches(DataSpec(), 8, 4, seed=0), "seq_len=4: accepted an integer in [8, 512]"),
-        (lambda: make_batches(DataSpec(), 8, 513, seed=0), "seq_len=513: accepted an integer in [8, 512]"),
+        (lambda: make_batches(DataSpec(), 8, 4, seed=0), "seq_len=4: accepted an integer in [8, 8192]"),
+        (
+            lambda: make_batches(DataSpec(), 8, 8193, seed=0),
+            "seq_len=8193: accepted an integer in [8, 8192] (8192: the",
+        ),
         (
             lambda: make_batches(DataSpec(num_train=10), 16, 32, seed=0),
             "batch_size=16: larger than data.num_train=10",
@@ -282,7 +285,7 @@ def test_ag_news_without_a_source_says_what_to_do(tmp_path):
             "data.num_train=null: the synthetic corpus needs",
         ),
         (lambda: data_spec({"name": "synthetic", "size": 3}), "data.size: unknown option; accepted: "),
-        (lambda: load_tokenizer(1024), "seq_len=1024"),
+        (lambda: load_tokenizer(8193), "seq_len=8193"),
     ],
 )
 def test_bad_values_are_one_line_config_errors(call, message):

@@ -125,6 +125,11 @@ def result_row(
     }
 
 
+# Each probe is a trial: a bisection between 1 and any limit a trial takes ends within 64 probes (2^64), and a ladder
+# of factor 2 or more reaches any limit sooner; past this --max-probes is a typo that would probe until killed.
+MAX_PROBES_LIMIT = 64
+
+
 def parse(argv: list[str] | None):
     parser = OneLineParser(
         "capacity",
@@ -137,7 +142,12 @@ def parse(argv: list[str] | None):
         type=int,
         help=f"the first value probed (default: batch_size 1, seq_len {MIN_SEQ_LEN}, the shortest a trial takes)",
     )
-    parser.add_argument("--max-probes", type=int, default=MAX_PROBES, help=f"per search (default {MAX_PROBES})")
+    parser.add_argument(
+        "--max-probes",
+        type=int,
+        default=MAX_PROBES,
+        help=f"per search, an integer in [3, {MAX_PROBES_LIMIT}] (default {MAX_PROBES})",
+    )
     parser.add_argument(
         "--ladder",
         type=int,
@@ -188,10 +198,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def prepare(args) -> list[tuple[list[str], BenchConfig, float]]:
     """(overrides, config, budget MiB) of every combination, validated like any trial, before any runs."""
-    if args.start < 1 or args.max_probes < (1 if args.ladder else 3) or (args.ladder is not None and args.ladder < 2):
+    low = 1 if args.ladder else 3
+    if (
+        args.start < 1
+        or not low <= args.max_probes <= MAX_PROBES_LIMIT
+        or (args.ladder is not None and args.ladder < 2)
+    ):
         raise ConfigError(
             f"--start={args.start} --max-probes={args.max_probes} --ladder={args.ladder}: accepted start >= 1, "
-            "max-probes >= 3 (a ladder's >= 1), ladder >= 2"
+            f"max-probes in [3, {MAX_PROBES_LIMIT}] (a ladder's from 1), ladder >= 2"
         )
     if any(o.split("=")[0].lstrip("+") == args.search for o in args.overrides):
         raise ConfigError(f"{args.search}: it is what --search={args.search} varies; accepted: leave it out")

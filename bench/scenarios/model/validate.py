@@ -6,17 +6,21 @@ the launcher can start by bench.harness.launch.check_launch."""
 from __future__ import annotations
 
 import importlib.util
+import math
 from dataclasses import fields, replace
 from pathlib import Path
 
 from bench import data, estimators, models
 from bench.config import (
+    MAX_ACCUM,
+    MAX_STEPS,
     TRACES,
     BenchConfig,
     LoraConfig,
     above,
     at_least,
     choice,
+    count,
     in_unit,
     is_number,
     lora_spec,
@@ -55,9 +59,11 @@ def validate(cfg: BenchConfig) -> None:
     choice("dtype", cfg.dtype, DTYPES)
     choice("directions", cfg.directions, DIRECTIONS)
     choice("attn_implementation", cfg.attn_implementation, ATTN_IMPLEMENTATIONS)
-    for name in ("batch_size", "seq_len", "steps", "grad_accum"):
+    for name in ("batch_size", "seq_len"):  # bounded by the data (num_train) and the model (its positions)
         at_least(name, getattr(cfg, name), 1)
-    at_least("warmup_steps", cfg.warmup_steps, 1)  # the first step compiles; it must never be timed
+    count("steps", cfg.steps, 1, MAX_STEPS)
+    count("grad_accum", cfg.grad_accum, 1, MAX_ACCUM)
+    count("warmup_steps", cfg.warmup_steps, 1, MAX_STEPS)  # the first step compiles; it must never be timed
     for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size"):
         at_least(f"model.{name}", getattr(m, name), 1)
     at_least("model.max_position_embeddings", m.max_position_embeddings, 2)
@@ -81,9 +87,11 @@ def validate(cfg: BenchConfig) -> None:
         at_least("max_timed_s", cfg.max_timed_s, 0)
     spec = model_spec(m)
     data.check_seq_len(cfg.seq_len, spec.max_position_embeddings, m.name)
+    check_vocab(m.vocab_size)
     if cfg.trainable == "last_k" and not 1 <= cfg.last_k <= spec.num_layers:
         raise ConfigError(f"last_k={cfg.last_k}: accepted 1..{spec.num_layers} (model.num_layers)")
     validate_lora(cfg)
+    check_ranks(cfg, spec)
     estimator = estimators.get(cfg.mode)
     if cfg.remat and not estimator.remat:
         remats = [n for n in estimators.names() if estimators.get(n).remat]
@@ -118,6 +126,43 @@ def validate(cfg: BenchConfig) -> None:
             check_checkpoint(m.checkpoint, spec)
         except WeightsError as e:
             raise ConfigError(str(e)) from e
+
+
+def check_vocab(vocab_size: int) -> None:
+    """The embedding table holds every id the tokenizer emits: a smaller one would index past its end (torch: an
+    IndexError mid-trial; JAX clamps the index and the loss drifts into a row named diverged)."""
+    ids = data.tokenizer_vocab_size()
+    if vocab_size < ids:
+        raise ConfigError(
+            f"model.vocab_size={vocab_size}: smaller than the tokenizer's {ids:,} ids (bert-base-uncased WordPiece, "
+            f"the suite's tokenizer); accepted: an integer >= {ids}"
+        )
+
+
+def check_ranks(cfg: BenchConfig, spec) -> None:
+    """lora.rank and lozo.rank against the matrices they factor: a rank past a matrix's smaller side is no longer
+    low rank, only dearer (its factors grow with the rank, U V^T's scale with it too)."""
+    family = models.of(spec)
+    if cfg.trainable == "lora":  # every wrapped layer gets the rank: each must be wider than it
+        shapes = family.param_shapes(spec, lora_spec(cfg.lora))
+        sides = {min(s[1], shapes[k.replace(".lora_A.", ".lora_B.")][0]) for k, s in shapes.items() if ".lora_A." in k}
+        if sides and cfg.lora.rank > min(sides):
+            raise ConfigError(
+                f"lora.rank={cfg.lora.rank}: above the smaller side ({min(sides)}) of a layer lora.targets wraps; "
+                f"accepted an integer in [1, {min(sides)}]"
+            )
+    if cfg.mode == "lozo":  # the rank applies to every trained matrix; the classifier's (num_labels rows) is narrow
+        lora = lora_spec(cfg.lora) if cfg.trainable == "lora" else None
+        sides = [
+            min(s[0], math.prod(s[1:]))
+            for n, s in family.param_shapes(spec, lora).items()
+            if len(s) >= 2 and family.is_trainable(n, cfg.trainable, spec.num_layers, cfg.last_k)
+        ]
+        if sides and cfg.lozo.rank > max(sides):
+            raise ConfigError(
+                f"lozo.rank={cfg.lozo.rank}: above the smaller side of every matrix trainable={cfg.trainable} trains "
+                f"(the widest: {max(sides)}), so no perturbation is low rank; accepted an integer in [1, {max(sides)}]"
+            )
 
 
 def forward_passes(cfg: BenchConfig, spec, step) -> float | None:
@@ -238,6 +283,7 @@ def validate_target(cfg: BenchConfig) -> None:
         raise ConfigError(
             f"epochs={cfg.epochs} with target.metric: the target's step cap decides the length; accepted: epochs=null"
         )
+    count("target.max_steps", t.max_steps, 1, MAX_STEPS)
     if t.max_steps < cfg.warmup_steps + cfg.eval_every:
         raise ConfigError(
             f"target.max_steps={t.max_steps}: smaller than warmup_steps={cfg.warmup_steps} + one "
@@ -252,13 +298,19 @@ def validate_outputs(cfg: BenchConfig) -> None:
         at_least("epochs", cfg.epochs, 1)
         if cfg.data.num_train is None:
             raise ConfigError(f"epochs={cfg.epochs}: needs data.num_train (samples per epoch); got null")
+        count("epochs", cfg.epochs, 1, MAX_STEPS)
+        if timed_steps(cfg) > MAX_STEPS:
+            raise ConfigError(
+                f"epochs={cfg.epochs}: {timed_steps(cfg):,} updates over data.num_train={cfg.data.num_train}; "
+                f"accepted: {MAX_STEPS:,} updates at most (fewer epochs)"
+            )
         if timed_steps(cfg) < 1:
             raise ConfigError(
                 f"epochs={cfg.epochs}: data.num_train={cfg.data.num_train} holds no full update "
                 f"of batch_size={cfg.batch_size} x grad_accum={cfg.grad_accum} x {world_size(cfg)} "
                 "device(s); accepted: a larger data.num_train"
             )
-    at_least("eval_every", cfg.eval_every, 0)
+    count("eval_every", cfg.eval_every, 0, MAX_STEPS)
     if cfg.eval_every and not cfg.evaluate:
         raise ConfigError(f"eval_every={cfg.eval_every}: needs evaluate=true")
     r = cfg.eval_resolution

@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.config import BenchConfig, at_least, choice
+from bench.config import MAX_OPS_CALLS, BenchConfig, at_least, choice, count
 from bench.errors import ConfigError
 from bench.harness.scenario import Scenario, finished_runs, identity_of
 from bench.harness.signals import classify, error_line, maybe_inject_fault
@@ -33,6 +33,9 @@ from bench.store.wandb import OPS_TABLE, WandbSink, geomean_key, run_config, run
 
 DTYPES = ("fp32", "fp64", "bf16")
 THREADS = ("1", "all")
+# An op's largest input, 2^31 entries (8 GiB in fp32, and jvp and vjp hold several): past the memory of any one
+# device; a typo (ops.sizes=1000000) would fail allocating, or swap a host, instead of being refused.
+MAX_OP_ELEMENTS = 1 << 31
 # Everything an ops trial's measurements depend on (the ops node aside, model keys do not matter to it).
 IDENTITY_KEYS = ("scenario", "framework", "device", "dtype", "threads", "seed", "ops")
 SUMMARY_KEYS = (
@@ -206,8 +209,14 @@ def validate(cfg: BenchConfig) -> None:
             )
     if not as_list(o.sizes) and not as_list(o.shapes):
         raise ConfigError("ops.sizes=[] and ops.shapes=[]: nothing to measure; accepted: at least one size or shape")
-    at_least("ops.warmup", o.warmup, 1)  # the first call compiles; it must never be timed
-    at_least("ops.repeats", o.repeats, 1)
+    for rows, cols in dict.fromkeys(shape for _, shape in plan(cfg)):
+        if rows * cols > MAX_OP_ELEMENTS:
+            raise ConfigError(
+                f"ops: shape ({rows}, {cols}) has {rows * cols:,} entries; accepted: {MAX_OP_ELEMENTS:,} at most "
+                "(ops.sizes n: n * n, ops.shapes: rows * cols)"
+            )
+    count("ops.warmup", o.warmup, 1, MAX_OPS_CALLS)  # the first call compiles; it must never be timed
+    count("ops.repeats", o.repeats, 1, MAX_OPS_CALLS)
     at_least("ops.min_sample_s", o.min_sample_s, 0)
 
 

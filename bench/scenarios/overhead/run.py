@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from bench.config import available
+from bench.data import MAX_SEQ_LEN
 from bench.errors import ConfigError
 from bench.harness.command import OneLineParser, run
 from bench.harness.launch import child_env, stop_descendants
@@ -163,15 +164,26 @@ def table(rows: list[dict]) -> str:
     return fixed_width(head, cells)
 
 
+# Each count's upper bound: far past what a comparison of step times needs (the defaults are 8, 128, 10, 2, 3), and
+# short of a typo (1e9) that would run until killed. seq_len: the data's own cap (a model's is checked in its trial).
+LIMITS = {"batch_size": 4096, "seq_len": MAX_SEQ_LEN, "steps": 10_000, "warmup": 1_000, "rounds": 100}
+
+
+def _count(name: str, default: int, what: str = "") -> dict:
+    """add_argument's keywords for a count in [1, LIMITS[name]], the bound shown in --help."""
+    text = f"{what}; " if what else ""
+    return dict(type=int, default=default, help=f"{text}an integer in [1, {LIMITS[name]:,}] (default {default})")
+
+
 def parse(argv: list[str] | None):
     p = OneLineParser("overhead", "python -m bench overhead [options]", description=__doc__.splitlines()[0])
     p.add_argument("--framework", default="torch,jax", help="torch, jax or torch,jax (default both)")
     p.add_argument("--model", default="minilm_l6", help="a conf/model preset (default minilm_l6)")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--steps", type=int, default=10, help="timed steps per run (default 10)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2; the first compiles)")
-    p.add_argument("--rounds", type=int, default=3, help="suite/plain pairs per framework (default 3)")
+    p.add_argument("--batch-size", **_count("batch_size", 8))
+    p.add_argument("--seq-len", **_count("seq_len", 128))
+    p.add_argument("--steps", **_count("steps", 10, "timed steps per run"))
+    p.add_argument("--warmup", **_count("warmup", 2, "untimed steps first (the first compiles)"))
+    p.add_argument("--rounds", **_count("rounds", 3, "suite/plain pairs per framework"))
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results/overhead.csv", help="CSV the rows are appended to")
@@ -184,9 +196,9 @@ def validate(a) -> list[str]:
     frameworks = [f for f in a.framework.split(",") if f]
     if not frameworks or any(f not in FRAMEWORKS for f in frameworks):
         raise ConfigError(f"--framework={a.framework}: accepted torch, jax or torch,jax")
-    for name in ("batch_size", "seq_len", "steps", "warmup", "rounds"):
-        if getattr(a, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')}={getattr(a, name)}: accepted an integer >= 1")
+    for name, high in LIMITS.items():
+        if not 1 <= getattr(a, name) <= high:
+            raise ConfigError(f"--{name.replace('_', '-')}={getattr(a, name)}: accepted an integer in [1, {high:,}]")
     if a.model not in available("model"):
         raise ConfigError(f"--model={a.model}: accepted {', '.join(available('model'))}")
     check_results_file(Path(a.out), COLUMNS)
