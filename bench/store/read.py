@@ -117,9 +117,23 @@ def _read_csv(path: Path, required: Sequence[str]) -> list[dict[str, str]]:
         raise ReadError(f"csv={path}: not a bench results CSV, its header lacks {shown} ({accepted})")
     check_header(f"csv={path}", scan)
     rows = [as_shown(scan.header, record) for record in scan.records]
+    rows = [_counted(path, r) for r in rows]
     for first, _, why in scan.damaged:
         rows.append({"status": DAMAGED, "error": f"{path.name} line {first}: row not whole ({why})"})
     return rows
+
+
+# The shape columns the report sections group and sort by as whole numbers; a row with another value in one
+# (edited, or written by something else) is damaged, listed as such, never a traceback in one section
+COUNTS = ("batch_size", "seq_len", "num_layers", "hidden_size", "grad_accum")
+
+
+def _counted(path: Path, row: dict[str, str]) -> dict[str, str]:
+    bad = [c for c in COUNTS if row.get(c) and not (row[c].isascii() and row[c].isdigit())]
+    if not bad:
+        return row
+    cells = ", ".join(f"{c}={row[c][:40]!r}" for c in bad)
+    return {"status": DAMAGED, "error": f"{path.name} run {row.get('run_id', '')[:80]!r}: {cells} not a whole number"}
 
 
 def is_run_id(run_id: str) -> bool:

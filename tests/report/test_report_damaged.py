@@ -109,3 +109,18 @@ def test_a_kept_copy_is_named_inside_its_folder_whatever_the_rows_say(tmp_path):
     (copy,) = kept.iterdir()
     assert copy.is_file() and copy.name.endswith("_1gpu--evil1-x_y.md"), copy.name
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "results"]
+
+
+@pytest.mark.parametrize("experiment", ["default_bench", "mode_targets", "shapes"])
+def test_a_shape_cell_that_is_no_whole_number_makes_its_row_damaged(tmp_path, experiment):
+    """The sections group and sort by layers, widths, batches and lengths as whole numbers: a row with 12.5 layers
+    or a formula for its length is listed as damaged, with the cell, and the report still builds."""
+    rows = [
+        trial("torch", "backprop", experiment=experiment),
+        {**trial("jax", "backprop", experiment=experiment), "num_layers": "12.5"},
+        {**trial("jax", "jvp", experiment=experiment), "seq_len": "=1+1"},
+    ]
+    path = write_csv(tmp_path / "runs.csv", rows)
+    assert main([str(path), "--out", str(tmp_path / "out")], REPORT_SECTIONS) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "num_layers='12.5' not a whole number" in md and "seq_len=\"'=1+1\" not a whole number" in md, md
