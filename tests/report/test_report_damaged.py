@@ -123,4 +123,4 @@ def test_a_shape_cell_that_is_no_whole_number_makes_its_row_damaged(tmp_path, ex
     path = write_csv(tmp_path / "runs.csv", rows)
     assert main([str(path), "--out", str(tmp_path / "out")], REPORT_SECTIONS) == 0
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "num_layers='12.5' not a whole number" in md and "seq_len=\"'=1+1\" not a whole number" in md, md
+    assert "num_layers='12.5' not a whole number" in md and 'seq_len="\'=1+1" not a whole number' in md, md
