@@ -46,13 +46,10 @@ SPLITS = ("train", "test")
 # AG News' classes in the order of its class index 1-4 (classes.txt of the original release); labels are 0-3.
 CLASS_NAMES = ("World", "Sports", "Business", "Sci/Tech")
 MIN_SEQ_LEN = 8  # [CLS] and [SEP] leave 6 text tokens; anything shorter measures padding, not a model
-# The data's own cap, whatever the model: past the longest position table of any preset (OPT's 2,048) a sequence is
-# padding, and a typo (seq_len=1000000) would fill memory before a model's check names it. A model's own limit, its
-# max_position_embeddings, is checked with the model (check_seq_len with its name).
-MAX_SEQ_LEN = 8192
-# data.num_train and data.num_eval: eight times AG News' largest split (120,000), and at seq_len 128 about 1.5 GB of
-# token ids; a typo past it (1e9) would fill memory making a corpus before any step.
-MAX_SAMPLES = 1_000_000
+# The data's own caps, whatever the model: a typo (seq_len=1000000, num_eval=1e9) would fill memory before any step.
+# Past 8,192 a sequence is padding for every preset (OPT's 2,048 positions: each model's own limit is checked with
+# it); 1 M examples is eight times AG News' largest split.
+MAX_SEQ_LEN, MAX_SAMPLES = 8192, 1_000_000
 PAD_ID = 0  # [PAD] in the bert-base-uncased vocab (BERT's pad_token_id: bench/models/bert.py)
 
 
@@ -90,11 +87,8 @@ def check_seq_len(seq_len, max_positions: int = MAX_SEQ_LEN, model: str | None =
     finds it (the data's, or the model's with its name)."""
     longest = min(max_positions, MAX_SEQ_LEN)
     if not _is_int(seq_len) or not MIN_SEQ_LEN <= seq_len <= longest:
-        source = (
-            f"model={model}'s max_position_embeddings"
-            if model and longest == max_positions
-            else "the data's longest sequence, padding past any model's positions"
-        )
+        own = model and longest == max_positions
+        source = f"model={model}'s max_position_embeddings" if own else "the data's longest sequence, past any model's"
         raise ConfigError(f"seq_len={seq_len}: accepted an integer in [{MIN_SEQ_LEN}, {longest}] ({longest}: {source})")
 
 
