@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from hydra.core.hydra_config import HydraConfig
 
 from bench import cli
 from bench.config import LAUNCH_ID, BenchConfig, resolve, to_dict
@@ -88,10 +89,11 @@ def bench(
 def bench_here(*args: str, results: Path | None = None) -> subprocess.CompletedProcess:
     """`python -m bench ARGS [results_dir=RESULTS]` for a command that ends before any trial starts (a refusal):
     bench.cli.main in this process, with its exit code, stdout and stderr as the command's. The environment and
-    sys.argv it changes are put back."""
+    sys.argv it changes are put back, and so is Hydra's runtime config (a `--cfg` or a run sets it for the process,
+    and a later trial measured here would read its +experiment)."""
     cmd = [*args, *([f"results_dir={results}"] if results is not None else [])]
     out, err = io.StringIO(), io.StringIO()
-    saved_env, saved_argv = dict(os.environ), list(sys.argv)
+    saved_env, saved_argv, saved_hydra = dict(os.environ), list(sys.argv), HydraConfig.instance().cfg
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -103,6 +105,7 @@ def bench_here(*args: str, results: Path | None = None) -> subprocess.CompletedP
         os.environ.clear()
         os.environ.update(saved_env)
         sys.argv[:] = saved_argv
+        HydraConfig.instance().cfg = saved_hydra
     return subprocess.CompletedProcess(["python", "-m", "bench", *cmd], code, out.getvalue(), err.getvalue())
 
 

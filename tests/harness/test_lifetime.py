@@ -133,7 +133,7 @@ def test_perf_interrupted_is_one_line_and_130(tmp_path):
         "--framework",
         "torch",
         "--steps",
-        "100000",
+        "10000",
         "--rounds",
         "1",
         "--out",
