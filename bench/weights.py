@@ -123,8 +123,7 @@ def load_checkpoint(checkpoint: str, spec) -> dict[str, np.ndarray]:
             if k in family.CHECKPOINT_BUFFERS:
                 continue
             out[k] = np.ascontiguousarray(v, dtype=np.float32)
-            if not np.isfinite(out[k]).all():  # a NaN or inf weight would be recorded as a run that diverged
-                bad = int(np.size(out[k]) - np.count_nonzero(np.isfinite(out[k])))
+            if bad := _non_finite_count(out[k]):  # a NaN or inf weight would be recorded as a run that diverged
                 raise WeightsError(
                     f"model.checkpoint={checkpoint!r}: {f.name}: tensor {k} holds {bad:,} non-finite value(s) (NaN or "
                     "inf); accepted: finite weights"
@@ -165,9 +164,14 @@ def _non_finite(path: str, size: int, mtime_ns: int) -> list[tuple[str, int]]:
     with safe_open(path, framework="numpy") as st:
         for k in st.keys():  # noqa: SIM118 (safe_open has keys(), not iteration)
             t = st.get_tensor(k)
-            if np.issubdtype(t.dtype, np.floating) and not (finite := np.isfinite(t)).all():
-                found.append((k, int(t.size - np.count_nonzero(finite))))
+            if np.issubdtype(t.dtype, np.floating) and (bad := _non_finite_count(t)):
+                found.append((k, bad))
     return found
+
+
+def _non_finite_count(t: np.ndarray) -> int:
+    """How many of a tensor's values are NaN or inf."""
+    return int(t.size - np.count_nonzero(np.isfinite(t)))
 
 
 class _Shaped(tuple):

@@ -150,16 +150,12 @@ def low_rank_directions(params, *, rank: int, interval: int, seed: int, step, ki
     for i, u_key, v_key in zip(matrices, u_keys, v_keys):
         path, x = flat[i]
         layers, (first, *rest) = x.shape[: lead[i]], x.shape[lead[i] :]
-        if _transposed(path):  # (in, out): V along the input, U along the rest
-            n, m = first, int(np.prod(rest))
-            u = _sample(u_key, (*layers, m, rank), x.dtype, kind)
-            v = _sample(v_key, (*layers, n, rank), x.dtype, kind)
-            out[i] = jnp.matmul(v, jnp.swapaxes(u, -1, -2)).reshape(x.shape)
-        else:
-            m, n = first, int(np.prod(rest))
-            u = _sample(u_key, (*layers, m, rank), x.dtype, kind)
-            v = _sample(v_key, (*layers, n, rank), x.dtype, kind)
-            out[i] = jnp.matmul(u, jnp.swapaxes(v, -1, -2)).reshape(x.shape)
+        transposed = _transposed(path)  # (in, out): V along the first axis, the input; U along the rest
+        m, n = (int(np.prod(rest)), first) if transposed else (first, int(np.prod(rest)))
+        u = _sample(u_key, (*layers, m, rank), x.dtype, kind)
+        v = _sample(v_key, (*layers, n, rank), x.dtype, kind)
+        a, b = (v, u) if transposed else (u, v)
+        out[i] = jnp.matmul(a, jnp.swapaxes(b, -1, -2)).reshape(x.shape)
     return jax.tree.unflatten(treedef, [out[i] for i in range(len(flat))])
 
 
