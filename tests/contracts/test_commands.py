@@ -105,7 +105,18 @@ def test_pages_show_commands():
     assert len(shown_commands()) > 20
 
 
-@pytest.mark.parametrize("page,command", shown_commands(), ids=lambda x: x if "/" not in x else None)
+# a cost experiment composes each scope to place its points by d, a capacity ladder each rung: seconds a command
+SLOW_COMMANDS = ("cost_to_target", "what_fits", "shapes")
+
+
+@pytest.mark.parametrize(
+    "page,command",
+    [
+        pytest.param(*pc, marks=pytest.mark.slow) if any(s in pc[1] for s in SLOW_COMMANDS) else pc
+        for pc in shown_commands()
+    ],
+    ids=lambda x: x if "/" not in x else None,
+)
 def test_every_command_shown_parses(page, command, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # results folders a command names are checked, never written, here
     check(command, tmp_path)

@@ -19,9 +19,13 @@ from bench.scenarios.model.select import OPTIMIZER_DEFAULTS, context_key
 from tests.support import REPO, composed, trial
 
 EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
+# a cost experiment composes each of its scopes to place its points by d: seconds an experiment, so slow
+EXPERIMENT_PARAMS = [
+    pytest.param(n, marks=pytest.mark.slow) if n.startswith("cost_to_target") else n for n in EXPERIMENTS
+]
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS)
+@pytest.mark.parametrize("name", EXPERIMENT_PARAMS)
 def test_every_experiment_composes_and_validates(name):
     assert preflight([f"+experiment={name}"], multirun=True, scenarios=SCENARIOS) >= 2  # each one is a sweep
 
@@ -32,7 +36,7 @@ def plain_compose(combo: list[str]) -> dict:
         return OmegaConf.to_container(compose("config", overrides=combo))
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS)
+@pytest.mark.parametrize("name", EXPERIMENT_PARAMS)
 def test_preflight_composes_each_trial_as_hydra_does(name):
     """Preflight composes the groups a trial chooses once per command line and applies each trial's values to a
     copy (bench/harness/preflight.py): every trial must be the config Hydra's own compose gives it (here the

@@ -84,6 +84,7 @@ def test_counted_flops_are_the_models(framework, case):
         assert counted["flops_per_step"] == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_xla_counts_every_op_and_each_loop_once():
     """XLA's own number beside the dots': above them where no loop hides work (the elementwise ops of unrolled
     layers), and below the step's dots where a loop repeats them (scanned layers, jvp's two tangents: a loop's body

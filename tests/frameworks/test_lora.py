@@ -78,6 +78,7 @@ def test_adapters_load_and_export_exactly_in_both_frameworks(lora):
     assert sorted(torch_model.hf_name(n) for n in names) == sorted(param_shapes(SPEC, lora))
 
 
+@pytest.mark.slow
 def test_drawn_adapters_leave_the_model_its_base():
     """PEFT's initialisation, drawn once for both: B = 0, so the logits are the base model's, bit for bit."""
     batch = {k: v for k, v in BATCH[0].items() if k != "labels"}
@@ -92,6 +93,7 @@ def test_drawn_adapters_leave_the_model_its_base():
     assert 0 < np.abs(a).max() <= 1 / np.sqrt(SPEC.hidden_size)  # kaiming_uniform(a=sqrt(5)): U(+-1/sqrt(in))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora", [QV, ALL], ids=["query_value", "all_linear"])
 def test_same_loss_and_adapter_gradients_in_torch_and_jax(lora):
     results = {}

@@ -341,6 +341,7 @@ def test_lora_same_loss_and_adapter_gradients(lora):
     assert len(grads_t) == len(lora_shapes(SPEC, lora)) + 1  # the adapters and the score
 
 
+@pytest.mark.slow
 def test_drawn_adapters_leave_the_model_its_base(models):
     logits = jax_opt.build_model(SPEC, WEIGHTS, lora=QV, seed=3)(BATCH["input_ids"], BATCH["attention_mask"])
     np.testing.assert_array_equal(

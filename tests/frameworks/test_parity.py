@@ -124,6 +124,7 @@ def _close(name, a, b, atol):
     assert err <= atol, f"{name}: max abs diff {err:.3g} > {atol:g}"
 
 
+@pytest.mark.slow
 def test_forward_parity_padded(pair):
     spec, name = pair.spec, pair.name
     batch = make_batch(spec)

@@ -176,6 +176,7 @@ def test_jvp_directional_derivative_is_grad_dot_v_and_a_finite_difference(framew
     assert loss == pytest.approx(loss_at(framework, t, theta), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_torch_jvp_impls_agree():
     """func, lazy (duals made per module), dual (forward_ad) and naive (params requiring grad) compute the same
     loss and d; lazy leaves the module's own parameters in place."""

@@ -188,6 +188,7 @@ def test_hizoo_with_the_true_hessian_estimates_the_newton_step(framework):
     assert (np.abs(est.mean(0) - (W - C)) < 5 * std).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_hizoo_updates_its_hessian_estimate_as_the_paper_writes(framework):
     """One step's H' = (1 - alpha) H + alpha |L+ + L- - 2 L0| / (2 eps^2) H z^2: on the quadratic the second
@@ -202,6 +203,7 @@ def test_hizoo_updates_its_hessian_estimate_as_the_paper_writes(framework):
     np.testing.assert_allclose(g, proj * z / np.sqrt(want), rtol=2e-3, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_hizoo_perturbs_along_z_over_the_square_root_of_h_on_its_seeded_path(framework):
     """The seeded draw (the timed step's path, JAX's perturbation program included), checked against the paper's
@@ -264,6 +266,7 @@ def test_signsgd_moves_every_entry_by_lr_against_the_estimate_sign(framework):
 # LOZO
 
 
+@pytest.mark.slow
 def test_lozo_given_the_same_direction_is_the_same_in_torch_and_jax():
     out = {}
     for fw in FRAMEWORKS:
@@ -289,6 +292,7 @@ def lozo_draws(framework: str, step: int, rank: int, interval: int) -> dict[str,
     return {"w": np.asarray(z["kernel"]).T, "b": np.asarray(z["bias"])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_lozo_perturbs_a_matrix_by_rank_r_and_keeps_v_on_its_input_side(framework):
     """A Linear's perturbation U V^T has rank r, and V, kept for `interval` steps, runs along its input, as the

@@ -70,6 +70,7 @@ SURFACES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP], ids=["SIGKILL", "SIGHUP"])
 @pytest.mark.parametrize("surface", SURFACES)
 def test_no_trial_outlives_its_launcher(surface, sig, tmp_path):

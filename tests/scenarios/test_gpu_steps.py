@@ -100,10 +100,14 @@ COMMAND_IDS = [
 ]
 
 
-# the shape sweep's 40 ladders compose for seconds: slow
+# the commands that compose for over 2 s (the shape sweep's 40 ladders, the curve's scopes, OPT's and what_fits'
+# grids): slow; the rest keep a preflight of every kind of command in make test-fast
+SLOW_COMMANDS = {"shapes", "curve", "what_fits", "opt"}
+
+
 @pytest.mark.parametrize(
     "index",
-    [pytest.param(i, marks=pytest.mark.slow) if n == "shapes" else i for i, n in enumerate(COMMAND_IDS)],
+    [pytest.param(i, marks=pytest.mark.slow) if n in SLOW_COMMANDS else i for i, n in enumerate(COMMAND_IDS)],
     ids=COMMAND_IDS,
 )
 def test_every_gpu_command_passes_preflight(index, tmp_path):
@@ -181,6 +185,7 @@ def test_the_lease_measures_the_shapes_first_rung_by_rung():
     assert first[20].startswith("T128 torch jvp fp32")
 
 
+@pytest.mark.slow
 def test_the_lease_measures_the_empty_cells_first():
     """Then the GPU table's empty cells (issue 42): jvp and MeZO in both frameworks, each beside the mode it is
     compared with, then JAX's remat and jacfwd[head] before torch's; then bf16; then the study's JAX column."""

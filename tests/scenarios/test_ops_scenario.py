@@ -143,6 +143,7 @@ def fake_rows() -> list[dict]:
     return rows
 
 
+@pytest.mark.slow
 def test_ops_report_draws_every_plot(tmp_path):
     csv = tmp_path / "ops.csv"
     sink = CsvSink(csv, OPS_CSV_COLUMNS)

@@ -127,6 +127,7 @@ def _writer(path: str, worker: int, n: int) -> None:
         )
 
 
+@pytest.mark.slow
 def test_concurrent_writers_lose_nothing_and_tear_nothing(tmp_path):
     path = tmp_path / "runs.csv"
     workers, per_worker = 4, 25

@@ -133,6 +133,7 @@ def wandb_env(monkeypatch, tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_offline_run_holds_config_summary_and_history_and_no_key(wandb_env):
     pytest.importorskip("wandb")
     results = wandb_env / "results"
