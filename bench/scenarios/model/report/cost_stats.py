@@ -345,13 +345,13 @@ def study(row: dict) -> str:
 
 
 def seed_value(row: dict, column: str, level: float | None = None) -> float | None:
-    """A fresh seed's cost: INF where its trial did not reach the target (or never held `level`)."""
-    if not reached_row(row):
+    """A fresh seed's cost: INF where its trial did not reach the target, or at another `level` of it did not end
+    ok or never held that level (a seed that missed the target can have held a lower level)."""
+    if level is None or level == num(row, "target_value"):
+        return value(row, column) if reached_row(row) else INF
+    if row.get("status") != "ok" or (level in levels(row) and levels(row)[level] is None):
         return INF
-    v = value(row, column, level)
-    if v is None and level is not None and level in levels(row) and column in LEVEL_COSTS:
-        return INF  # the level is recorded, never held
-    return v
+    return value(row, column, level)
 
 
 def reference(groups: dict[tuple[str, str], Group], g: Group) -> Group | None:
