@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from bench.scenarios.model.report.cost import framework_table, matched_memory, profile_table, seeds_note
+from bench.scenarios.model.report.cost_curve import curve_table
 from bench.scenarios.model.report.cost_stats import INF, cost_groups, levels, performance_profile, problems
 from bench.scenarios.model.report.cost_uncertainty import fit_seeds, memory_band, ratio_interval, ties
-from tests.scenarios.test_cost_report import cost_row, only
+from tests.scenarios.test_cost_report import cost_row, only, table_of
 
 DS = (1_540.0, 10_756.0, 27_652.0, 75_268.0)  # trained parameters of four scopes
 
@@ -44,6 +45,24 @@ def test_a_missed_seed_is_dropped_from_the_fit_and_counted():
     fit = fit_seeds({1e3: [10.0, INF, 10.0], 1e4: [100.0, 100.0, INF], 1e5: [INF, INF]})
     assert fit.exponent == pytest.approx(1.0) and (fit.points, fit.scopes, fit.dropped) == (4, 2, 4)
     assert fit_seeds({1e3: [10.0], 1e4: [INF, INF]}) is None  # one scope left: no fit
+
+
+def test_the_curve_table_fits_seeds_flags_a_censored_median_and_counts_the_dropped():
+    """MeZO at two scopes, 0.01 d steps; at bias one of its five seeds missed: the median there is flagged, the
+    seed is dropped from the fit (9 seeds fitted), the exponent still that of the others, with no spread."""
+    rows = []
+    for scope, d in (("classifier", 1_540), ("bias", 27_652)):
+        kw = dict(n_trainable=d, trainable=scope, tune_group=f"mezo-{scope}")
+        steps = round(0.01 * d)
+        rows.append(cost_row("mezo", steps, 1.0, **kw))
+        for seed in (1, 2, 3, 5, 6):
+            reached = not (scope == "bias" and seed == 6)
+            rows.append(cost_row("mezo", steps, 1.0, tuning="repeat", seed=seed, reached=reached, **kw))
+    (line,) = curve_table(only(rows)).splitlines()[2:]
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    b = math.log(277 / 15) / math.log(27_652 / 1_540)  # the steps rounded to whole ones: about 1
+    assert cells[2:4] == ["15", "277† [277–∞]"] and cells[4] == f"{b:.2f} [{b:.2f}, {b:.2f}]"
+    assert cells[-1] == "9 seeds at 2 of 2 scopes (1 missed: dropped)"
 
 
 def test_the_exponents_interval_holds_the_truth_and_narrows_with_more_seeds():
@@ -163,6 +182,7 @@ def test_a_groups_cost_is_the_median_over_its_studies_of_each_ones_median():
     assert len(g.studies()) == 3 and len(g.seeds()) == 15 and g.winner["lr"] == 0.1
     cost = g.cost("steps_to_target")
     assert (cost.median, cost.lo, cost.hi, cost.seeds) == (200, 98, 302, 15)
+    assert table_of({("torch", "mezo"): g})["mezo"][5:7] == ["15 (3 studies)", "200 [98–302]"]
     (one,) = only([{k: v for k, v in r.items() if k != "tune_study"} for r in rows[:6]]).values()
     assert one.studies() == [one] and one.cost("steps_to_target").median == 100  # rows without the column: one
 

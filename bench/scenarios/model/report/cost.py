@@ -38,6 +38,7 @@ from bench.scenarios.model.report.cost_stats import (
     target_label,
 )
 from bench.scenarios.model.report.cost_uncertainty import (
+    CENSORED,
     MIN_SEEDS,
     few_seeds,
     group_ratio,
@@ -70,9 +71,6 @@ def point_label(row: dict) -> str:
 
 def count(v: float, scale: float = 1.0) -> str:
     return f"{v * scale:.0f}"  # steps and forward passes: whole numbers
-
-
-CENSORED = "†"  # a median over seeds some of which missed: their costs are known only to exceed the cap's
 
 
 def fmt_spread(cost: Cost, scale: float = 1.0, fmt=fmt_value) -> str:
@@ -115,9 +113,11 @@ def ratio_cell(g: Group, ref: Group | None, column: str) -> str:
 
 
 def seeds_cell(g: Group) -> str:
-    seeds = g.seeds()
+    """5, 5 (1 missed), or 15 over 3 studies (each its own search and seeds)"""
+    seeds, studies = g.seeds(), len(g.studies())
     missed = sum(not reached_row(r) for r in seeds)
-    return f"{len(seeds)}" + (f" ({missed} missed)" if missed else "")
+    notes = [f"{missed} missed"] * bool(missed) + [f"{studies} studies"] * (studies > 1)
+    return f"{len(seeds)}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def measured(g: Group, column: str) -> float | None:
@@ -294,7 +294,7 @@ def matched_memory(groups: dict[tuple[str, str], Group]) -> list[list[str]]:
                 [
                     FRAMEWORK_NAMES.get(fw, fw),
                     scope,
-                    fmt_value(tie[0]) if len(tie) == 1 else f"{fmt_value(tie[0])}–{fmt_value(tie[-1])} (tie)",
+                    budget_cell(tie),
                     best.label,
                     fmt_spread(tuned[best]),
                     str(tuned[best].seeds),
@@ -303,6 +303,14 @@ def matched_memory(groups: dict[tuple[str, str], Group]) -> list[list[str]]:
                 ]
             )
     return rows
+
+
+def budget_cell(tie: list[float]) -> str:
+    """500, or 500–505 (tie) where budgets within the noise band are one row"""
+    if len(tie) == 1:
+        return fmt_value(tie[0])
+    span = fmt_value(tie[0]) if fmt_value(tie[0]) == fmt_value(tie[-1]) else f"{fmt_value(tie[0])}–{fmt_value(tie[-1])}"
+    return f"{span} (tie)"
 
 
 MEMORY_HEAD = ["framework", "trained scope", "memory budget MiB", "fastest within it", "wall s", "seeds"]

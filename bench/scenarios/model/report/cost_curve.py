@@ -19,7 +19,7 @@ from bench import estimators
 from bench.report.plots import Chart, Series
 from bench.report.tables import md_table, num
 from bench.scenarios.model.report.cost_stats import Cost, Group
-from bench.scenarios.model.report.cost_uncertainty import SeedFit, fit_seeds
+from bench.scenarios.model.report.cost_uncertainty import CENSORED, SeedFit, fit_seeds
 from bench.scenarios.model.select import Context, context_label, framework_order
 from bench.spec import FRAMEWORK_NAMES
 
@@ -69,8 +69,10 @@ def fit_of(points: list[Point]) -> SeedFit | None:
 def _steps_cell(p: Point) -> str:
     if p.reached:
         c = p.steps
-        return f"{c.median:.0f}" + (
-            "" if c.lo == c.hi else f" [{c.lo:.0f}–{'∞' if math.isinf(c.hi) else f'{c.hi:.0f}'}]"
+        return (
+            f"{c.median:.0f}"
+            + CENSORED * c.censored
+            + ("" if c.lo == c.hi else f" [{c.lo:.0f}–{'∞' if math.isinf(c.hi) else f'{c.hi:.0f}'}]")
         )
     if p.diverged:
         return "diverged at every lr"

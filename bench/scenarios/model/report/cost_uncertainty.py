@@ -24,6 +24,7 @@ SEED = 0  # fixed: the same rows give the same report
 CONFIDENCE = 0.95
 MIN_SEEDS = 5  # a median of fewer seeds moves a whole seed's worth on one more; issue 72 asks for at least five
 TAILS = (100 * (1 - CONFIDENCE) / 2, 100 * (1 + CONFIDENCE) / 2)
+CENSORED = "†"  # marks a median over seeds some of which missed: their costs are known only to exceed the cap's
 
 
 def _resampled_medians(arms: list[list[float]], rng: np.random.Generator) -> np.ndarray:
