@@ -198,5 +198,5 @@ def test_fewer_than_five_fresh_seeds_are_said_and_jax_is_priced_against_torch():
     groups = only(rows)
     assert seeds_note(groups).startswith("Fewer than 5 fresh seeds: PyTorch mezo (3);")
     (line,) = framework_table(groups).splitlines()[2:]
-    assert line == "| mezo | 5 / 3 | 1.00× [1.00, 1.00] (0.91–1.10) | 2.00× [2.00, 2.00] | 1.00× [1.00, 1.00] |"
+    assert line == "| JAX | mezo | 5 / 3 | 1.00× [1.00, 1.00] (0.91–1.10) | 2.00× [2.00, 2.00] | 1.00× [1.00, 1.00] |"
     assert seeds_note({k: g for k, g in groups.items() if k[0] == "jax"}) == ""

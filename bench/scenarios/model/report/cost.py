@@ -55,7 +55,7 @@ from bench.scenarios.model.select import (
     mode_order,
     non_default,
 )
-from bench.spec import FRAMEWORK_NAMES
+from bench.spec import FRAMEWORK_NAMES, FRAMEWORKS
 from bench.store.read import read_history
 
 
@@ -313,22 +313,33 @@ def budget_cell(tie: list[float]) -> str:
     return f"{span} (tie)"
 
 
-MEMORY_HEAD = ["framework", "trained scope", "memory budget MiB", "fastest within it", "wall s", "seeds"]
-MEMORY_HEAD += ["tied in memory", "noise band MiB"]
+MEMORY_HEAD = [
+    "framework",
+    "trained scope",
+    "memory budget MiB",
+    "fastest within it",
+    "wall s",
+    "seeds",
+    "tied in memory",
+    "noise band MiB",
+]
 
 
 def framework_table(groups: dict[tuple[str, str], Group]) -> str:
-    """Per mode run in both frameworks, JAX's median costs over PyTorch's with their 95% bootstrap intervals."""
+    """Per mode run in both frameworks, the other framework's median costs over the first's (JAX's over PyTorch's)
+    with their 95% bootstrap intervals."""
+    base, *others = FRAMEWORKS
     body = []
-    torch = {g.label: g for g in groups.values() if g.framework == "torch"}
+    refs = {g.label: g for g in groups.values() if g.framework == base}
     for g in ordered(groups):
-        ref = torch.get(g.label)
-        if g.framework != "jax" or ref is None:
+        ref = refs.get(g.label)
+        if g.framework not in others or ref is None:
             continue
         cells = [ratio_cell(g, ref, column) for column in ("steps_to_target", "wall_to_target_s")]
-        body.append([g.label, f"{len(g.seeds())} / {len(ref.seeds())}", *cells, peak_cell(g, ref)])
-    head = ["mode", "seeds (JAX / PyTorch)", "steps ×", "wall ×", "peak ×"]
-    return md_table(head, body, "llrrr") if body else ""
+        body.append([FRAMEWORK_NAMES[g.framework], g.label, f"{len(g.seeds())} / {len(ref.seeds())}", *cells])
+        body[-1].append(peak_cell(g, ref))
+    head = ["framework", "mode", f"seeds (its / {FRAMEWORK_NAMES[base]}'s)", "steps ×", "wall ×", "peak ×"]
+    return md_table(head, body, "lllrrr") if body else ""
 
 
 def seeds_note(groups: dict[tuple[str, str], Group]) -> str:
@@ -488,7 +499,8 @@ class CostSection(Section):
             versus = framework_table(found[key])
             if versus:
                 out += [
-                    "JAX over PyTorch, per mode: the ratio of medians, with its 95% bootstrap interval over the seeds.",
+                    f"Over {FRAMEWORK_NAMES[FRAMEWORKS[0]]}, per mode: the ratio of medians, with its 95% bootstrap "
+                    "interval over the seeds.",
                     "",
                     versus,
                     "",

@@ -14,8 +14,10 @@ and MLPerf score a submission:
 - with the sweeper's `confirm` seeds (`tuning=confirm` rows), the winner is the confirmed point whose worst over its
   search and confirming seeds is lowest (a miss is infinite), as the sweeper picks it;
 - the winner's cost is the median, with the lowest and highest, over its repeats (`tuning=repeat`) at seeds the
-  search did not use; a repeat that missed the target counts as infinitely slow. The search trial that chose the
-  winner is never among them: the best of N trials is biased low, and N differs between modes;
+  search did not use; a repeat that missed the target counts as infinitely slow (censored: it would have taken
+  more than the cap). The search trial that chose the winner is never among them: the best of N trials is biased
+  low, and N differs between modes. Where the sweeper ran several independent searches (`tune_study`), the median
+  over the studies of each one's winner's median;
 - reruns (`tuning=rerun`: `python -m bench rerun`) are kept apart: listed, never searched or counted;
 - target trials run without a sweep (no `tuning`) are one fixed point each, nothing chosen: all are its seeds.
 """
@@ -67,8 +69,10 @@ def levels(row: dict) -> dict[float, float | None]:
     out: dict[float, float | None] = {}
     for pair in str(row.get("levels_to_target") or "").split(";"):
         level, _, steps = pair.partition(":")
-        if level.strip():
+        try:
             out[float(level)] = float(steps) if steps.strip() else None
+        except ValueError:  # an empty or damaged pair prices nothing; the target's own level stands on its column
+            continue
     main = num(row, "target_value")
     if main is not None:
         out[main] = num(row, "steps_to_target")
@@ -394,7 +398,7 @@ def target_levels(g: Group, column: str) -> list[float | None]:
 def problems(found: dict[Context, dict], column: str) -> dict[tuple, dict[str, float]]:
     """{(table key, scope, framework, level of the target): {mode: median cost}} over every group (the target's own
     level None); INF where a mode's winner missed at every seed, or no trial of it reached the target. A framework
-    is a problem, not a solver: the profile compares ways of differentiating, each where both frameworks ran it."""
+    is a problem, not a solver: the profile compares ways of differentiating, each framework's runs problems apart."""
     out: dict = defaultdict(dict)
     for key, groups in found.items():
         for g in groups.values():
