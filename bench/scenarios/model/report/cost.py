@@ -5,7 +5,8 @@ across modes and problems; and its plots.
 Rows are the trials run with a target (`target.metric`). How they are grouped, which trial wins a group's search
 and which seeds its cost is taken over are cost_stats.py's: in short, the search picks a point by the sweeper's
 objective, and its cost is the median over fresh seeds (its repeats at seeds the search did not use, a missed seed
-infinite), never the search trial that chose it; reruns are listed apart.
+infinite), never the search trial that chose it; reruns are listed apart. How sure each number is (bootstrap
+intervals over the seeds, the memory noise band) is cost_uncertainty.py's.
 """
 
 from __future__ import annotations
