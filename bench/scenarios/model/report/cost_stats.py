@@ -212,6 +212,15 @@ class Group:
     repeats: list[dict] = field(default_factory=list)
     reruns: list[dict] = field(default_factory=list)
     fixed: list[dict] = field(default_factory=list)  # no tuning: one point, nothing chosen
+    _memo: dict = field(default_factory=dict, init=False, repr=False)
+
+    def _cached(self, name: str, compute):
+        """`compute()` once per state of the rows: every table cell asks for the seeds, and finding them compares
+        each repeat's tuned point with the winner's (rows are only ever added, so their counts mark a state)."""
+        state = (name, len(self.search), len(self.confirms), len(self.repeats), len(self.reruns), len(self.fixed))
+        if state not in self._memo:
+            self._memo[state] = compute()
+        return self._memo[state]
 
     @property
     def rows(self) -> list[dict]:
@@ -220,6 +229,9 @@ class Group:
     def studies(self) -> list[Group]:
         """The group's independent searches (the sweeper's `tune_study`), each with its own winner and fresh seeds;
         [self] where it ran one (rows from before the column are one study)."""
+        return self._cached("studies", self._studies)
+
+    def _studies(self) -> list[Group]:
         ids = sorted({study(r) for r in self.rows}, key=lambda s: (len(s), s))
         if len(ids) <= 1:
             return [self]
@@ -270,6 +282,9 @@ class Group:
     def seeds(self) -> list[dict]:
         """The rows the winner's cost is taken over: its repeats at seeds the search did not use (never the search
         trial itself); for target trials run on their own, every one. Every study's, where several ran."""
+        return list(self._cached("seeds", self._seeds))
+
+    def _seeds(self) -> list[dict]:
         if len(studies := self.studies()) > 1:
             return [r for s in studies for r in s.seeds()]
         if not self.search:
