@@ -89,14 +89,22 @@ def test_a_winners_cost_comes_only_from_fresh_seeds_and_is_priced_against_backpr
     table = table_of(only(rows))
     assert table["backprop"][4:8] == ["2/2", "3", "61 [51–71]", "52–61"]  # seeds 1-3; known within an evaluation
     assert table["jvp"][4:7] == ["1/2", "3", "181 [151–211]"]
-    assert table["mezo"][4:7] == ["1/1", "3 (1 missed)", "701 [401–∞]"]  # median of 401, 701, ∞; never 501
+    # median of 401, 701, ∞ (never 501), flagged: a seed missed
+    assert table["mezo"][4:7] == ["1/1", "3 (1 missed)", "701† [401–∞]"]
     # forward passes: steps x counted FLOPs / one forward's; backprop 3 a step, MeZO 2 (its missed seed: infinite)
-    assert table["backprop"][8] == "183 [153–213]" and table["mezo"][8] == "1402 [802–∞]"
-    # steps (with the range the evaluation interval allows), forward passes, wall, peak, MiB*s: over backprop's
+    assert table["backprop"][8] == "183 [153–213]" and table["mezo"][8] == "1402† [802–∞]"
+    # steps (its bootstrap interval, then the range the evaluation interval allows), forward passes, wall, peak,
+    # MiB*s: over backprop's
     lo, hi = (181 - 9) / 61, 181 / (61 - 9)
-    assert table["jvp"][-5:] == [f"2.97× ({lo:.2f}–{hi:.2f})", "-", "2.50×", "0.60×", "2.50×"]
-    assert table["mezo"][-4:] == ["7.66×", "2.92×", "0.50×", "2.92×"]
-    assert table["backprop"][-4:] == ["1.00×", "1.00×", "1.00×", "1.00×"]
+    steps, forwards, wall, peak, mib_s = table["jvp"][-5:]
+    assert steps.startswith("2.97× [") and steps.endswith(f"] ({lo:.2f}–{hi:.2f})") and forwards == "-"
+    assert wall.startswith("2.50× [") and mib_s == wall and peak == "0.60× [0.60, 0.60]"  # every seed's peak alike
+    interval = [float(v) for v in wall[len("2.50× [") : -1].split(", ")]
+    assert interval[0] < 2.5 < interval[1]  # 30/12: within the seeds' 24/14 to 36/10
+    # MeZO's missed seed: resampled medians that land on it are unbounded above, and the ratio is flagged
+    assert [c.split(" [")[0] for c in table["mezo"][-4:]] == ["7.66×", "2.92×", "0.50×", "2.92×"]
+    assert table["mezo"][-4].endswith(", ∞]†") and table["mezo"][-2] == "0.50× [0.50, 0.50]"
+    assert table["backprop"][-4:] == ["1.00×", "1.00×", "1.00×", "1.00×"]  # the reference over itself, exactly
 
 
 def test_a_missed_seed_counts_as_infinite_in_the_median():
@@ -259,7 +267,8 @@ def test_with_eval_resolution_steps_are_known_within_it():
     table = table_of(groups)
     assert [g.steps_bracket() for g in ordered(groups)] == [(8, 8), (113, 121)]
     assert table["backprop"][6:8] == ["8 [4–9]", "8"] and table["jvp"][6:8] == ["121 [112–134]", "113–121"]
-    assert table["jvp"][-5] == "15.12× (14.1–15.1)"  # 121 over 8, its range 113/8 to 121/8
+    # 121 over 8, its range 113/8 to 121/8 after the bootstrap interval
+    assert table["jvp"][-5].startswith("15.12× [") and table["jvp"][-5].endswith("] (14.1–15.1)")
 
 
 def test_rows_from_before_the_new_columns_still_report():
@@ -288,7 +297,8 @@ def test_the_matched_memory_table_is_per_trained_scope():
         ["bias", "450", "mezo[bias]"],
         ["bias", "700", "backprop[bias]"],
     ]
-    assert all(row[-1] == "1" for row in fits)  # how many seeds each median is over
+    assert all(row[5] == "1" for row in fits)  # how many seeds each median is over
+    assert all(row[6:] == ["-", "-"] for row in fits)  # one seed each: no spread to take a noise band from
 
 
 def test_the_performance_profile_counts_problems_within_tau_of_the_best():
@@ -317,8 +327,12 @@ def test_the_performance_profiles_problems_are_scopes_and_targets():
             ]
     found = cost_groups(rows)
     costs = problems(found, "wall_to_target_s")
-    assert sorted(scope for _, scope in costs) == ["bias", "classifier"]
+    assert sorted((scope, fw, level) for _, scope, fw, level in costs) == [
+        ("bias", "torch", None),
+        ("classifier", "torch", None),
+    ]
     profile = performance_profile(costs)
-    assert profile[("torch", "backprop")] == [1, 1, 1, 1] and profile[("torch", "mezo")] == [0, 0.5, 0.5, 0.5]
-    mezo = next(line for line in profile_table(found).splitlines() if "| mezo | wall s (of 2) |" in line)
-    assert mezo.endswith("| 0% | 50% | 50% | 50% |")
+    assert profile["backprop"] == [1, 1, 1, 1] and profile["mezo"] == [0, 0.5, 0.5, 0.5]
+    # two problems: the table says a fraction moves half a problem at a time
+    mezo = next(line for line in profile_table(found).splitlines() if line.startswith("| mezo | wall s (of 2,"))
+    assert "under 8: a fraction moves 50% a problem" in mezo and mezo.endswith("| 0% | 50% | 50% | 50% |")

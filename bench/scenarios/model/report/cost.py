@@ -5,7 +5,8 @@ across modes and problems; and its plots.
 Rows are the trials run with a target (`target.metric`). How they are grouped, which trial wins a group's search
 and which seeds its cost is taken over are cost_stats.py's: in short, the search picks a point by the sweeper's
 objective, and its cost is the median over fresh seeds (its repeats at seeds the search did not use, a missed seed
-infinite), never the search trial that chose it; reruns are listed apart.
+infinite), never the search trial that chose it; reruns are listed apart. How sure each number is (bootstrap
+intervals over the seeds, the memory noise band) is cost_uncertainty.py's.
 """
 
 from __future__ import annotations
@@ -37,6 +38,15 @@ from bench.scenarios.model.report.cost_stats import (
     seed_counts,
     target_label,
 )
+from bench.scenarios.model.report.cost_uncertainty import (
+    CENSORED,
+    MIN_SEEDS,
+    few_seeds,
+    group_ratio,
+    memory_band,
+    ratio_interval,
+    ties,
+)
 from bench.scenarios.model.select import (
     Context,
     context_label,
@@ -46,7 +56,7 @@ from bench.scenarios.model.select import (
     mode_order,
     non_default,
 )
-from bench.spec import FRAMEWORK_NAMES
+from bench.spec import FRAMEWORK_NAMES, FRAMEWORKS
 from bench.store.read import read_history
 
 
@@ -65,29 +75,50 @@ def count(v: float, scale: float = 1.0) -> str:
 
 
 def fmt_spread(cost: Cost, scale: float = 1.0, fmt=fmt_value) -> str:
-    """median [lowest–highest] over the seeds; "not reached" where most seeds missed"""
+    """median [lowest–highest] over the seeds, † where some seed missed; "not reached" where most seeds missed"""
     if cost.median is None:
         return "-"
     if math.isinf(cost.median):
         return "not reached"
-    text = fmt(cost.median, scale)
+    text = fmt(cost.median, scale) + (CENSORED if cost.censored else "")
     if cost.lo == cost.hi:
         return text
     return f"{text} [{fmt(cost.lo, scale)}–{'∞' if math.isinf(cost.hi) else fmt(cost.hi, scale)}]"
 
 
-def fmt_range(r: tuple) -> str:
-    """a ratio, with the range the evaluation interval allows where known: 6.90× (5.20–13.5)"""
+def fmt_interval(interval: tuple[float, float] | None) -> str:
+    """[0.52, 1.31]: a bootstrap interval, ∞ where resampled medians were censored"""
+    if interval is None:
+        return ""
+    return " [" + ", ".join("∞" if math.isinf(v) else fmt_value(v) for v in interval) + "]"
+
+
+def fmt_range(r: tuple, interval: tuple[float, float] | None = None) -> str:
+    """a ratio with its bootstrap interval, then the range the evaluation interval allows where known:
+    6.90× [4.10, 9.80] (5.20–13.5)"""
     mid, lo, hi = r
-    if mid is None or lo is None:
+    if mid is None:
         return fmt_ratio(mid)
-    return f"{fmt_ratio(mid)} ({fmt_value(lo)}–{fmt_value(hi)})"
+    text = fmt_ratio(mid) + fmt_interval(interval)
+    return text if lo is None else f"{text} ({fmt_value(lo)}–{fmt_value(hi)})"
+
+
+def ratio_cell(g: Group, ref: Group | None, column: str) -> str:
+    """The ratio of medians over the reference's, its 95% bootstrap interval over the seeds, † where a median
+    includes a missed seed."""
+    r = ratio(g, ref, column)
+    if r[0] is None or g is ref:  # the reference over itself: 1, exactly
+        return fmt_range(r)
+    flag = CENSORED if g.cost(column).censored or ref.cost(column).censored else ""
+    return fmt_range(r, group_ratio(g, ref, column)) + flag
 
 
 def seeds_cell(g: Group) -> str:
-    seeds = g.seeds()
+    """5, 5 (1 missed), or 15 over 3 studies (each its own search and seeds)"""
+    seeds, studies = g.seeds(), len(g.studies())
     missed = sum(not reached_row(r) for r in seeds)
-    return f"{len(seeds)}" + (f" ({missed} missed)" if missed else "")
+    notes = [f"{missed} missed"] * bool(missed) + [f"{studies} studies"] * (studies > 1)
+    return f"{len(seeds)}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def measured(g: Group, column: str) -> float | None:
@@ -157,11 +188,11 @@ def cost_table(groups: dict[tuple[str, str], Group]) -> str:
             fmt_value(measured(g, "peak_mem_mb")),
             fmt_value(measured(g, "excess_mem_mb")),
             fmt_spread(g.cost("mib_s_to_target")),
-            fmt_range(ratio(g, ref, "steps_to_target")),
-            fmt_ratio(ratio(g, ref, "forwards_to_target")[0]),
-            fmt_ratio(ratio(g, ref, "wall_to_target_s")[0]),
-            fmt_ratio(peak_ratio(g, ref)),
-            fmt_ratio(ratio(g, ref, "mib_s_to_target")[0]),
+            ratio_cell(g, ref, "steps_to_target"),
+            ratio_cell(g, ref, "forwards_to_target"),
+            ratio_cell(g, ref, "wall_to_target_s"),
+            peak_cell(g, ref),
+            ratio_cell(g, ref, "mib_s_to_target"),
         ]
         body.append(row)
     return md_table(HEAD, body, "ll" + "r" * (len(HEAD) - 2))
@@ -172,6 +203,19 @@ def peak_ratio(g: Group, ref: Group | None) -> float | None:
         return None
     a, b = measured(g, "peak_mem_mb"), measured(ref, "peak_mem_mb")
     return None if a is None or not b else a / b
+
+
+def peaks(g: Group) -> list[list[float]]:
+    """The winner's seeds' peak memory, one arm (a seed's peak is measured whether or not it reached)."""
+    values = [v for v in (num(r, "peak_mem_mb") for r in g.seeds()) if v is not None]
+    return [values] if values else []
+
+
+def peak_cell(g: Group, ref: Group | None) -> str:
+    mid = peak_ratio(g, ref)
+    return fmt_ratio(mid) + (
+        fmt_interval(ratio_interval(peaks(g), peaks(ref))) if mid is not None and g is not ref else ""
+    )
 
 
 def dropout_note(groups: dict[tuple[str, str], Group]) -> str:
@@ -229,10 +273,13 @@ def trials_table(groups: dict[tuple[str, str], Group]) -> str:
 def matched_memory(groups: dict[tuple[str, str], Group]) -> list[list[str]]:
     """Per framework and trained scope, for each memory budget a tuned mode needs (its peak), the fastest mode
     (median wall time to the target) that fits in it: the answer to "which method reaches my accuracy fastest
-    within my memory?", for the parameters a user trains."""
+    within my memory?", for the parameters a user trains. Budgets within the framework's noise band of each other
+    (memory_band: peak memory's run-to-run spread) are one row, a tie: the modes there cannot be told apart by
+    memory, so the fastest of them is the answer at each."""
     cells: dict = defaultdict(list)
     for g in groups.values():
         cells[(g.framework, g.scope)].append(g)
+    bands = {fw: memory_band([g for g in groups.values() if g.framework == fw]) for fw, _ in cells}
     # scopes in the order of their trained parameters, as the steps-against-parameters plot reads
     size = lambda c: min(num(g.rows[0], "n_trainable") or 0 for g in cells[c])  # noqa: E731
     order = lambda c: (framework_order(c[0]), size(c), min(mode_order(g.rows[0])[1] for g in cells[c]))  # noqa: E731
@@ -240,19 +287,72 @@ def matched_memory(groups: dict[tuple[str, str], Group]) -> list[list[str]]:
     for fw, scope in sorted(cells, key=order):
         wall = {g: g.cost("wall_to_target_s") for g in cells[(fw, scope)]}
         tuned = {g: c for g, c in wall.items() if c.finite and measured(g, "peak_mem_mb") is not None}
-        for budget in sorted({measured(g, "peak_mem_mb") for g in tuned}):
-            best = min((g for g in tuned if measured(g, "peak_mem_mb") <= budget), key=lambda g: tuned[g].median)
+        band = bands[fw]
+        for tie in ties([measured(g, "peak_mem_mb") for g in tuned], band):
+            best = min((g for g in tuned if measured(g, "peak_mem_mb") <= tie[-1]), key=lambda g: tuned[g].median)
+            tied = sorted({g.label for g in tuned if measured(g, "peak_mem_mb") in tie}) if len(tie) > 1 else []
             rows.append(
                 [
                     FRAMEWORK_NAMES.get(fw, fw),
                     scope,
-                    fmt_value(budget),
+                    budget_cell(tie),
                     best.label,
                     fmt_spread(tuned[best]),
                     str(tuned[best].seeds),
+                    ", ".join(tied) or "-",
+                    "-" if band is None else f"±{fmt_value(band)}",
                 ]
             )
     return rows
+
+
+def budget_cell(tie: list[float]) -> str:
+    """500, or 500–505 (tie) where budgets within the noise band are one row"""
+    if len(tie) == 1:
+        return fmt_value(tie[0])
+    span = fmt_value(tie[0]) if fmt_value(tie[0]) == fmt_value(tie[-1]) else f"{fmt_value(tie[0])}–{fmt_value(tie[-1])}"
+    return f"{span} (tie)"
+
+
+MEMORY_HEAD = [
+    "framework",
+    "trained scope",
+    "memory budget MiB",
+    "fastest within it",
+    "wall s",
+    "seeds",
+    "tied in memory",
+    "noise band MiB",
+]
+
+
+def framework_table(groups: dict[tuple[str, str], Group]) -> str:
+    """Per mode run in both frameworks, the other framework's median costs over the first's (JAX's over PyTorch's)
+    with their 95% bootstrap intervals."""
+    base, *others = FRAMEWORKS
+    body = []
+    refs = {g.label: g for g in groups.values() if g.framework == base}
+    for g in ordered(groups):
+        ref = refs.get(g.label)
+        if g.framework not in others or ref is None:
+            continue
+        cells = [ratio_cell(g, ref, column) for column in ("steps_to_target", "wall_to_target_s")]
+        body.append([FRAMEWORK_NAMES[g.framework], g.label, f"{len(g.seeds())} / {len(ref.seeds())}", *cells])
+        body[-1].append(peak_cell(g, ref))
+    head = ["framework", "mode", f"seeds (its / {FRAMEWORK_NAMES[base]}'s)", "steps ×", "wall ×", "peak ×"]
+    return md_table(head, body, "lllrrr") if body else ""
+
+
+def seeds_note(groups: dict[tuple[str, str], Group]) -> str:
+    """Which winners were priced over fewer fresh seeds than the report asks for, in one line ("" where none)."""
+    few = few_seeds(ordered(groups))
+    if not few:
+        return ""
+    names = ", ".join(f"{FRAMEWORK_NAMES.get(g.framework, g.framework)} {g.label} ({n})" for g, n in few.items())
+    return (
+        f"Fewer than {MIN_SEEDS} fresh seeds: {names}; their medians and intervals move a whole seed's worth on one "
+        f"more (`hydra.sweeper.repeats` with {MIN_SEEDS} seeds apart from the search's)."
+    )
 
 
 PROFILED = (("wall_to_target_s", "wall s"), ("steps_to_target", "steps"), ("forwards_to_target", "forward passes"))
@@ -265,20 +365,27 @@ def mode_rank(label: str) -> int:
     return names.index(base) if base in names else len(names)
 
 
+PROFILE_PROBLEMS = 8  # under this, one problem moves a fraction by more than 12%: too coarse to rank modes by
+
+
 def profile_table(found: dict[Context, dict]) -> str:
-    """The performance profile at a few tau, per cost: a row per framework and mode."""
+    """The performance profile at a few tau, per cost: a row per mode, over the problems (table, scope, framework,
+    level of the target) some mode solved; a cost with fewer than PROFILE_PROBLEMS says so."""
     body = []
     for column, name in PROFILED:
         costs = problems(found, column)
         solved = sum(any(math.isfinite(v) for v in c.values()) for c in costs.values())
         if not solved:
             continue
-        profile = performance_profile(costs)
-        for fw, mode in sorted(profile, key=lambda s: (framework_order(s[0]), mode_rank(s[1]), s[1])):
-            fractions = profile[(fw, mode)]
-            body.append([FRAMEWORK_NAMES.get(fw, fw), mode, f"{name} (of {solved})", *(f"{f:.0%}" for f in fractions)])
-    head = ["framework", "mode", "cost (problems)", *(f"τ = {t}" for t in TAUS)]
-    return md_table(head, body, "lll" + "r" * len(TAUS)) if body else ""
+        few = (
+            f", under {PROFILE_PROBLEMS}: a fraction moves {1 / solved:.0%} a problem"
+            if solved < PROFILE_PROBLEMS
+            else ""
+        )
+        for mode in sorted(profile := performance_profile(costs), key=lambda m: (mode_rank(m), m)):
+            body.append([mode, f"{name} (of {solved}{few})", *(f"{f:.0%}" for f in profile[mode])])
+    head = ["mode", "cost (problems)", *(f"τ = {t}" for t in TAUS)]
+    return md_table(head, body, "ll" + "r" * len(TAUS)) if body else ""
 
 
 # ---------------------------------------------------------------------------------------------------- plots
@@ -378,23 +485,36 @@ class CostSection(Section):
             "evaluation that met the target, compilation included and the evaluations' own time left out, as "
             "AlgoPerf's clock leaves it out (rows without `eval_time_s`, written before, count it); **MiB·s** is "
             "the excess memory held for the timed seconds. The × columns divide medians by backprop's in the same "
-            "framework and scope. Reruns (`python -m bench rerun`) are listed with the trials, never counted.",
+            "framework and scope, with a 95% bootstrap interval in square brackets (each arm's fresh seeds "
+            "resampled, a fixed generator seed; ∞ where resampled medians land on a missed seed). **†**: a median "
+            "over seeds some of which missed the target; a missed seed is censored at the cap (its cost is more), "
+            "so it ranks above every seed that reached. Reruns (`python -m bench rerun`) are listed with the "
+            "trials, never counted.",
             "",
         ]
         for key in sorted(found, key=context_order):
             heading = f"### {context_label(key[:-1])} · target {target_label(key)}"
             out += [heading, "", dropout_note(found[key]), "", cost_table(found[key]), ""]
+            note = seeds_note(found[key])
+            out += [note, ""] if note else []
+            versus = framework_table(found[key])
+            if versus:
+                out += [
+                    f"Over {FRAMEWORK_NAMES[FRAMEWORKS[0]]}, per mode: the ratio of medians, with its 95% bootstrap "
+                    "interval over the seeds.",
+                    "",
+                    versus,
+                    "",
+                ]
             fits = matched_memory(found[key])
             if fits:
                 out += [
                     "At matched memory, per trained scope: the fastest tuned mode within each mode's peak memory "
-                    "(wall s: median [lowest–highest] over its seeds).",
+                    "(wall s: median [lowest–highest] over its seeds). Budgets within the noise band of each other "
+                    "are one row, a tie (**tied in memory**: the modes whose peaks it holds); the band is the widest "
+                    "spread of one winner's peak across its seeds in that framework.",
                     "",
-                    md_table(
-                        ["framework", "trained scope", "memory budget MiB", "fastest within it", "wall s", "seeds"],
-                        fits,
-                        "llrllr",
-                    ),
+                    md_table(MEMORY_HEAD, fits, "llrllrlr"),
                     "",
                 ]
             curve = curve_table(found[key])
@@ -415,10 +535,11 @@ class CostSection(Section):
             out += [
                 "### Performance profile",
                 "",
-                "As AlgoPerf scores submissions: a problem is a (context, target, trained scope); per cost, the "
-                "share of the problems some mode reached on which each framework and mode reached the target "
-                f"within τ times the best mode's cost there (medians over {seeds} fresh seeds per winner). τ = 1: "
-                "how often it was the cheapest.",
+                "As AlgoPerf scores submissions: a problem is a (context, target, trained scope, framework, level "
+                "of the target: each level the rows' `levels_to_target` recorded, priced in steps and what follows "
+                "from them; wall time at the target's own); per cost, the share of the problems some mode reached "
+                "on which each mode reached that level within τ times the best mode's cost there (medians over "
+                f"{seeds} fresh seeds per winner). τ = 1: how often it was the cheapest.",
                 "",
                 profile,
                 "",

@@ -4,8 +4,9 @@ A one-direction estimate of the gradient (a forward gradient along random tangen
 perturbations: the estimators that draw directions) has a variance that grows about as d, so its stable learning
 rate falls as 1/d and its steps to a target grow as d: theory's exponent is 1. An exact gradient's steps do not
 depend on how many parameters it trains: 0. Per framework and mode, the exponent is fitted by least squares of
-log steps on log d over the scopes its tuned winner reached the target at (the median over fresh seeds,
-cost_stats.Group.cost), with a 95% interval from the residuals; a scope it missed is shown at its cap, never fitted.
+log steps on log d over its tuned winners' fresh seeds at every scope (each seed a point, not the scope's median),
+with a 95% bootstrap interval resampling the seeds within each scope (cost_uncertainty.fit_seeds); a seed that
+missed the target is dropped from the fit and counted, a scope no seed reached is shown at its cap.
 """
 
 from __future__ import annotations
@@ -18,41 +19,9 @@ from bench import estimators
 from bench.report.plots import Chart, Series
 from bench.report.tables import md_table, num
 from bench.scenarios.model.report.cost_stats import Cost, Group
+from bench.scenarios.model.report.cost_uncertainty import CENSORED, SeedFit, fit_seeds
 from bench.scenarios.model.select import Context, context_label, framework_order
 from bench.spec import FRAMEWORK_NAMES
-
-CONFIDENCE = 0.95  # the interval's coverage, Student's t on the fit's residuals
-
-
-@dataclass(frozen=True)
-class Fit:
-    """steps = c d^exponent, fitted on `points` scopes; the interval None where no residual is left (2 points)."""
-
-    exponent: float
-    lo: float | None
-    hi: float | None
-    points: int
-
-
-def fit_exponent(points: list[tuple[float, float]]) -> Fit | None:
-    """Least squares of log(steps) on log(d) over (d, steps) pairs, with the slope's interval: slope +- t(n - 2)
-    x its standard error sqrt(SSR / (n - 2) / Sxx). None under two distinct d (nothing to fit)."""
-    pts = [(math.log(d), math.log(s)) for d, s in points if d > 0 and s > 0 and math.isfinite(s)]
-    n = len(pts)
-    if n < 2:
-        return None
-    mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    if sxx == 0:
-        return None
-    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
-    if n == 2:
-        return Fit(slope, None, None, n)
-    ssr = sum((y - my - slope * (x - mx)) ** 2 for x, y in pts)
-    from scipy import stats  # here, not at the top: slow to import, and every command and trial imports this module
-
-    half = stats.t.ppf((1 + CONFIDENCE) / 2, n - 2) * math.sqrt(ssr / (n - 2) / sxx)
-    return Fit(slope, slope - half, slope + half, n)
 
 
 def theory(mode: str) -> float:
@@ -69,6 +38,7 @@ class Point:
     cap: float | None  # the step cap, where the target was missed
     diverged: bool = False  # every search trial diverged: the grid never reached a stable learning rate
     unpriced: bool = False  # the search found a winner, not yet run at a fresh seed: no cost, and not a miss
+    seeds: tuple[float, ...] = ()  # each fresh seed's steps (INF: missed), the fit's points
 
     @property
     def reached(self) -> bool:
@@ -85,21 +55,24 @@ def curves(groups: dict[tuple[str, str], Group]) -> dict[tuple[str, str], list[P
         steps = g.cost("steps_to_target") if g.winner else Cost()
         every = bool(g.search) and g.diverged == len(g.search)
         unpriced = g.winner is not None and not g.seeds()
+        seeds = tuple(v for arm in g.values("steps_to_target") for v in arm) if g.winner else ()
         out[(g.framework, g.mode)].append(
-            Point(num(row, "n_trainable"), g.scope, steps, num(row, "target_max_steps"), every, unpriced)
+            Point(num(row, "n_trainable"), g.scope, steps, num(row, "target_max_steps"), every, unpriced, seeds)
         )
     return {k: sorted(v, key=lambda p: p.d) for k, v in out.items()}
 
 
-def fit_of(points: list[Point]) -> Fit | None:
-    return fit_exponent([(p.d, p.steps.median) for p in points if p.reached])
+def fit_of(points: list[Point]) -> SeedFit | None:
+    return fit_seeds({p.d: list(p.seeds) for p in points})
 
 
 def _steps_cell(p: Point) -> str:
     if p.reached:
         c = p.steps
-        return f"{c.median:.0f}" + (
-            "" if c.lo == c.hi else f" [{c.lo:.0f}–{'∞' if math.isinf(c.hi) else f'{c.hi:.0f}'}]"
+        return (
+            f"{c.median:.0f}"
+            + CENSORED * c.censored
+            + ("" if c.lo == c.hi else f" [{c.lo:.0f}–{'∞' if math.isinf(c.hi) else f'{c.hi:.0f}'}]")
         )
     if p.diverged:
         return "diverged at every lr"
@@ -113,12 +86,20 @@ def _exponent(x: float) -> str:
     return "0.00" if text == "-0.00" else text  # a flat line's rounding error is no sign
 
 
-def _fit_cell(fit: Fit | None) -> str:
+def _fit_cell(fit: SeedFit | None) -> str:
     if fit is None:
         return "-"
     if fit.lo is None:
-        return f"{_exponent(fit.exponent)} (2 scopes: no interval)"
+        return f"{_exponent(fit.exponent)} (one seed a scope: no interval)"
     return f"{_exponent(fit.exponent)} [{_exponent(fit.lo)}, {_exponent(fit.hi)}]"
+
+
+def _fitted_cell(fit: SeedFit | None, scopes: int) -> str:
+    """12 seeds at 4 of 4 scopes (2 missed: dropped)"""
+    if fit is None:
+        return f"0 of {scopes} scopes"
+    missed = f" ({fit.dropped} missed: dropped)" if fit.dropped else ""
+    return f"{fit.points} seeds at {fit.scopes} of {scopes} scopes{missed}"
 
 
 def curve_table(groups: dict[tuple[str, str], Group]) -> str:
@@ -140,10 +121,17 @@ def curve_table(groups: dict[tuple[str, str], Group]) -> str:
                 *(_steps_cell(at[s]) if s in at else "-" for s in scopes),
                 _fit_cell(fit),
                 f"{theory(_base(mode)):.0f}",
-                f"{fit.points if fit else 0} of {len(at)}",
+                _fitted_cell(fit, len(at)),
             ]
         )
-    head = ["framework", "mode", *(f"{s} ({sizes[s]:,.0f})" for s in scopes), "exponent [95%]", "theory", "fitted on"]
+    head = [
+        "framework",
+        "mode",
+        *(f"{s} ({sizes[s]:,.0f})" for s in scopes),
+        "exponent [95% bootstrap]",
+        "theory",
+        "fitted on",
+    ]
     return md_table(head, body, "ll" + "r" * (len(head) - 2))
 
 
@@ -187,10 +175,11 @@ def params_chart(key: Context, groups: dict[tuple[str, str], Group]) -> Chart | 
 CURVE_TEXT = (
     "Per framework and mode, the median steps to the target over its winner's fresh seeds [lowest–highest] at each "
     "trained scope (its trained parameters d in the heading), and the exponent of steps ∝ d^b: least squares of log "
-    "steps on log d over the scopes it reached the target at, with a 95% interval from the residuals (Student's t "
-    "with n − 2 degrees of freedom; none from two scopes). A scope it missed is shown at its cap (or as diverged, "
-    "where every learning rate of its search did) and not fitted, so a mode that misses its largest scopes has a "
-    "fitted exponent that is too low. **theory**: 1 for a one-direction estimate (a forward gradient's or MeZO's "
+    "steps on log d with a point per fresh seed (not a scope's median: the seeds' spread is the fit's noise), with "
+    "a 95% percentile-bootstrap interval (each scope's seeds resampled, the fit redone). A seed that missed the "
+    "target is dropped from the fit and counted in **fitted on**, so a mode that misses at its largest scopes has a "
+    "fitted exponent that is too low; a scope no seed reached is shown at its cap (or as diverged, where every "
+    "learning rate of its search did). **theory**: 1 for a one-direction estimate (a forward gradient's or MeZO's "
     "variance grows about as d, so its stable learning rate falls as 1/d and its steps grow as d), 0 for an exact "
     "gradient. For scale: MeZO's paper runs about 100x fine-tuning's steps when it trains all of RoBERTa-large (355 M "
     "parameters)."

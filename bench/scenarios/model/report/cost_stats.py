@@ -14,8 +14,10 @@ and MLPerf score a submission:
 - with the sweeper's `confirm` seeds (`tuning=confirm` rows), the winner is the confirmed point whose worst over its
   search and confirming seeds is lowest (a miss is infinite), as the sweeper picks it;
 - the winner's cost is the median, with the lowest and highest, over its repeats (`tuning=repeat`) at seeds the
-  search did not use; a repeat that missed the target counts as infinitely slow. The search trial that chose the
-  winner is never among them: the best of N trials is biased low, and N differs between modes;
+  search did not use; a repeat that missed the target counts as infinitely slow (censored: it would have taken
+  more than the cap). The search trial that chose the winner is never among them: the best of N trials is biased
+  low, and N differs between modes. Where the sweeper ran several independent searches (`tune_study`), the median
+  over the studies of each one's winner's median;
 - reruns (`tuning=rerun`: `python -m bench rerun`) are kept apart: listed, never searched or counted;
 - target trials run without a sweep (no `tuning`) are one fixed point each, nothing chosen: all are its seeds.
 """
@@ -61,10 +63,37 @@ DEFAULT_OBJECTIVE = "wall_to_target_s"  # the sweeper's default: what picked win
 INF = math.inf
 
 
-def value(row: dict, column: str) -> float | None:
+def levels(row: dict) -> dict[float, float | None]:
+    """{target level: steps to hold it, None where it never was} from the row's `levels_to_target` ("0.3:40;0.35:;
+    0.4:120"), the main target's steps its own column; rows from before the column know the main target only."""
+    out: dict[float, float | None] = {}
+    for pair in str(row.get("levels_to_target") or "").split(";"):
+        level, _, steps = pair.partition(":")
+        try:
+            out[float(level)] = float(steps) if steps.strip() else None
+        except ValueError:  # an empty or damaged pair prices nothing; the target's own level stands on its column
+            continue
+    main = num(row, "target_value")
+    if main is not None:
+        out[main] = num(row, "steps_to_target")
+    return out
+
+
+# the costs a lower (or higher) level of the target is priced in: those that follow from its steps alone
+LEVEL_COSTS = ("steps_to_target", "forwards_to_target", "flops_to_target")
+
+
+def value(row: dict, column: str, level: float | None = None) -> float | None:
     """A cost of a row: a column, or one derived from them. flops_to_target: the counted FLOPs of a step x its
-    steps to the target; forwards_to_target: the same in forward passes of the model (flops_forward each)."""
+    steps to the target; forwards_to_target: the same in forward passes of the model (flops_forward each). At
+    another `level` of the target than the row's own, the steps to it (levels()), and the costs derived from them."""
     steps, flops, forward = num(row, "steps_to_target"), num(row, "flops_per_step"), num(row, "flops_forward")
+    if level is not None and level != num(row, "target_value"):
+        if column not in LEVEL_COSTS:
+            return None  # a time or memory at another level is not recorded
+        steps = levels(row).get(level)
+        if column == "steps_to_target":
+            return steps
     if column == "flops_to_target":
         return None if steps is None or flops is None else steps * flops
     if column == "forwards_to_target":
@@ -162,6 +191,7 @@ class Cost:
     lo: float | None = None
     hi: float | None = None
     seeds: int = 0
+    censored: bool = False  # some seed missed: the median is over a cost known only to exceed the cap there
 
     @property
     def finite(self) -> bool:
@@ -182,10 +212,40 @@ class Group:
     repeats: list[dict] = field(default_factory=list)
     reruns: list[dict] = field(default_factory=list)
     fixed: list[dict] = field(default_factory=list)  # no tuning: one point, nothing chosen
+    _memo: dict = field(default_factory=dict, init=False, repr=False)
+
+    def _cached(self, name: str, compute):
+        """`compute()` once per state of the rows: every table cell asks for the seeds, and finding them compares
+        each repeat's tuned point with the winner's (rows are only ever added, so their counts mark a state)."""
+        state = (name, len(self.search), len(self.confirms), len(self.repeats), len(self.reruns), len(self.fixed))
+        if state not in self._memo:
+            self._memo[state] = compute()
+        return self._memo[state]
 
     @property
     def rows(self) -> list[dict]:
         return [*self.search, *self.confirms, *self.repeats, *self.reruns, *self.fixed]
+
+    def studies(self) -> list[Group]:
+        """The group's independent searches (the sweeper's `tune_study`), each with its own winner and fresh seeds;
+        [self] where it ran one (rows from before the column are one study)."""
+        return self._cached("studies", self._studies)
+
+    def _studies(self) -> list[Group]:
+        ids = sorted({study(r) for r in self.rows}, key=lambda s: (len(s), s))
+        if len(ids) <= 1:
+            return [self]
+        kinds = ("search", "confirms", "repeats", "reruns", "fixed")
+        return [
+            Group(
+                self.framework,
+                self.label,
+                self.mode,
+                self.scope,
+                **{k: [r for r in getattr(self, k) if study(r) == s] for k in kinds},
+            )
+            for s in ids
+        ]
 
     @property
     def diverged(self) -> int:
@@ -204,6 +264,9 @@ class Group:
 
     @property
     def winner(self) -> dict | None:
+        """The search's pick (the first study's, where several ran)."""
+        if len(studies := self.studies()) > 1:
+            return studies[0].winner
         if not self.search:
             return self.fixed[-1] if self.fixed else None
         reached = [r for r in self.search if reached_row(r) and value(r, self.objective) is not None]
@@ -218,7 +281,12 @@ class Group:
 
     def seeds(self) -> list[dict]:
         """The rows the winner's cost is taken over: its repeats at seeds the search did not use (never the search
-        trial itself); for target trials run on their own, every one."""
+        trial itself); for target trials run on their own, every one. Every study's, where several ran."""
+        return list(self._cached("seeds", self._seeds))
+
+    def _seeds(self) -> list[dict]:
+        if len(studies := self.studies()) > 1:
+            return [r for s in studies for r in s.seeds()]
         if not self.search:
             return list(self.fixed)
         w = self.winner
@@ -227,14 +295,25 @@ class Group:
         used = {str(r.get("seed")) for r in (*self.search, *self.confirms)}
         return [r for r in self.repeats if point(r) == point(w) and str(r.get("seed")) not in used]
 
-    def cost(self, column: str) -> Cost:
-        """Median, lowest and highest of `column` over the winner's seeds; a seed that missed is INF, one whose
-        cell is empty (a column its row predates) is left out."""
-        values = [value(r, column) if reached_row(r) else INF for r in self.seeds()]
-        values = [v for v in values if v is not None]
-        if not values:
+    def values(self, column: str, level: float | None = None) -> list[list[float]]:
+        """Per study, `column` at each of its winner's seeds (at `level` of the target: its own where None); a seed
+        that missed is INF (censored: it would have taken more than the cap), one whose cell is empty (a column its
+        row predates) is left out."""
+        out = []
+        for s in self.studies():
+            seen = [seed_value(r, column, level) for r in s.seeds()]
+            out.append([v for v in seen if v is not None])
+        return [v for v in out if v]
+
+    def cost(self, column: str, level: float | None = None) -> Cost:
+        """Median, lowest and highest of `column` over the winner's seeds (a missed seed INF); where several
+        studies ran, the median over the studies of each one's median."""
+        arms = self.values(column, level)
+        if not arms:
             return Cost()
-        return Cost(statistics.median(values), min(values), max(values), len(values))
+        every = [v for arm in arms for v in arm]
+        mid = statistics.median(statistics.median(arm) for arm in arms)
+        return Cost(mid, min(every), max(every), len(every), censored=INF in every)
 
     def steps_bracket(self) -> tuple[float, float] | None:
         """Where the median steps to the target lies, given that each seed's target was checked only at its
@@ -280,6 +359,20 @@ def cost_groups(rows: list[dict]) -> dict[Context, dict[tuple[str, str], Group]]
     return dict(out)
 
 
+def study(row: dict) -> str:
+    return str(row.get("tune_study") or 0)  # rows from before the column: one study
+
+
+def seed_value(row: dict, column: str, level: float | None = None) -> float | None:
+    """A fresh seed's cost: INF where its trial did not reach the target, or at another `level` of it did not end
+    ok or never held that level (a seed that missed the target can have held a lower level)."""
+    if level is None or level == num(row, "target_value"):
+        return value(row, column) if reached_row(row) else INF
+    if row.get("status") != "ok" or (level in levels(row) and levels(row)[level] is None):
+        return INF
+    return value(row, column, level)
+
+
 def reference(groups: dict[tuple[str, str], Group], g: Group) -> Group | None:
     rows = g.rows
     return groups.get((g.framework, reference_label(rows[0]))) if rows else None
@@ -307,19 +400,31 @@ def ratio(g: Group, ref: Group | None, column: str) -> tuple[float | None, float
 TAUS = (1, 2, 4, 10)  # AlgoPerf's profile is a curve over tau; a table reads it at a few points
 
 
-def problems(found: dict[Context, dict], column: str) -> dict[tuple, dict[tuple[str, str], float]]:
-    """{(table key, scope): {(framework, mode): median cost}} over every group; INF where a mode's winner missed
-    at every seed, or no trial of it reached the target."""
+def target_levels(g: Group, column: str) -> list[float | None]:
+    """The levels of the target a group's cost in `column` is known at: its own (None), then the others its seeds'
+    rows recorded (levels_to_target) where the cost follows from steps alone."""
+    if column not in LEVEL_COSTS:
+        return [None]
+    rows = g.seeds()
+    own = {num(r, "target_value") for r in rows}
+    return [None, *sorted({level for r in rows for level in levels(r)} - own)]
+
+
+def problems(found: dict[Context, dict], column: str) -> dict[tuple, dict[str, float]]:
+    """{(table key, scope, framework, level of the target): {mode: median cost}} over every group (the target's own
+    level None); INF where a mode's winner missed at every seed, or no trial of it reached the target. A framework
+    is a problem, not a solver: the profile compares ways of differentiating, each framework's runs problems apart."""
     out: dict = defaultdict(dict)
     for key, groups in found.items():
         for g in groups.values():
-            c = g.cost(column)
-            out[(key, g.scope)][(g.framework, g.mode)] = c.median if c.median is not None else INF
+            for level in target_levels(g, column):
+                c = g.cost(column, level)
+                out[(key, g.scope, g.framework, level)][g.mode] = c.median if c.median is not None else INF
     return dict(out)
 
 
-def performance_profile(costs: dict[tuple, dict], taus=TAUS) -> dict[tuple[str, str], list[float]]:
-    """AlgoPerf's performance profile: per solver (framework, mode), the fraction of the problems it solved within
+def performance_profile(costs: dict[tuple, dict], taus=TAUS) -> dict:
+    """AlgoPerf's performance profile: per solver (a mode), the fraction of the problems it solved within
     tau times the best solver's cost on that problem, at each tau. Problems no solver reached are left out (no best
     to measure against); a problem a solver did not run counts as unsolved by it."""
     solved = {p: c for p, c in costs.items() if any(math.isfinite(v) for v in c.values())}
