@@ -33,10 +33,10 @@ def dimension(combo: list[str]) -> int:
 
 
 def grids(trials) -> dict[str, list[float]]:
-    """{tune_group: its learning rates, ascending}."""
+    """{tune_group: its learning rates, ascending} (one study)."""
     out = defaultdict(list)
     for group, overrides in trials:
-        out[group].append(lr_of(overrides))
+        out[group.name].append(lr_of(overrides))
     return {g: sorted(v) for g, v in out.items()}
 
 
