@@ -398,6 +398,16 @@ def confirming(
     return won, todo
 
 
+def repeating(won: Mapping[Group, list[str]], seeds: Sequence[int]) -> list[list[str]]:
+    """Phase two: each study's winner at every seed of `repeats`, study k's at seed + STUDY_SEEDS k (`tuning=repeat`):
+    its cost, from seeds that did not choose it."""
+    return [
+        [*point_of(overrides), "tuning=repeat", f"seed={study_seed(seed, group.study)}"]
+        for group, overrides in won.items()
+        for seed in seeds
+    ]
+
+
 def mode_of(overrides: Sequence[str]) -> str:
     """The case (or mode) a trial's overrides name: what a budget is per."""
     choices = dict(o.split("=", 1) for o in overrides if "=" in o)
@@ -491,11 +501,7 @@ class TuningSweeper(Sweeper):
                 break
             print(f"bench: confirming: {len(extra)} trial(s) (confirming seeds, or points capped short)", flush=True)
             run(extra, most(extra))
-        repeats = [
-            [*point_of(overrides), "tuning=repeat", f"seed={study_seed(seed, group.study)}"]
-            for group, overrides in won.items()
-            for seed in self.repeats
-        ]
+        repeats = repeating(won, self.repeats)
         # the jobs' "i of n" and the summary's trials: exact now that the winners are known
         add_trials(sweep_dir, repeats, len(rows) + len(repeats))
         spent = ", ".join(f"{mode} {n}" for mode, n in sorted(trials_per_mode(rows).items()))

@@ -79,13 +79,14 @@ class Space:
 
 
 def halton(n: int, dims: int, study: int) -> np.ndarray:
-    """n points of the Halton sequence in [0, 1)^dims, every coordinate shifted (mod 1) by the study's own random
-    vector: (n, dims)."""
+    """The first n points of the Halton sequence in [0, 1)^dims, every coordinate shifted (mod 1) by the study's
+    own random vector: (n, dims). The first coordinate's (base 2) first 2^k points are evenly spaced, shifted or
+    not."""
     shift = np.random.default_rng([DRAWS, study]).random(dims)
     out = np.zeros((n, dims))
     for j, base in enumerate(PRIMES[:dims]):
-        for i in range(n):  # the radical inverse of i + 1 in base: its digits mirrored past the point
-            k, f = i + 1, 1.0
+        for i in range(n):  # the radical inverse of i in base: its digits mirrored past the point
+            k, f = i, 1.0
             while k:
                 f /= base
                 k, digit = divmod(k, base)
@@ -95,8 +96,8 @@ def halton(n: int, dims: int, study: int) -> np.ndarray:
 
 def drawn(knobs: Mapping, n: int, study: int) -> list[dict]:
     """A study's n points from its knobs: {low, high} log-uniform (rounded when both are whole numbers), a list one
-    of its values, anything else fixed."""
-    free = [k for k, v in knobs.items() if isinstance(v, (Mapping, list))]
+    of its values, anything else fixed. The learning rate takes the sequence's most even coordinate."""
+    free = sorted((k for k, v in knobs.items() if isinstance(v, (Mapping, list))), key=lambda k: k != LR)
     u = halton(n, len(free), study)
     points = []
     for row in u:
