@@ -12,9 +12,9 @@ A case's space is one of:
 
 A study is one independent search per group, as AlgoPerf's external tuning runs several per submission: each with
 the same trial budget, at its own seeds (study k runs every seed + STUDY_SEEDS x k) and, for a sampled space, its
-own points: a Halton sequence (quasi-random, as AlgoPerf samples its trials) shifted by a random vector drawn from
-the study's number (a Cranley-Patterson rotation, so each study's points are independent and even). A grid is the
-same in every study, at other seeds.
+own points: the k-th block of one Halton sequence (quasi-random, as AlgoPerf samples its trials and splits them
+among its studies), shifted by a random vector (a Cranley-Patterson rotation), so each study's points are spread
+over the ranges and the studies' fall in between each other's. A grid is the same in every study, at other seeds.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ SCALES = {"1/d": lambda at, d: at / d}
 STUDY_SEEDS = 1000
 MAX_SAMPLE = 1000  # a study's drawn points: as the budget's bound (bench/harness/tuning.py MAX_BUDGET)
 PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)  # Halton's bases, one per knob drawn
-DRAWS = 0x5EED  # what a study's random shift is drawn from, with its number: the same points on every rerun
+DRAWS = 0x5EED  # what the sequence's random shift is drawn from: the same points on every rerun
 
 
 class Group(NamedTuple):
@@ -79,14 +79,14 @@ class Space:
 
 
 def halton(n: int, dims: int, study: int) -> np.ndarray:
-    """The first n points of the Halton sequence in [0, 1)^dims, every coordinate shifted (mod 1) by the study's
-    own random vector: (n, dims). The first coordinate's (base 2) first 2^k points are evenly spaced, shifted or
-    not."""
-    shift = np.random.default_rng([DRAWS, study]).random(dims)
+    """Study k's n points of one Halton sequence in [0, 1)^dims: its k-th block of n, every coordinate shifted (mod
+    1) by one random vector: (n, dims). A coordinate's blocks of 2^j points (base 2, the first) are evenly spaced
+    and fall in between each other's."""
+    shift = np.random.default_rng(DRAWS).random(dims)
     out = np.zeros((n, dims))
     for j, base in enumerate(PRIMES[:dims]):
-        for i in range(n):  # the radical inverse of i in base: its digits mirrored past the point
-            k, f = i, 1.0
+        for i in range(n):  # the radical inverse of the index in base: its digits mirrored past the point
+            k, f = study * n + i, 1.0
             while k:
                 f /= base
                 k, digit = divmod(k, base)
@@ -145,8 +145,8 @@ def space_of(name: str, spec) -> Space:
     if unknown := sorted(set(spec) - {"points", "scale", "at", "sample", "knobs"}):
         raise ConfigError(f"hydra.sweeper.space.{name}.{unknown[0]}: accepted points, scale, at, sample, knobs")
     sample = spec.get("sample")
-    if sample is not None or "knobs" in spec:
-        if "points" in spec:
+    if sample is not None or spec.get("knobs") is not None:
+        if spec.get("points") is not None:  # null: a drawn space in place of an experiment's grid it extends
             raise ConfigError(f"hydra.sweeper.space.{name}: points or sample and knobs; accepted one of them")
         if isinstance(sample, bool) or not isinstance(sample, int) or not 1 <= sample <= MAX_SAMPLE:
             raise ConfigError(

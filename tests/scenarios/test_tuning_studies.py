@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 
 from bench.errors import ConfigError
+from bench.harness.preflight import expand_sweep
 from bench.harness.tuning import above, below, check_tuning, confirming, repeating, trials_per_mode
 from bench.harness.tuning_space import STUDY_SEEDS, Group, drawn, expand, space_of
 from bench.store.read import read_rows
@@ -51,6 +52,9 @@ def test_a_drawn_point_keeps_to_its_knobs_ranges_and_types():
     bins = sorted(int(16 * math.log(p["optimizer.lr"] / 1e-3) / math.log(1e3)) for p in points)
     assert bins == list(range(16))
     assert drawn(KNOBS, 16, study=0) == points  # the same on every rerun
+    # two studies of four: each spread over the range, the second's in between the first's
+    both = [p["optimizer.lr"] for s in (0, 1) for p in drawn(KNOBS, 4, study=s)]
+    assert sorted(int(8 * math.log(lr / 1e-3) / math.log(1e3)) for lr in both) == list(range(8))
 
 
 def test_every_study_draws_its_own_points_and_runs_at_its_own_seeds():
@@ -164,6 +168,22 @@ def test_bad_study_options_are_refused_in_one_line():
         space_of("mezo", {"sample": 2, "knobs": KNOBS, "points": []})
     with pytest.raises(ConfigError, match=r"space.mezo: scale=1/d needs optimizer.lr"):
         space_of("mezo", {"sample": 2, "knobs": {"mezo.eps": 1e-3}, "scale": "1/d", "at": 10})
+
+
+@pytest.mark.slow
+def test_the_cost_experiment_runs_studies_of_drawn_points_with_each_estimators_knobs():
+    """conf/experiment/cost_to_target.yaml as the sweeper expands it: per (framework, scope, mode) two studies of
+    three drawn points, study 1 at its own seed; backprop with momentum SGD, MeZO's eps drawn; HiZOO's smoothing and
+    LOZO's rank and interval drawn when they are compared."""
+    trials = expand_sweep(["+experiment=cost_to_target"], multirun=True)
+    assert len(trials) == 2 * 2 * 3 * 2 * 3
+    study = Counter((value(t, "tune_group"), value(t, "tune_study"), value(t, "seed")) for t in trials)
+    assert set(study.values()) == {3} and {(s, seed) for _, s, seed in study} == {("0", None), ("1", "1000")}
+    assert all(value(t, "optimizer.momentum") == "0.9" for t in trials if value(t, "case") == "backprop")
+    assert len({value(t, "mezo.eps") for t in trials if value(t, "case") == "mezo"}) == 6
+    more = expand_sweep(["+experiment=cost_to_target", "hydra.sweeper.params.case='hizoo,lozo'"], multirun=True)
+    for key in ("hizoo.alpha", "hizoo.eps", "lozo.rank", "lozo.interval", "lozo.eps"):
+        assert len({value(t, key) for t in more if value(t, "case") == key.split(".")[0]}) > 1, key
 
 
 @pytest.mark.slow
