@@ -153,6 +153,7 @@ def spacing(lrs: Sequence[float]) -> float:
 
 
 def by_group(results: list[tuple[Group, list[str], dict]]) -> dict[Group, list[tuple[list[str], dict]]]:
+    """Each group's trials so far: (overrides, row), in the order they ran."""
     trials: dict = {}
     for group, overrides, row in results:
         trials.setdefault(group, []).append((overrides, row))
