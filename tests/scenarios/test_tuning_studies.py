@@ -188,15 +188,17 @@ def test_the_cost_experiment_runs_studies_of_drawn_points_with_each_estimators_k
 
 @pytest.mark.slow
 def test_a_sweep_of_two_studies_keeps_each_within_its_budget(tmp_path):
-    """A real sweep: torch backprop on the tiny model, two studies of two points drawn from a learning-rate range,
-    a target every point meets (eval_loss <= 100), one confirming seed and one repeat per study: every row says
-    its study, each study's trials run at its own seeds, and no study's group runs past its budget of 4."""
+    """A real sweep: torch backprop on the tiny model, two studies of one point drawn from a learning-rate range, a
+    target every point meets at its first evaluation (eval_loss <= 100), one confirming seed and one repeat per
+    study. Each study's point is its best and its highest, so the search goes a decade above it (capped at its
+    steps, it ties, and the tie goes to the lower); then the confirming seed: three trials of the budget of 4. Every
+    row says its study, and each study's trials run at its own seeds."""
     out = sweep_here(
         "-m",
         *TINY,
         "hydra/sweeper=bench_tuning",
         "hydra.sweeper.params={framework:torch,case:backprop}",
-        "hydra.sweeper.space={backprop:{sample:2,knobs:{optimizer.lr:{low:0.001,high:0.01}}}}",
+        "hydra.sweeper.space={backprop:{sample:1,knobs:{optimizer.lr:{low:0.001,high:0.01}}}}",
         "hydra.sweeper.studies=2",
         "hydra.sweeper.budget=4",
         "hydra.sweeper.confirm=[2]",
@@ -209,13 +211,18 @@ def test_a_sweep_of_two_studies_keeps_each_within_its_budget(tmp_path):
         f"results_dir={tmp_path}",
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "each group: 2 study(ies) x 4 trials" in out.stdout and "trials per mode, every one" in out.stdout
+    assert "each group: 2 study(ies) x 4 trials" in out.stdout
+    assert "2 group(s) best at their highest learning rate: searching above" in out.stdout
+    assert "trials per mode, every one its tuning ran: backprop 6;" in out.stdout
     rows = read_rows(tmp_path / "runs.csv")
-    seeds = {(r["tune_study"], r["tuning"]): set() for r in rows}
+    by = {(r["tune_study"], r["tuning"]): [] for r in rows}
     for r in rows:
-        seeds[r["tune_study"], r["tuning"]].add(int(r["seed"]))
-    assert seeds["0", "search"] == {0} and seeds["1", "search"] == {1000}
-    assert seeds["0", "repeat"] == {1} and seeds["1", "repeat"] == {1001}
-    spent = Counter(r["tune_study"] for r in rows if r["tuning"] != "repeat")
-    assert set(spent) == {"0", "1"} and max(spent.values()) <= 4
-    assert len({r["tune_group"] for r in rows}) == 1
+        by[r["tune_study"], r["tuning"]].append((float(r["lr"]), int(r["seed"]), r["target_status"]))
+    for study, seed in (("0", 0), ("1", 1000)):
+        (drawn, _, _), (higher, _, capped) = by[study, "search"]
+        assert higher == pytest.approx(10 * drawn, rel=5e-3) and capped == "reached"  # tied at the cap
+        assert [s for _, s, _ in by[study, "search"]] == [seed, seed]
+        assert by[study, "confirm"] == [(drawn, seed + 2, "reached")]
+        assert by[study, "repeat"] == [(drawn, seed + 1, "reached")]
+    assert by["0", "search"][0][0] != by["1", "search"][0][0]  # each study its own point
+    assert len({r["tune_group"] for r in rows}) == 1 and len(rows) == 8
