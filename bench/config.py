@@ -57,6 +57,7 @@ GROUPS = ("model", "data", "optimizer", "logger", "ops", "case", "experiment")
 # steps), short of a typo (1e9) that would run until killed. MAX_ACCUM mirrors mezo.q's 1,024 passes a step.
 MAX_STEPS = 1_000_000
 MAX_ACCUM = 1024
+MAX_STUDIES = 100  # hydra.sweeper.studies: far past what a budget of hours affords
 MAX_OPS_CALLS = 10_000  # ops.warmup and ops.repeats: a sample is min_sample_s or more, so 10,000 is minutes per shape
 
 # OmegaConf 2.3 types a field by one type (X | None allowed, other unions not), so three option kinds stay Any:
@@ -267,6 +268,11 @@ class BenchConfig:
         "confirming seed, hydra.sweeper.confirm) | repeat (its winner at another seed) | rerun (python -m bench rerun)",
     )
     tune_group: str | None = _f(None, "set by the tuning sweeper: what is tuned together (the sweep's fixed choices)")
+    tune_study: int | None = _f(
+        None,
+        "set by the tuning sweeper: which of the group's independent searches (hydra.sweeper.studies) the trial is "
+        "part of, 0-based",
+    )
     tune_stop_after: int | None = _f(
         None,
         "set by the tuning sweeper (hydra.sweeper.capping=true): a search trial that has not met the target by "
@@ -303,18 +309,19 @@ class BenchConfig:
 
 @dataclass
 class TuningSweeperConf:
-    """hydra/sweeper=bench_tuning: a grid per mode with a fixed budget, then each winner at other seeds
+    """hydra/sweeper=bench_tuning: studies of a fixed budget per mode, then each winner at other seeds
     (bench/harness/tuning.py)."""
 
     _target_: str = "hydra_plugins.bench_tuning_sweeper.tuning_sweeper.TuningSweeper"
     params: Any = None  # what is compared, as Hydra's basic sweeper takes it: {key: "a,b"}
-    space: Any = None  # {case or mode: [point, ...] or {points, scale: 1/d, at}}, a point: overrides {key: value}
+    space: Any = None  # {case or mode: [point, ...], {points, scale: 1/d, at} or {sample, knobs, scale, at}}
     objective: str = "wall_to_target_s"  # a column of the trial's row; lower is better
     capping: bool = False  # a group's points in rounds, each stopped at the steps its group's best took
     repeats: list[int] = field(default_factory=list)  # the seeds each winner runs again with
     confirm: list[int] = field(default_factory=list)  # seeds a point's search cost is also its worst over
     stop_at_miss: bool = False  # capping: a group's descent ends at its first point below a reached one that misses
-    budget: int | None = None  # trials per group: its points, then points below them while all diverged
+    budget: int | None = None  # trials per group and study: its points, those beyond them, its confirming trials
+    studies: int = 1  # independent searches per group, each with the budget, its own seeds and drawn points
     max_batch_size: int | None = None
 
 
@@ -527,6 +534,7 @@ NOT_IDENTITY = (
     "sweep_id",
     "tuning",
     "tune_group",
+    "tune_study",
 )
 
 
@@ -583,6 +591,8 @@ def validate_process(cfg: BenchConfig) -> None:
     at_least("nodes", cfg.nodes, 1)
     if not 0 <= cfg.seed < MAX_SEED:
         raise ConfigError(f"seed={cfg.seed}: accepted an integer in [0, 2^63) (jax keys take an int64)")
+    if cfg.tune_study is not None:
+        count("tune_study", cfg.tune_study, 0, MAX_STUDIES - 1)
     for name in ("max_host_mem_mb", "budget_mb"):
         if getattr(cfg, name) is not None:
             at_least(name, getattr(cfg, name), 1)

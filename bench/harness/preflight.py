@@ -23,7 +23,8 @@ from bench.errors import ConfigError
 from bench.harness.launch import check_launch
 from bench.harness.scenario import RUNNER_FOLDERS, Registry, scenario_of, validate
 from bench.harness.trust import check_config_dir
-from bench.harness.tuning import check_tuning, expand, trained_params
+from bench.harness.tuning import check_tuning
+from bench.harness.tuning_space import expand, trained_params
 from bench.measure.system import cuda_device_count
 from bench.store.csv import check_folders, check_results_file
 
@@ -176,6 +177,8 @@ def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
                 sweeper.get("confirm", []),
                 sweeper.get("capping", False),
                 sweeper.get("stop_at_miss", False),
+                sweeper.get("studies", 1),
+                base.seed,
             )
             arguments = fixed + [f"{k}={','.join(v.split('=', 1)[1] for v in vs)}" for k, vs in sweeps.items()]
             with _hydra_context():  # a space placed by the trained parameters composes each combination for them
@@ -186,6 +189,9 @@ def expand_sweep(overrides: list[str], multirun: bool) -> list[list[str]]:
                     arguments,
                     lambda combo: trained_params(compose_one(combo)),
                     sweeper.get("budget"),
+                    sweeper.get("studies", 1),
+                    len(sweeper.get("confirm", [])),
+                    base.seed,
                 )
             return [trial for _, trial in search]
         for k, v in (base.hydra.sweeper.get("params") or {}).items():

@@ -34,11 +34,15 @@ class SweepCallback(Callback):
             overrides = [*config.hydra.overrides.task, *config.hydra.overrides.hydra, *config_dirs(config)]
             trials, total = compose_trials(overrides, multirun=True)
             hashes = self.hashes([cfg for _, cfg in trials])
-            # the tuning sweeper (bench.harness.tuning) then runs each group's winner again, once per repeat seed
-            groups = {o for overrides, _ in trials for o in overrides if o.startswith("tune_group=")}
+            # the tuning sweeper (bench.harness.tuning) then runs each group's winner again (a group: a
+            # combination in one study), once per repeat seed
+            tags = ("tune_group=", "tune_study=")
+            groups = {tuple(o for o in overrides if o.startswith(tags)) for overrides, _ in trials}
+            groups.discard(())
             repeats = len(groups) * len(config.hydra.sweeper.get("repeats") or ())
-            # and searches below a group's grid where every point diverged, up to its budget
-            below = max(0, len(groups) * (config.hydra.sweeper.get("budget") or 0) - total)
+            # and, within each group's budget, points beyond its search's and its confirming trials
+            budget = config.hydra.sweeper.get("budget") or 0
+            below = max(0, len(groups) * budget - total)
             total += below + repeats
         except Exception:  # noqa: BLE001 (a count is a nicety; never stop a sweep over it)
             total, hashes = None, []
@@ -46,10 +50,12 @@ class SweepCallback(Callback):
         write_plan(sweep_dir, plan)
         count = f"{'?' if total is None else total} trials"
         if repeats:  # a group none of whose points reaches the target has no winner to repeat
-            extended = f", up to {below} below grids that diverged" if below else ""
+            studies = config.hydra.sweeper.get("studies") or 1
+            per = f"; each group: {studies} study(ies) x {budget} trials" if budget else ""
+            extended = f", up to {below} beyond grids or confirming" if below else ""
             count = (
                 f"up to {total} trials ({total - repeats - below} to search{extended}, then up to {repeats} "
-                "repeating the winners)"
+                f"repeating the winners{per})"
             )
         print(f"bench: sweep {plan['sweep_id']}: {count} -> {self.results_path(config)}", flush=True)
 

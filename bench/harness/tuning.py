@@ -2,31 +2,30 @@
 comparison runs with (conf/experiment/cost_to_target.yaml; `hydra/sweeper=bench_tuning`).
 
 A method compared at a target is only as good as its tuning (forward-gradient claims did not survive backprop
-with a tuned learning rate), so every way of differentiating gets the same number of trials, as AlgoPerf gives
-every submission the same tuning budget:
+with a tuned learning rate), so every way of differentiating gets the same number of trials, as AlgoPerf's
+external tuning gives every submission the same studies of the same number of trials:
 
     hydra:
       sweeper:
         params: {framework: "torch,jax", case: "backprop,jvp,mezo"}   # what is compared (a grid, as Hydra's own)
-        space:                                                         # per case (or mode): its points, each a
-          backprop: [{optimizer.lr: 0.01}, {optimizer.lr: 0.03}, ...]  # trial's overrides; every case the same
-          mezo: [{optimizer.lr: 1.0e-4, mezo.eps: 1.0e-3}, ...]        # number of points: the budget
+        space:                                                         # per case (or mode): a grid of points or
+          backprop: [{optimizer.lr: 0.01}, {optimizer.lr: 0.03}, ...]  # knobs to draw points from, every case
+          mezo: {sample: 3, knobs: {optimizer.lr: {low: 1.0e-4, high: 1.0e-2}, mezo.eps: 1.0e-3}}  # the same count
+        studies: 2                                                     # independent searches per group
         objective: wall_to_target_s                                    # a column of the row: lower is better
-        repeats: [1, 2]                                                # seeds the winner runs again with
-        budget: 5                                                      # trials per group, extensions included
+        repeats: [1, 2]                                                # seeds each study's winner runs again with
+        budget: 5                                                      # trials per group and study, all counted
         capping: true                                                  # stop a point once it cannot win
         confirm: [4]                                                   # a point's cost: its worst with these
         stop_at_miss: true                                             # a group's descent ends at its first miss
 
-A case's space may instead be placed by the trained dimension d (the parameters its combination trains): a
-one-direction estimate's (a forward gradient's, MeZO's) variance grows about as d, so its stable learning rate
-falls about as 1/d, and one grid for every trainable scope misses the larger ones:
-
-          jvp: {points: [{optimizer.lr: 1.0e-3}, ...], scale: 1/d, at: 1540}   # lr x at / d, at each combination
-
-The sweeper counts d from each combination's composed config. And where every point of a group diverged, the
-search goes on below it, a point at a time at the grid's own spacing, while the group has trials left in
-`budget` (the same for every case; its points when not given).
+The spaces, the studies and their seeds: bench/harness/tuning_space.py. A group is a combination of `params` in
+one study (`tune_group`, `tune_study` on every row), and `budget` bounds every trial it runs: its points, the
+points beyond them, its confirming trials (the winner's repeats are its cost, not its search). A case's space may
+be placed by the trained dimension d (`scale: 1/d`): a one-direction estimate's variance grows about as d, so its
+stable learning rate falls about as 1/d. A search brackets its learning rate from both sides: where every point
+of a group diverged it goes on below, and where its best point is its highest learning rate, above, a point at a
+time at its points' spacing, while the group has trials left past those its confirming seeds need.
 
 With `capping`, phase one runs each group's points in rounds, from its highest learning rate down (the ones that
 diverge end at once; the first stable one is likely the fastest), and a point runs only as far as its group's best
@@ -42,45 +41,41 @@ is a line search's rule, and it assumes what the full grids have measured (no po
 sooner); it saves the points that would each run to the cap. A point so skipped runs later only if the bound it
 was skipped at rises (a winner that falls at a confirming seed) and the point above it reaches within the new one.
 
-Phase one runs every point of every combination of `params` (`tuning=search`); phase two runs each combination's
-winner, the point with the smallest objective among the trials that reached it (points that tie: the middle
-learning rate among them, `best_of`), at every seed of `repeats` (`tuning=repeat`). With `confirm`, a point's cost
-is its worst over the search's seed and those seeds (`tuning=confirm` trials; `confirming`). Every trial carries its
-combination as `tune_group`. A combination that no point brought to the target has no winner, and is not repeated.
-Both phases go through the configured launcher (joblib, SLURM...).
+Phase one runs every point of every group (`tuning=search`); phase two runs each group's winner, the point with
+the smallest objective among the trials that reached it (points that tie: the middle learning rate among them,
+`best_of`), at every seed of `repeats` (`tuning=repeat`). With `confirm`, a point's cost is its worst over the
+search's seed and those seeds (`tuning=confirm` trials; `confirming`). A group that no point brought to the target
+within its budget has no winner, and is not repeated. A mode's cost is the median over its studies of each
+winner's cost at the repeats' seeds (the report's). Both phases go through the configured launcher.
 
-Why a grid and not hydra-optuna-sweeper: the budgets here are a handful of points per mode, where a TPE sampler
-has nothing to learn from; a grid is the same for every mode and framework (fair), runs in parallel, and is the
-same on every rerun. Optuna's sweeper tunes one study per launch, across every swept key at once, so it would
-share the budget between modes instead of giving each its own.
+Why not hydra-optuna-sweeper: the budgets here are a handful of points per mode, where a TPE sampler has nothing
+to learn from; quasi-random points (or a grid) are the same for every mode and framework (fair), run in parallel,
+and are the same on every rerun. Optuna's sweeper tunes one study per launch, across every swept key at once, so
+it would share the budget between modes instead of giving each its own.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
 
-from bench import models
-from bench.config import lora_spec, model_spec
+from bench.config import MAX_STUDIES
 from bench.errors import ConfigError
 from bench.harness.plan import add_trials, read_plan
+from bench.harness.tuning_space import LR, STUDY_SEEDS, Group, expand, study_seed, trained_params
 from bench.spec import MAX_SEED
 
 # What picks a winner: a cost to the target, lower is better (each a column of scenario=model's rows)
 OBJECTIVES = ("wall_to_target_s", "seconds_to_target", "steps_to_target", "samples_to_target", "mib_s_to_target")
 
 
-LR = "optimizer.lr"  # what a scale rule places and a diverged group's search extends
-# How a case's learning rate moves with the trained dimension d, from `at` where its points were measured to work
-SCALES = {"1/d": lambda at, d: at / d}
 # A group's trials: far past any grid (the experiments' run 3-7 points), short of a descent that a group whose every
 # point diverges would take a decade at a time until killed.
 MAX_BUDGET = 1000
@@ -88,10 +83,13 @@ EXTEND_STEP = 0.1  # below a grid of one point, the next is a decade lower
 T = TypeVar("T")
 
 
-def check_tuning(objective, repeats, budget=None, confirm=(), capping=False, stop_at_miss=False) -> None:
+def check_tuning(
+    objective, repeats, budget=None, confirm=(), capping=False, stop_at_miss=False, studies=1, seed=0
+) -> None:
     """Before any trial: the objective is a cost the rows carry, the repeats and the confirming seeds are seeds
     (none of them both: a winner's cost comes from seeds its choice did not use), the budget a number of trials,
-    stop_at_miss only with capping (its misses are capped points) (ConfigError, one line)."""
+    the studies a count whose seeds stay apart (every seed named below STUDY_SEEDS), stop_at_miss only with capping
+    (its misses are capped points) (ConfigError, one line)."""
     if stop_at_miss and not capping:
         raise ConfigError(
             "hydra.sweeper.stop_at_miss=true: needs hydra.sweeper.capping=true (a group's descent ends at a point "
@@ -101,8 +99,13 @@ def check_tuning(objective, repeats, budget=None, confirm=(), capping=False, sto
         isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_BUDGET
     ):
         raise ConfigError(
-            f"hydra.sweeper.budget={budget}: accepted an integer in [1, {MAX_BUDGET:,}], the trials each group may "
-            "run (its points, then the points below them while every one diverged)"
+            f"hydra.sweeper.budget={budget}: accepted an integer in [1, {MAX_BUDGET:,}], the trials each group's "
+            "study may run (its points, the points beyond them, its confirming trials)"
+        )
+    if isinstance(studies, bool) or not isinstance(studies, int) or not 1 <= studies <= MAX_STUDIES:
+        raise ConfigError(
+            f"hydra.sweeper.studies={studies}: accepted an integer in [1, {MAX_STUDIES}], the independent searches "
+            "per group, each with the same budget"
         )
     if objective not in OBJECTIVES:
         raise ConfigError(
@@ -118,113 +121,22 @@ def check_tuning(objective, repeats, budget=None, confirm=(), capping=False, sto
             raise ConfigError(
                 f"hydra.sweeper.{name}={value}: accepted a list of seeds, integers in [0, 2^63), that {what}"
             )
+        if studies > 1 and (far := [s for s in (*seeds, seed) if s >= STUDY_SEEDS]):
+            option = f"hydra.sweeper.{name}={value}" if far[0] in seeds else f"seed={seed}"
+            raise ConfigError(
+                f"{option}: with hydra.sweeper.studies={studies}, accepted seeds in [0, {STUDY_SEEDS}) (study k "
+                f"runs each at seed + {STUDY_SEEDS} k: no two studies share one)"
+            )
     if both := sorted(set(repeats) & set(confirm)):
         raise ConfigError(
             f"hydra.sweeper.confirm={list(confirm)}: seed {both[0]} is also in repeats; accepted: seeds apart from "
             "the repeats' (a winner's cost comes only from seeds that did not choose it)"
         )
-
-
-@dataclass(frozen=True)
-class Space:
-    """One case's search: its points (each a trial's overrides), and how they move with the trained dimension."""
-
-    points: list[dict]
-    scale: str | None = None  # a SCALES rule for the points' learning rates, or None: the points as given
-    at: float | None = None  # the trained dimension the points were measured to work at
-
-    def placed(self, d: int | None) -> list[dict]:
-        """The points at trained dimension d: each learning rate x the rule's factor, to 3 significant digits."""
-        if self.scale is None:
-            return self.points
-        factor = SCALES[self.scale](self.at, d)
-        return [{**p, LR: f"{float(p[LR]) * factor:.3g}"} for p in self.points]
-
-
-def space_of(name: str, spec) -> Space:
-    """A case's space from the config: a list of points, or {points, scale, at} (ConfigError, one line)."""
-    if not isinstance(spec, Mapping):
-        return Space([dict(p) for p in spec or ()])
-    if unknown := sorted(set(spec) - {"points", "scale", "at"}):
-        raise ConfigError(f"hydra.sweeper.space.{name}.{unknown[0]}: accepted points, scale, at")
-    space = Space([dict(p) for p in spec.get("points") or ()], spec.get("scale"), spec.get("at"))
-    if space.scale is not None:
-        if space.scale not in SCALES:
-            raise ConfigError(
-                f"hydra.sweeper.space.{name}.scale={space.scale}: accepted {' | '.join(SCALES)} (how the "
-                "learning rate moves with the trained parameters)"
-            )
-        if isinstance(space.at, bool) or not isinstance(space.at, (int, float)) or space.at <= 0:
-            raise ConfigError(
-                f"hydra.sweeper.space.{name}.at={space.at}: accepted a positive number, the trained parameters "
-                "its points were measured to work at"
-            )
-        if any(LR not in p for p in space.points):
-            raise ConfigError(f"hydra.sweeper.space.{name}: scale={space.scale} needs {LR} in every point")
-    return space
-
-
-def trained_params(cfg) -> int:
-    """The parameters a composed config trains: the dimension a one-direction estimate's variance grows with."""
-    spec = model_spec(cfg.model)
-    return models.of(spec).count_params(spec, cfg.trainable, cfg.last_k, lora_spec(cfg.lora))
-
-
-def expand(
-    params: Mapping[str, str] | None,
-    space: Mapping,
-    arguments: Sequence[str],
-    dimension: Callable[[list[str]], int] | None = None,
-    budget: int | None = None,
-) -> list[tuple[str, list[str]]]:
-    """Phase one's trials: (tune_group, overrides) for every combination of `params` and the command line's
-    sweeps, times the points of that combination's case (or mode), placed by `dimension(combination)` (its
-    trained parameters) where the case's space has a scale rule. ConfigError (one line) for a combination
-    without a space, an empty space, spaces of different sizes (the budget is the same for every mode), or a
-    budget smaller than the points."""
-    parser = OverridesParser.create()
-    overrides = parser.parse_overrides([*(f"{k}={v}" for k, v in (params or {}).items()), *arguments])
-    lists, compared = {}, set(params or {})  # what a group is named by: the keys compared
-    for o in overrides:
-        key = o.get_key_element()
-        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
-        lists[key] = [f"{key}={v}" for v in values]
-        if len(values) > 1:
-            compared.add(key)
-    spaces = {name: space_of(name, spec) for name, spec in space.items()}
-    sizes = {name: len(s.points) for name, s in spaces.items()}
-    if not sizes or min(sizes.values()) == 0:
+    if seed in (*repeats, *confirm):
         raise ConfigError(
-            f"hydra.sweeper.space={dict(sizes)}: a search space is empty; accepted: at least one point per case"
+            f"seed={seed}: the search's seed is also in hydra.sweeper.repeats or confirm; accepted: a seed apart "
+            "from theirs (a winner's cost comes only from seeds that did not choose it)"
         )
-    if len(set(sizes.values())) > 1:
-        raise ConfigError(
-            f"hydra.sweeper.space: {sizes} points; accepted: the same number for every case (the "
-            "tuning budget is the same for every way of differentiating)"
-        )
-    if budget is not None and budget < max(sizes.values()):
-        raise ConfigError(
-            f"hydra.sweeper.budget={budget}: smaller than the {max(sizes.values())} points of each case; accepted: "
-            "at least as many (the points, then any below them)"
-        )
-    trials = []
-    for combo in itertools.product(*lists.values()):
-        choices = dict(o.split("=", 1) for o in combo)
-        name = choices.get("case") or choices.get("+case") or choices.get("mode")
-        if name not in spaces:
-            raise ConfigError(f"case={name}: no search space in hydra.sweeper.space; accepted: {' | '.join(space)}")
-        group = " ".join(o for o in combo if o.split("=", 1)[0] in compared)
-        if spaces[name].scale is not None and dimension is None:
-            raise ConfigError(f"hydra.sweeper.space.{name}: scale={spaces[name].scale} needs the trained parameters")
-        d = dimension(list(combo)) if spaces[name].scale is not None else None
-        for point in spaces[name].placed(d):
-            trials.append(
-                (
-                    group,
-                    [*combo, *(f"{k}={v}" for k, v in dict(point).items()), "tuning=search", f"tune_group='{group}'"],
-                )
-            )
-    return trials
 
 
 def lr_of(overrides: Sequence[str]) -> float | None:
@@ -233,22 +145,56 @@ def lr_of(overrides: Sequence[str]) -> float | None:
     return float(values[-1]) if values else None
 
 
-def below(results: list[tuple[str, list[str], dict]], budget: int | None) -> list[tuple[str, list[str]]]:
-    """The search's next trials: for each group every one of whose trials diverged and that has trials left in
-    `budget`, one point below its lowest learning rate, as far below it as the grid's two lowest points are apart
-    (EXTEND_STEP below a single point), its other overrides the lowest point's. A group where any trial did not
-    diverge has bracketed a stable learning rate: nothing is added."""
-    trials: dict[str, list[tuple[list[str], dict]]] = {}
+def spacing(lrs: Sequence[float]) -> float:
+    """The ratio between a search's neighbouring learning rates on average (a grid's own spacing; 1 / EXTEND_STEP
+    for a single point): how far beyond them an extension goes."""
+    lrs = sorted(lrs)
+    return (lrs[-1] / lrs[0]) ** (1 / (len(lrs) - 1)) if len(lrs) > 1 and lrs[-1] > lrs[0] else 1 / EXTEND_STEP
+
+
+def by_group(results: list[tuple[Group, list[str], dict]]) -> dict[Group, list[tuple[list[str], dict]]]:
+    """Each group's trials so far: (overrides, row), in the order they ran."""
+    trials: dict = {}
     for group, overrides, row in results:
         trials.setdefault(group, []).append((overrides, row))
+    return trials
+
+
+def moved(overrides: Sequence[str], lr: float) -> list[str]:
+    """A trial's overrides at another learning rate, uncapped (a cap is the round's to set)."""
+    return [
+        f"{LR}={lr:.3g}" if o.startswith(f"{LR}=") else o for o in overrides if not o.startswith("tune_stop_after=")
+    ]
+
+
+def below(results: list[tuple[Group, list[str], dict]], budget: int | None, reserve: int = 0) -> list:
+    """The search's next trials: for each group (in a study) every one of whose trials diverged and that has
+    trials left in `budget` less `reserve` (its confirming trials), one point below its lowest learning rate, a
+    spacing of its points below it, its other overrides the lowest point's. A group where any trial did not diverge
+    has bracketed a stable learning rate: nothing is added."""
     out = []
-    for group, tried in trials.items():
+    for group, tried in by_group(results).items():
         lrs = sorted({lr_of(o) for o, _ in tried if lr_of(o) is not None})
-        if budget is None or len(tried) >= budget or not lrs or any(r.get("status") != "diverged" for _, r in tried):
+        if budget is None or len(tried) >= budget - reserve or not lrs:
             continue
-        lr = lrs[0] * (lrs[0] / lrs[1] if len(lrs) > 1 else EXTEND_STEP)
-        lowest = next(o for o, _ in tried if lr_of(o) == lrs[0])
-        out.append((group, [f"{LR}={lr:.3g}" if o.startswith(f"{LR}=") else o for o in lowest]))
+        if all(r.get("status") == "diverged" for _, r in tried):
+            lowest = next(o for o, _ in tried if lr_of(o) == lrs[0])
+            out.append((group, moved(lowest, lrs[0] / spacing(lrs))))
+    return out
+
+
+def above(results: list[tuple[Group, list[str], dict]], objective: str, budget: int | None, reserve: int = 0) -> list:
+    """The other side: for each group (in a study) whose best point so far is its highest learning rate (the top
+    edge: nothing above it was tried, so nothing above it is known to diverge) and that has trials left in `budget`
+    less `reserve`, one point a spacing above the best, its other overrides the best's."""
+    won = winners(results, objective)
+    out = []
+    for group, tried in by_group(results).items():
+        lrs = sorted({lr_of(o) for o, _ in tried if lr_of(o) is not None})
+        if budget is None or len(tried) >= budget - reserve or group not in won or not lrs:
+            continue
+        if lr_of(won[group]) == lrs[-1]:
+            out.append((group, moved(won[group], lrs[-1] * spacing(lrs))))
     return out
 
 
@@ -399,6 +345,7 @@ def confirming(
     seeds: Sequence[int],
     capping: bool = False,
     grid: Mapping[str, list[list[str]]] | None = None,
+    budget: int | None = None,
 ) -> tuple[dict[str, list[str]], list[tuple[str, list[str]]]]:
     """With `confirm` seeds a point's cost is its worst over the search's seed and those seeds (a miss at any is
     inf), and the lowest wins: the search's seed alone picks points at the edge of stability (backprop with LoRA
@@ -409,13 +356,16 @@ def confirming(
     point's steps (its cap came from a point since found worse) runs again capped at them (uncapped while nothing
     is confirmed), the highest learning rate first, one at a time; with `grid` (stop_at_miss: each group's search
     points) so does a point the search skipped, unless a point above it missed by those steps (below_a_miss);
-    when neither is left, the best confirmed point (ties as best_of) wins. Returns (the winners, each as its point;
-    the trials to run next)."""
+    when neither is left, or the next trials would take the group past `budget` (its trials so far, the search's
+    included: confirming counts in the budget every mode gets), the best confirmed point (ties as best_of) wins. A
+    study k > 0's group (Group) confirms at each seed + STUDY_SEEDS k and runs its points again at its own search
+    seed. Returns (the winners, each as its point; the trials to run next)."""
     groups = known_points(results, objective, grid)
-    want = {str(s) for s in seeds}
+    spent = Counter(group for group, _, _ in results)
     won, todo = {}, []
     for group, known in groups.items():
         lr = lambda k: lr_of(k.point)  # noqa: E731
+        want = {str(study_seed(s, group.study if isinstance(group, Group) else 0)) for s in seeds}
         confirmed = [k for k in known.values() if k.reached and want <= k.seeds and math.isfinite(k.worst)]
         best = best_of(confirmed, lambda k: k.worst, lr)
         bound, steps = (best.worst, best.steps) if best else (math.inf, math.inf)
@@ -430,17 +380,45 @@ def confirming(
             and not (grid is not None and below_a_miss(known.values(), lr(k), steps))
         ]
         cap = [f"tune_stop_after={int(steps)}"] if math.isfinite(steps) else []
+        study, at = (group.study, group.seed) if isinstance(group, Group) else (0, None)
+        step = []
         if nxt := best_of(pending, lambda k: k.worst, lr):
             bounded = cap if capping else []
-            todo += [
-                (group, [*nxt.point, "tuning=confirm", f"seed={s}", *bounded]) for s in seeds if str(s) not in nxt.seeds
+            step = [
+                (group, [*nxt.point, "tuning=confirm", f"seed={study_seed(s, study)}", *bounded])
+                for s in seeds
+                if str(study_seed(s, study)) not in nxt.seeds
             ]
         elif capped:
             k = max(capped, key=lambda k: lr(k) or -math.inf)
-            todo.append((group, [*k.point, "tuning=search", *cap]))
-        elif best is not None:
+            step = [(group, [*k.point, "tuning=search", *([f"seed={at}"] if at is not None else []), *cap])]
+        if step and (budget is None or spent[group] + len(step) <= budget):
+            todo += step
+        elif best is not None:  # nothing left to learn, or no trials left to learn it with: the best confirmed
             won[group] = best.point
     return won, todo
+
+
+def repeating(won: Mapping[Group, list[str]], seeds: Sequence[int]) -> list[list[str]]:
+    """Phase two: each study's winner at every seed of `repeats`, study k's at seed + STUDY_SEEDS k (`tuning=repeat`):
+    its cost, from seeds that did not choose it."""
+    return [
+        [*point_of(overrides), "tuning=repeat", f"seed={study_seed(seed, group.study)}"]
+        for group, overrides in won.items()
+        for seed in seeds
+    ]
+
+
+def mode_of(overrides: Sequence[str]) -> str:
+    """The case (or mode) a trial's overrides name: what a budget is per."""
+    choices = dict(o.split("=", 1) for o in overrides if "=" in o)
+    return choices.get("case") or choices.get("+case") or choices.get("mode") or "?"
+
+
+def trials_per_mode(results: list[tuple[Group, list[str], dict]]) -> dict[str, int]:
+    """Every trial each mode's tuning ran (search, the points beyond a grid, confirming), over its groups and
+    studies: the budgets, as spent."""
+    return dict(Counter(mode_of(overrides) for _, overrides, _ in results))
 
 
 class TuningSweeper(Sweeper):
@@ -454,6 +432,7 @@ class TuningSweeper(Sweeper):
         capping: bool = False,
         confirm: Sequence[int] = (),
         stop_at_miss: bool = False,
+        studies: int = 1,
         max_batch_size: int | None = None,
     ) -> None:
         super().__init__()
@@ -461,6 +440,7 @@ class TuningSweeper(Sweeper):
         self.space = OmegaConf.to_container(space, resolve=True) if OmegaConf.is_config(space) else dict(space or {})
         self.objective, self.repeats, self.max_batch_size = objective, list(repeats), max_batch_size
         self.budget, self.capping, self.confirm, self.stop_at_miss = budget, capping, list(confirm), stop_at_miss
+        self.studies = studies
 
     def setup(self, *, hydra_context, task_function, config) -> None:
         from hydra.core.plugins import Plugins  # as Hydra's BasicSweeper: plugins are found when a sweep starts
@@ -485,8 +465,18 @@ class TuningSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         dimension = lambda combo: trained_params(self.config_loader.load_sweep_config(self.config, combo))  # noqa: E731
-        search = expand(self.params, self.space, arguments, dimension, self.budget)
+        reserve = len(self.confirm)  # a study's extensions leave room to confirm a point
+        search = expand(
+            self.params, self.space, arguments, dimension, self.budget, self.studies, reserve, self.config.seed
+        )
         batches, rows = [], []
+
+        def run(trials: list[tuple[Group, list[str]]], total: int | None) -> None:
+            if total is not None:  # the jobs' "i of n" and the summary's configurations
+                add_trials(sweep_dir, [o for _, o in trials], total)
+            batches.append(self.launch([o for _, o in trials], len(rows)))
+            rows.extend((g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(trials, batches[-1]))
+
         grid = None  # stop_at_miss: each group's search points; those its descent skipped run later if they can win
         if self.stop_at_miss:
             grid = {}
@@ -496,33 +486,29 @@ class TuningSweeper(Sweeper):
             trials = next_round(rows, trials, self.objective, self.stop_at_miss)
             if capped := [o for _, o in trials if stop_after(o)]:  # configurations of their own: the summary's too
                 add_trials(sweep_dir, capped, read_plan(sweep_dir).get("total"))
-            batches.append(self.launch([o for _, o in trials], len(rows)))
-            rows += [(g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(trials, batches[-1])]
+            run(trials, None)
         groups = len({group for group, _ in search})
-        while extra := below(rows, self.budget):  # groups every point of which diverged: the points below
+        most = lambda extra: len(rows) + len(extra) + groups * len(self.repeats)  # noqa: E731
+        while extra := below(rows, self.budget, reserve):  # groups every point of which diverged: the points below
             print(f"bench: every point of {len(extra)} group(s) diverged: searching below them", flush=True)
-            add_trials(sweep_dir, [o for _, o in extra], len(rows) + len(extra) + groups * len(self.repeats))
-            batches.append(self.launch([o for _, o in extra], len(rows)))
-            rows += [(g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(extra, batches[-1])]
+            run(extra, most(extra))
+        while extra := above(rows, self.objective, self.budget, reserve):  # best at the top edge: the points above
+            print(f"bench: {len(extra)} group(s) best at their highest learning rate: searching above", flush=True)
+            run(next_round(rows, extra, self.objective) if self.capping else extra, most(extra))
         won = winners(rows, self.objective)
         while self.confirm:  # a point's cost is its worst over the search's and the confirming seeds
-            won, extra = confirming(rows, self.objective, self.confirm, self.capping, grid)
+            won, extra = confirming(rows, self.objective, self.confirm, self.capping, grid, self.budget)
             if not extra:
                 break
             print(f"bench: confirming: {len(extra)} trial(s) (confirming seeds, or points capped short)", flush=True)
-            add_trials(sweep_dir, [o for _, o in extra], len(rows) + len(extra) + groups * len(self.repeats))
-            batches.append(self.launch([o for _, o in extra], len(rows)))
-            rows += [(g, o, (r.return_value or {}).get("row") or {}) for (g, o), r in zip(extra, batches[-1])]
-        repeats = [
-            [*point_of(overrides), "tuning=repeat", f"seed={seed}"]
-            for overrides in won.values()
-            for seed in self.repeats
-        ]
+            run(extra, most(extra))
+        repeats = repeating(won, self.repeats)
         # the jobs' "i of n" and the summary's trials: exact now that the winners are known
         add_trials(sweep_dir, repeats, len(rows) + len(repeats))
+        spent = ", ".join(f"{mode} {n}" for mode, n in sorted(trials_per_mode(rows).items()))
         print(
-            f"bench: search done: {len(won)} of {groups} group(s) reached the target; {len(repeats)} trial(s) "
-            "repeat the winners",
+            f"bench: search done: {len(won)} of {groups} group(s) reached the target; trials per mode, every one "
+            f"its tuning ran: {spent}; {len(repeats)} trial(s) repeat the winners",
             flush=True,
         )
         return [*batches, self.launch(repeats, len(rows))]

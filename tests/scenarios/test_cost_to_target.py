@@ -503,7 +503,8 @@ def test_a_tuning_sweep_counts_its_own_trials_and_a_resume_its_skipped_ones(tune
     _, rows, stdout, resumed = tuned
     for out in (stdout, resumed):
         assert "up to 6 trials (4 to search, then up to 2 repeating the winners)" in out
-        assert "search done: 2 of 2 group(s) reached the target; 2 trial(s) repeat the winners" in out
+        assert "search done: 2 of 2 group(s) reached the target; trials per mode, every one its tuning ran: " in out
+        assert "backprop 2, mezo 2; 2 trial(s) repeat the winners" in out
         progress = re.findall(r"^(\[\d+/\d+\]) ", out, re.MULTILINE)
         assert sorted(set(progress)) == [f"[{i}/6]" for i in range(1, 7)], progress
     assert resumed.count(": skipped (recorded ok as") == 6

@@ -33,10 +33,10 @@ def dimension(combo: list[str]) -> int:
 
 
 def grids(trials) -> dict[str, list[float]]:
-    """{tune_group: its learning rates, ascending}."""
+    """{tune_group: its learning rates, ascending} (one study)."""
     out = defaultdict(list)
     for group, overrides in trials:
-        out[group].append(lr_of(overrides))
+        out[group.name].append(lr_of(overrides))
     return {g: sorted(v) for g, v in out.items()}
 
 
@@ -152,7 +152,7 @@ def test_a_sweep_places_its_grid_by_the_composed_scope_and_searches_below_where_
         f"results_dir={tmp_path}",
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]  # a diverged trial is an outcome
-    assert "up to 2 below grids that diverged" not in out.stdout and "up to 1 below grids" in out.stdout
+    assert "up to 1 beyond grids or confirming" in out.stdout and "each group: 1 study(ies) x 2 trials" in out.stdout
     rows = read_rows(tmp_path / "runs.csv")
     assert [(float(r["lr"]), r["status"], r["tuning"]) for r in rows] == [
         (2e6, "diverged", "search"),

@@ -131,6 +131,7 @@ EXTRA_COLUMNS = (
     "mib_s_to_target",
     "tuning",
     "tune_group",
+    "tune_study",
     # where a step's time goes (docs/time.md): profile=true's trace, its steps' time by category
     # (bench/measure/timeline.py), and the FLOPs of a step, counted by the framework and predicted
     # (bench/measure/flop_model.py), achieved against this host's measured matmul peak and a GPU's published one

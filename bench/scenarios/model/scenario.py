@@ -277,6 +277,7 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "eval_examples": held_out_examples(cfg),
         "tuning": cfg.tuning,
         "tune_group": cfg.tune_group,
+        "tune_study": cfg.tune_study,
         "tune_stop_after": cfg.tune_stop_after,
         **{k: v for k, v in host_facts().items() if k in COLUMNS},
         **{k: v for k, v in outcome.items() if k in COLUMNS},
