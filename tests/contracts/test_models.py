@@ -46,7 +46,7 @@ def test_every_family_declares_what_the_registry_reads(name):
     assert not missing, f"bench/models/{name}.py lacks {missing}"
     assert family.NAME == name and set(family.HEAD_KEYS) <= set(family.INPUT_KEYS)
     for framework, functions in FRAMEWORK.items():
-        module = importlib.import_module(f"bench.{framework}_impl.models.{name}")
+        module = importlib.import_module(models.module_of(name, framework))
         missing = [f for f in functions if not callable(getattr(module, f, None))]
         assert not missing, f"bench/{framework}_impl/models/{name}.py lacks {missing}"
 
