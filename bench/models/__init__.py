@@ -40,8 +40,8 @@ from bench.spec import FRAMEWORKS
 GROUP = "bench.models"
 # Every module of this package is a family, and every installed package's entry point in GROUP: one more module is
 # one more family, with no list to edit.
-_FOUND = plugins.found(GROUP, {m.name: f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if not m.ispkg})
-FAMILIES = tuple(sorted(_FOUND))
+FOUND = plugins.found(GROUP, {m.name: f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if not m.ispkg})
+FAMILIES = tuple(sorted(FOUND))
 
 
 class ModelSpec(Protocol):
@@ -128,7 +128,7 @@ def get(name: str) -> ModuleType:
     for a plug-in's module that is not the family of its name, or names no module for a framework)."""
     if name not in FAMILIES:
         raise ValueError(f"model.family={name}: accepted {' | '.join(FAMILIES)}")
-    plugin = _FOUND[name]
+    plugin = FOUND[name]
     family = plugin.load()
     if getattr(family, "NAME", None) != name:
         raise PluginError(f"{plugin}: NAME must be {name!r}")

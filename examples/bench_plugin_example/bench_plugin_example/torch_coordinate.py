@@ -41,7 +41,7 @@ def coordinate_gradient(loss_of, params, micro_batches, *, eps: float, seed: int
         x[j] = kept
         proj = proj + (loss_plus - loss_minus) / (2 * eps) / m
         total = total + (loss_plus + loss_minus) / 2 / m
-    total, proj = reduce(torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in (total, proj)]))
+    total, proj = reduce(torch.stack([torch.as_tensor(v) for v in (total, proj)]))
     grads = {k: torch.zeros_like(p) for k, p in params.items()}
     grads[name].view(-1)[j] = n * proj
     return total, grads
