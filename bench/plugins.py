@@ -11,10 +11,12 @@ by side; what a module must define is the registry's contract, refused in one li
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from pathlib import Path
 from types import ModuleType
 
 from bench.errors import PluginError
@@ -66,6 +68,31 @@ def missing(module: str) -> bool:
         return importlib.util.find_spec(module) is None
     except ImportError:  # its parent package is missing
         return True
+
+
+def top_level_names(module: str) -> set[str] | None:
+    """The names the module `module` (one that is there: missing) binds at its top level (functions, classes,
+    assignments, imports; inside an if or a try too), read from its source without importing it; None where its
+    source cannot tell (compiled, a star import): its load checks it."""
+    origin = importlib.util.find_spec(module).origin or ""
+    if not origin.endswith(".py"):
+        return None
+    names, nodes = set(), list(ast.parse(Path(origin).read_text()).body)
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(a.name == "*" for a in node.names):
+                return None
+            names |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.If, ast.Try)):
+            nodes += [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
+            nodes += [n for h in getattr(node, "handlers", []) for n in h.body]
+    return names
 
 
 def lacking(module: ModuleType, functions: tuple[str, ...]) -> list[str]:

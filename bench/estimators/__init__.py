@@ -24,6 +24,15 @@ EXACT = "backprop"
 FORWARD_GRADIENT = "jvp"
 EXACT_FORWARD = "jacfwd"  # the exact gradient by forward mode, one pass per trained parameter
 ZEROTH_ORDER = "mezo"
+# What each framework's module of an estimator must define (bench/<framework>_impl/estimators/__init__.py says what
+# each function does), by whether the estimator takes optimizer steps (Estimator.updates): the gradient the update
+# applies, or the step that is all a trial times (inference); in JAX also the memory every trial's breakdown reads,
+# and a step split into several programs is all of SPLIT_STEP. docs/estimators.md lists the same.
+SPLIT_STEP = ("prepare", "lower", "programs", "step")
+REQUIRED = {
+    "torch": {True: ("gradient",), False: ("step",)},
+    "jax": {True: ("gradient", "memory"), False: ("memory", *SPLIT_STEP)},
+}
 
 
 @functools.cache
@@ -61,9 +70,12 @@ def _load(name: str) -> Estimator:
                 f"{plugin}: ESTIMATOR.implementations={declared}: accepted a module for each of "
                 f"{' | '.join(FRAMEWORKS)}"
             )
-        absent = [module for module in declared.values() if plugins.missing(module)]
-        if absent:
-            raise PluginError(f"{plugin}: no module {', '.join(absent)} (ESTIMATOR.implementations)")
+        for framework, module in declared.items():  # read from its source: the launching process imports no framework
+            if plugins.missing(module):
+                raise PluginError(f"{plugin}: no module {module} (ESTIMATOR.implementations)")
+            bound, required = plugins.top_level_names(module), REQUIRED[framework][estimator.updates]
+            lacking = [f for f in required if bound is not None and f not in bound]
+            _refuse_lacking(plugin, framework, module, lacking, required)
     return estimator
 
 
@@ -73,13 +85,17 @@ def module_of(name: str, framework: str) -> str:
     return get(name).implementations.get(framework, f"bench.{framework}_impl.estimators.{name}")
 
 
-def check_module(name: str, framework: str, module, functions: tuple[str, ...]) -> None:
-    """Refuse a framework module of estimator `name` that lacks one of `functions` (what its framework's package
-    requires of it), in one line naming the package it comes from."""
-    lacking = plugins.lacking(module, functions)
+def check_module(name: str, framework: str, module, functions: tuple[str, ...] | None = None) -> None:
+    """Refuse a framework module of estimator `name`, loaded, that lacks one of `functions` (by default what REQUIRED
+    asks of it), in one line naming the package it comes from."""
+    functions = functions or REQUIRED[framework][get(name).updates]
+    _refuse_lacking(found()[name], framework, module.__name__, plugins.lacking(module, functions), functions)
+
+
+def _refuse_lacking(plugin, framework: str, module: str, lacking: list[str], functions: tuple[str, ...]) -> None:
     if lacking:
         raise PluginError(
-            f"{found()[name]}: its {framework} module {module.__name__} lacks {', '.join(lacking)} "
+            f"{plugin}: its {framework} module {module} lacks {', '.join(lacking)} "
             f"(a {framework} estimator module defines {', '.join(functions)}: docs/estimators.md)"
         )
 

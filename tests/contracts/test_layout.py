@@ -135,14 +135,16 @@ def test_both_frameworks_implement_the_same_interface(module):
 @pytest.mark.parametrize("name", estimators.names())
 def test_every_estimator_has_a_module_in_both_frameworks(name):
     """A mode= of the registry, this package's or an installed plug-in's, runs in both frameworks: each has its
-    module, defining what its framework's package requires of it (REQUIRED: a gradient wherever the estimator takes
-    optimizer steps; in JAX the memory every trial's breakdown reads), and the method's function by one name in
-    both (backprop_gradient, spsa_gradient), which the tests compare."""
+    module, defining what the registry requires of it there (estimators.REQUIRED: a gradient wherever the
+    estimator takes optimizer steps; in JAX the memory every trial's breakdown reads), and the method's function
+    by one name in both (backprop_gradient, spsa_gradient), which the tests compare."""
     modules = {}
     for fw in FRAMEWORKS:
         package = implementation(fw, "estimators")
         modules[fw] = package.implementation(name)  # refuses a module that lacks what REQUIRED names
-        assert not plugins.lacking(modules[fw], package.REQUIRED[estimators.get(name).updates]), fw
+        required = estimators.REQUIRED[fw][estimators.get(name).updates]
+        assert not plugins.lacking(modules[fw], required), fw
+        assert set(required) <= plugins.top_level_names(modules[fw].__name__), fw  # what discovery reads, agreeing
     methods = {
         fw: {f for f, v in vars(m).items() if f.endswith("_gradient") and defined_in(v, m)} for fw, m in modules.items()
     }

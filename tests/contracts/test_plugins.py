@@ -130,27 +130,37 @@ def test_a_module_without_an_estimator_is_refused(install):
 
 
 def test_a_framework_module_lacking_a_required_function_is_refused(install):
+    # before anything runs, from the module's source: the launching process imports no framework
     no_memory = JAX_OK.split("def memory")[0]
     estimator_package(install, "forgetful", "forgetful", TORCH_OK, no_memory)
-    assert torch_estimators.implementation("forgetful").__name__ == "forgetful_torch"
     with pytest.raises(PluginError, match=r"^package forgetful .*: its jax module forgetful_jax lacks memory \("):
-        jax_estimators.implementation("forgetful")
+        estimators.get("forgetful")
+    estimator_package(install, "bare", "bare", "x = 1\n", JAX_OK)
+    with pytest.raises(PluginError, match=r"^package bare .*: its torch module bare_torch lacks gradient \("):
+        estimators.get("bare")
+    # as a trial loads it: a name bound to no function, a split step in part
+    not_callable = JAX_OK.replace(
+        "def memory(trainer, micro_batches, temp):\n    return trainer.held()", "memory = None"
+    )
+    estimator_package(install, "unbound", "unbound", TORCH_OK, not_callable)
+    assert estimators.get("unbound").name == "unbound"
+    assert torch_estimators.implementation("unbound").__name__ == "unbound_torch"
+    with pytest.raises(PluginError, match=r"^package unbound .*: its jax module unbound_jax lacks memory \("):
+        jax_estimators.implementation("unbound")
     half_split = JAX_OK + "def prepare(trainer, shardings):\n    trainer.prepared = True\n"
-    estimator_package(install, "halved", "halved", "x = 1\n", half_split)
-    with pytest.raises(PluginError, match=r"^package halved .*: its torch module halved_torch lacks gradient \("):
-        torch_estimators.implementation("halved")
-    with pytest.raises(PluginError, match=r"lacks lower, programs, step \("):
+    estimator_package(install, "halved", "halved", TORCH_OK, half_split)
+    with pytest.raises(PluginError, match=r"^package halved .*: its jax module halved_jax lacks lower, programs, step"):
         jax_estimators.implementation("halved")
 
 
 def test_the_docs_list_what_each_framework_module_must_define():
-    """docs/estimators.md's table of the functions a framework module defines is REQUIRED of each package."""
+    """docs/estimators.md's table of the functions a framework module defines is the registry's REQUIRED."""
     text = (REPO / "docs" / "estimators.md").read_text()
     rows = dict(re.findall(r"^ *\| (torch|JAX) \| (.+) \|$", text, re.M))
-    for framework, package in (("torch", torch_estimators), ("JAX", jax_estimators)):
-        cells = rows[framework].split(" | ")
+    for framework, required in estimators.REQUIRED.items():
+        cells = rows["JAX" if framework == "jax" else framework].split(" | ")
         for cell, updates in zip(cells, (True, False)):
-            assert re.findall(r"`(\w+)\(", cell) == list(package.REQUIRED[updates]), (framework, updates)
+            assert re.findall(r"`(\w+)\(", cell) == list(required[updates]), (framework, updates)
 
 
 FAMILY_MODULE = """

@@ -1,7 +1,8 @@
 """Each estimator's gradient in JAX: bench/jax_impl/estimators/<name>.py, beside its framework-neutral module
 bench/estimators/<name>.py and its torch mirror bench/torch_impl/estimators/<name>.py (the same functions, the
 same names, in the same order), or the module an installed plug-in names (Estimator.implementations). The Trainer
-(bench/jax_impl/steps.py) delegates to the module `mode=<name>` selects (REQUIRED: what it must define):
+(bench/jax_impl/steps.py) delegates to the module `mode=<name>` selects
+(bench.estimators.REQUIRED: what it must define):
 
     gradient(trainer, params, micro_batches, step, tangents=None) -> (params, loss, gradient)
         traced inside a jitted program: the parameters (MeZO's after its perturbation round trip), the loss before
@@ -34,12 +35,6 @@ from types import ModuleType
 
 from bench import estimators
 
-SPLIT_STEP = ("prepare", "lower", "programs", "step")
-# What a module must define, by whether its estimator takes optimizer steps (Estimator.updates): the gradient the
-# fused step differentiates by, or a split step that is all a trial times (inference); and the memory every trial's
-# breakdown reads (bench/jax_impl/memory.py). docs/estimators.md lists the same.
-REQUIRED = {True: ("gradient", "memory"), False: ("memory", *SPLIT_STEP)}
-
 
 @dataclass(frozen=True)
 class Held:
@@ -57,7 +52,7 @@ def implementation(name: str) -> ModuleType:
     """The JAX module of estimator `name` (ValueError naming the accepted ones for another name; PluginError for
     one that lacks a function it must define, or defines part of a split step)."""
     module = importlib.import_module(estimators.module_of(name, "jax"))
-    estimators.check_module(name, "jax", module, REQUIRED[estimators.get(name).updates])
-    if any(hasattr(module, f) for f in SPLIT_STEP):
-        estimators.check_module(name, "jax", module, SPLIT_STEP)
+    estimators.check_module(name, "jax", module)
+    if any(hasattr(module, f) for f in estimators.SPLIT_STEP):
+        estimators.check_module(name, "jax", module, estimators.SPLIT_STEP)
     return module

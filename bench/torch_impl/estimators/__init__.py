@@ -1,7 +1,8 @@
 """Each estimator's gradient in torch: bench/torch_impl/estimators/<name>.py, beside its framework-neutral module
 bench/estimators/<name>.py and its JAX mirror bench/jax_impl/estimators/<name>.py (the same functions, the same
 names, in the same order), or the module an installed plug-in names (Estimator.implementations). The Trainer
-(bench/torch_impl/steps.py) delegates to the module `mode=<name>` selects (REQUIRED: what it must define):
+(bench/torch_impl/steps.py) delegates to the module `mode=<name>` selects
+(bench.estimators.REQUIRED: what it must define):
 
     gradient(trainer, micro_batches, tangents=None, in_step=False) -> (loss, gradient)
         the loss before the update and the gradient or its estimate over trainer.params, never updating: a dict
@@ -25,14 +26,10 @@ from types import ModuleType
 
 from bench import estimators
 
-# What a module must define, by whether its estimator takes optimizer steps (Estimator.updates): the gradient the
-# update applies, or the step that is all a trial times (inference). docs/estimators.md lists the same.
-REQUIRED = {True: ("gradient",), False: ("step",)}
-
 
 def implementation(name: str) -> ModuleType:
     """The torch module of estimator `name` (ValueError naming the accepted ones for another name; PluginError
     for one that lacks a function it must define)."""
     module = importlib.import_module(estimators.module_of(name, "torch"))
-    estimators.check_module(name, "torch", module, REQUIRED[estimators.get(name).updates])
+    estimators.check_module(name, "torch", module)
     return module
