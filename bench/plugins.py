@@ -71,7 +71,7 @@ def missing(module: str) -> bool:
 
 
 def top_level_names(module: str) -> set[str] | None:
-    """The names the module `module` (one that is there: missing) binds at its top level (functions, classes,
+    """The names the module `module` (one `missing` finds) binds at its top level (functions, classes,
     assignments, imports; inside an if or a try too), read from its source without importing it; None where its
     source cannot tell (compiled, a star import): its load checks it."""
     origin = importlib.util.find_spec(module).origin or ""
