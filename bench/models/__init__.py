@@ -137,7 +137,7 @@ def get(name: str) -> ModuleType:
         absent = [fw for fw in FRAMEWORKS if fw not in declared or plugins.missing(declared[fw])]
         if absent:
             raise PluginError(
-                f"{plugin}: IMPLEMENTATIONS names no module that imports for {' | '.join(absent)}; accepted "
+                f"{plugin}: IMPLEMENTATIONS names no installed module for {' | '.join(absent)}; accepted "
                 f"{{framework: module}} for each of {' | '.join(FRAMEWORKS)}"
             )
     return family

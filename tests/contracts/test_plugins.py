@@ -188,7 +188,7 @@ def test_an_installed_family_is_found_and_refused_when_it_breaks_the_contract(in
     with pytest.raises(PluginError, match=r"^package misnamed \(bench.models: llama = misnamed_family\): NAME must"):
         models.get("llama")
     family_package(install, "half", "t5", monkeypatch, implementations={"torch": "json", "jax": "no_such"})
-    with pytest.raises(PluginError, match=r"^package half .*: IMPLEMENTATIONS names no module that imports for jax;"):
+    with pytest.raises(PluginError, match=r"^package half .*: IMPLEMENTATIONS names no installed module for jax;"):
         models.get("t5")
     with pytest.raises(PluginError, match=r"^package clash .*: the name bert is taken by bench.models.bert"):
         family_package(install, "clash", "bert", monkeypatch)
