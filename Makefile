@@ -73,8 +73,8 @@ docs: $(STAMP)  ## regenerate docs/options.md from the config schema (a test che
 	$(PY) -m bench options > docs/options.md
 
 lint: $(STAMP)  ## ruff (format and check), and the import contracts in pyproject.toml (layers, no cycles, no framework in the parent)
-	$(PY) -m ruff format --check bench tests
-	$(PY) -m ruff check bench tests
+	$(PY) -m ruff format --check bench tests examples
+	$(PY) -m ruff check bench tests examples
 	$(VENV)/bin/lint-imports
 
 gpu-wheels: $(STAMP)  ## the wheels a lent GPU machine lacks (hydra, submitit, the vocabulary) and the commit -> .whl/ (docs/gpu.md)

@@ -8,6 +8,7 @@ from bench.estimators.base import CommContext, CommTerms, Estimator, FlopContext
 
 class Backprop(Estimator):
     name, label = "backprop", "backprop"
+    rank = 1
     color = "#1f77b4"
     summary = "exact gradient by reverse mode (remat=true: activation checkpointing per encoder layer)"
     backward, remat, passes = True, True, "1 forward + 1 backward"

@@ -129,6 +129,12 @@ class Estimator:
     # exact gradient it estimates; a zeroth-order step against the forward passes it is made of), or None
     compared_with: str | None = None
     color: str | None = None  # its colour in the plots (None: one drawn from its name)
+    # Where the reports list it: the baseline, the exact gradients, then the estimates, by rank; an estimator that
+    # declares none comes after these, alphabetically
+    rank: int | None = None
+    # {framework: the module of its gradient}: a plug-in's, from an installed package (bench/plugins.py); this
+    # package's estimators leave it empty and live in bench/<framework>_impl/estimators/<name>.py
+    implementations: dict[str, str] = {}
     # A dataclass of setting() fields: the config node NAME.* (mode=NAME's own options, e.g. mezo.eps), or None.
     # Its values reach the trainers as StepSpec.settings and runs.csv as the columns NAME_<field>.
     settings: type | None = None

@@ -47,6 +47,7 @@ class HizooSettings:
 
 class Hizoo(Estimator):
     name, label = "hizoo", "hizoo"
+    rank = 5
     compared_with = "inference"  # the forward passes it is made of
     draws = True  # its perturbations
     summary = "zeroth order, Hessian-informed: SPSA along z / sqrt(H), H a diagonal Hessian estimate (Zhao et al. 2024)"

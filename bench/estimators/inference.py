@@ -7,6 +7,7 @@ from bench.estimators.base import CommContext, CommTerms, Estimator, FlopContext
 
 class Inference(Estimator):
     name, label = "inference", "inference"
+    rank = 0
     color = "#7f7f7f"
     summary = "forward pass only (the baseline)"
     updates, dropout, passes = False, False, "1 forward"

@@ -47,6 +47,7 @@ def chunk_for(chunk: int | str, framework: str, device_kind: str) -> int:
 
 class Jacfwd(Estimator):
     name, label = "jacfwd", "jacfwd"
+    rank = 3
     color = "#2ca02c"
     summary = "exact gradient by forward mode: one jvp per basis direction, chunks vmapped"
     passes, compiles = "ceil(n / chunk) vmapped forward-mode passes", False

@@ -55,6 +55,7 @@ class JvpSettings:
 
 class Jvp(Estimator):
     name, label = "jvp", "jvp"
+    rank = 2
     color = "#ff7f0e"
     compared_with = "backprop"  # the exact gradient it estimates
     summary = "forward gradient: K seeded tangents, one forward-mode pass each (Baydin et al. 2022)"

@@ -50,6 +50,7 @@ class LozoSettings:
 
 class Lozo(Estimator):
     name, label = "lozo", "lozo"
+    rank = 6
     compared_with = "inference"  # the forward passes it is made of
     draws = True  # its perturbations
     summary = (

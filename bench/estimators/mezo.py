@@ -53,6 +53,7 @@ class MezoSettings:
 
 class Mezo(Estimator):
     name, label = "mezo", "mezo"
+    rank = 4
     color = "#9467bd"
     compared_with = "inference"  # the forward passes it is made of
     draws = True  # its perturbations

@@ -1,7 +1,9 @@
 """Model families, as plug-ins: one framework-neutral module each (bench/models/<family>.py: its spec, parameter
 names and shapes as HF names them, what each trainable scope selects, its LoRA targets, its initialisation, the
 batch keys it reads), beside one model module per framework (bench/torch_impl/models/<family>.py,
-bench/jax_impl/models/<family>.py). `model.family=NAME` selects one; a preset (conf/model/) names its family.
+bench/jax_impl/models/<family>.py), and those installed packages declare as entry points in the group `bench.models`
+(bench/plugins.py; a plug-in's module names its model modules in IMPLEMENTATIONS, {framework: module}).
+`model.family=NAME` selects one; a preset (conf/model/) names its family.
 
 What a family module defines (the same names in each; tests/contracts/test_models.py checks):
 
@@ -31,8 +33,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-# Every module of this package is a family: one more module is one more family, with no list to edit.
-FAMILIES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.ispkg))
+from bench import plugins
+from bench.errors import PluginError
+from bench.spec import FRAMEWORKS
+
+GROUP = "bench.models"
+# Every module of this package is a family, and every installed package's entry point in GROUP: one more module is
+# one more family, with no list to edit.
+FOUND = plugins.found(GROUP, {m.name: f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if not m.ispkg})
+FAMILIES = tuple(sorted(FOUND))
 
 
 class ModelSpec(Protocol):
@@ -115,10 +124,29 @@ class Matmuls(list):
 
 
 def get(name: str) -> ModuleType:
-    """The family `model.family=name` builds (ValueError naming the accepted ones for another name)."""
+    """The family `model.family=name` builds (ValueError naming the accepted ones for another name; PluginError
+    for a plug-in's module that is not the family of its name, or names no module for a framework)."""
     if name not in FAMILIES:
         raise ValueError(f"model.family={name}: accepted {' | '.join(FAMILIES)}")
-    return importlib.import_module(f"{__name__}.{name}")
+    plugin = FOUND[name]
+    family = plugin.load()
+    if getattr(family, "NAME", None) != name:
+        raise PluginError(f"{plugin}: NAME must be {name!r}")
+    if plugin.package != plugins.BUILTIN:
+        declared = getattr(family, "IMPLEMENTATIONS", {})
+        absent = [fw for fw in FRAMEWORKS if fw not in declared or plugins.missing(declared[fw])]
+        if absent:
+            raise PluginError(
+                f"{plugin}: IMPLEMENTATIONS names no installed module for {' | '.join(absent)}; accepted "
+                f"{{framework: module}} for each of {' | '.join(FRAMEWORKS)}"
+            )
+    return family
+
+
+def module_of(name: str, framework: str) -> str:
+    """The framework's model module of family `name`: bench.<framework>_impl.models.<family>, or the module a
+    plug-in's IMPLEMENTATIONS names."""
+    return getattr(get(name), "IMPLEMENTATIONS", {}).get(framework, f"bench.{framework}_impl.models.{name}")
 
 
 def of(spec) -> ModuleType:
@@ -130,8 +158,8 @@ def of(spec) -> ModuleType:
 
 
 def implementation(framework: str, spec) -> ModuleType:
-    """The framework's model module of `spec`'s family: bench.<framework>_impl.models.<family>."""
-    return importlib.import_module(f"bench.{framework}_impl.models.{of(spec).NAME}")
+    """The framework's model module of `spec`'s family (module_of)."""
+    return importlib.import_module(module_of(of(spec).NAME, framework))
 
 
 def draw(seed: int, name: str) -> np.random.Generator:

@@ -4,10 +4,11 @@ harness and the models read, and a mode no model has a term for is measured anyw
 from __future__ import annotations
 
 import pathlib
+import re
 
 import pytest
 
-from bench import estimators
+from bench import estimators, plugins
 from bench.config import model_preset
 from bench.estimators.base import Estimator, TrialContext
 from bench.estimators.inference import Inference
@@ -22,25 +23,40 @@ TINY, _ = model_preset("tiny")
 
 def test_every_module_is_an_estimator_found_by_its_name():
     modules = sorted(p.stem for p in (REPO / "bench" / "estimators").glob("*.py") if p.stem not in ("__init__", "base"))
-    assert sorted(estimators.names()) == modules
-    assert estimators.names()[:5] == ("inference", "backprop", "jvp", "jacfwd", "mezo")  # the reports' order
-    for name in modules:
+    assert sorted(builtin()) == modules
+    roles = (estimators.BASELINE, estimators.EXACT, estimators.FORWARD_GRADIENT, estimators.EXACT_FORWARD)
+    assert estimators.names()[:5] == (*roles, estimators.ZEROTH_ORDER)  # the reports' order: by rank
+    ranks = [estimators.get(n).rank for n in estimators.names() if estimators.get(n).rank is not None]
+    assert ranks == sorted(set(ranks))  # no two share a rank: the order is each module's, never a tie's
+    for name in estimators.names():
         e = estimators.get(name)
         assert isinstance(e, Estimator) and e.name == name and e.label and e.summary and e.passes, name
-    with pytest.raises(ValueError, match=r"^mode=nesterov: accepted inference \| backprop \| jvp"):
+        assert e.compared_with in (None, *estimators.names()), name
+    with pytest.raises(ValueError, match="^mode=nesterov: accepted " + re.escape(" | ".join(roles))):
         estimators.get("nesterov")
 
 
+def builtin() -> list[str]:
+    """The estimators this package holds itself (an installed plug-in's are checked by the contracts, not pinned)."""
+    return [n for n in estimators.names() if estimators.found()[n].package == plugins.BUILTIN]
+
+
 def test_what_each_estimator_declares_is_what_its_trainers_do():
-    # autograd records a graph only for a backward pass, or the naive jvp that records one never run
-    records = {n: estimators.get(n).records_graph(StepSpec(mode=n)) for n in estimators.names()}
-    assert [n for n, graph in records.items() if graph] == ["backprop"]
+    # autograd records a graph for a backward pass only (the naive jvp records one it never runs); remat is a
+    # backward pass's; only what takes no optimizer step is the baseline
+    for n in estimators.names():
+        e = estimators.get(n)
+        assert e.records_graph(StepSpec(mode=n)) == e.backward and (e.backward or not e.remat), n
     assert estimators.get("jvp").records_graph(StepSpec(mode="jvp", settings=JvpSettings(impl="naive")))
-    assert [n for n in estimators.names() if estimators.get(n).dropout] == ["backprop", "jvp", "jacfwd"]
-    assert [n for n in estimators.names() if not estimators.get(n).updates] == ["inference"]
+    assert [n for n in builtin() if estimators.get(n).backward] == [estimators.EXACT]
+    assert [n for n in builtin() if estimators.get(n).remat] == [estimators.EXACT]
+    assert [n for n in builtin() if not estimators.get(n).updates] == [estimators.BASELINE]
+    exact_and_forward = [estimators.EXACT, estimators.FORWARD_GRADIENT, estimators.EXACT_FORWARD]
+    assert [n for n in builtin() if estimators.get(n).dropout] == exact_and_forward
+    assert [n for n in builtin() if not estimators.get(n).compiles] == exact_and_forward[1:]  # torch.func's
     refused = {
         (n, fw, p)
-        for n in estimators.names()
+        for n in builtin()
         for fw in ("torch", "jax")
         for p in ("ddp", "fsdp")
         if estimators.get(n).refuses(TrialContext(StepSpec(mode=n), fw, p, n=1000))
@@ -48,14 +64,17 @@ def test_what_each_estimator_declares_is_what_its_trainers_do():
     # jacfwd's torch gradient needs the basis whole on a device; HiZOO's Hessian and LOZO's U V^T are drawn whole;
     # torch's jvp under FSDP2 only with the tangent attached module by module (jvp.impl=lazy)
     whole = {(n, fw, "fsdp") for n in ("hizoo", "lozo") for fw in ("torch", "jax")}
-    assert refused == {("jacfwd", "torch", "fsdp"), ("jvp", "torch", "fsdp"), *whole}
+    assert refused == {
+        (estimators.EXACT_FORWARD, "torch", "fsdp"),
+        (estimators.FORWARD_GRADIENT, "torch", "fsdp"),
+        *whole,
+    }
     lazy = StepSpec(mode="jvp", settings=JvpSettings(impl="lazy"))
     assert estimators.get("jvp").refuses(TrialContext(lazy, "torch", "fsdp", n=1000)) is None
-    # what the remat=, compile= and dtype= checks read; the in-place round trips refuse bf16 parameters
-    assert [n for n in estimators.names() if estimators.get(n).remat] == ["backprop"]
-    assert [n for n in estimators.names() if not estimators.get(n).compiles] == ["jvp", "jacfwd"]
-    pure = {n for n in estimators.names() if estimators.get(n).refuses(pure_bf16(n))}
-    assert pure == {"mezo", "hizoo", "lozo"}
+    # the in-place round trips refuse bf16 parameters: the zeroth-order family's, read against the forward passes
+    pure = {n for n in builtin() if estimators.get(n).refuses(pure_bf16(n))}
+    assert pure == {n for n in builtin() if estimators.get(n).compared_with == estimators.BASELINE}
+    assert estimators.ZEROTH_ORDER in pure
     # jacfwd's pass per parameter, refused past jacfwd.max_params
     big = TrialContext(StepSpec(mode="jacfwd"), "torch", "none", n=2_000_001)
     assert "2,000,001 trainable parameters" in estimators.get("jacfwd").refuses(big)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import estimators, scenarios
+from bench import estimators, plugins, scenarios
 from bench.config import model_preset
 from bench.errors import ConfigError
 from bench.harness.scenario import Scenario, scenario_of
@@ -132,24 +132,28 @@ def test_both_frameworks_implement_the_same_interface(module):
             assert list(inspect.signature(t).parameters) == list(inspect.signature(j).parameters), name
 
 
-# Each estimator's gradient, by the same name in both frameworks' modules (bench/<framework>_impl/estimators/)
-ESTIMATOR_API = {
-    "inference": ("step",),
-    "backprop": ("gradient", "backprop_gradient"),
-    "jvp": ("gradient", "directional_derivative", "forward_gradient", "forward_gradient_coeffs"),
-    "jacfwd": ("gradient", "jacfwd_gradient"),
-    "mezo": ("gradient", "spsa_gradient"),
-}
-
-
 @pytest.mark.parametrize("name", estimators.names())
 def test_every_estimator_has_a_module_in_both_frameworks(name):
-    """A mode= of the registry runs in both frameworks: each has its module, and the functions a Trainer calls
-    are there in both (a gradient wherever the estimator takes optimizer steps)."""
-    torch_mod, jax_mod = (implementation(fw, "estimators").implementation(name) for fw in FRAMEWORKS)
-    needed = ESTIMATOR_API.get(name, ("gradient",) if estimators.get(name).updates else ("step",))
-    for fn in needed:
-        assert callable(getattr(torch_mod, fn, None)) and callable(getattr(jax_mod, fn, None)), fn
+    """A mode= of the registry, this package's or an installed plug-in's, runs in both frameworks: each has its
+    module, defining what the registry requires of it there (estimators.REQUIRED: a gradient wherever the
+    estimator takes optimizer steps; in JAX the memory every trial's breakdown reads), and the method's function
+    by one name in both (backprop_gradient, spsa_gradient), which the tests compare."""
+    modules = {}
+    for fw in FRAMEWORKS:
+        package = implementation(fw, "estimators")
+        modules[fw] = package.implementation(name)  # refuses a module that lacks what REQUIRED names
+        required = estimators.REQUIRED[fw][estimators.get(name).updates]
+        assert not plugins.lacking(modules[fw], required), fw
+        assert set(required) <= plugins.top_level_names(modules[fw].__name__), fw  # what discovery reads, agreeing
+    methods = {
+        fw: {f for f, v in vars(m).items() if f.endswith("_gradient") and defined_in(v, m)} for fw, m in modules.items()
+    }
+    assert methods["torch"] == methods["jax"]
+
+
+def defined_in(value, module) -> bool:
+    """Whether `value` is a function `module` defines (not one it imports)."""
+    return inspect.isfunction(value) and value.__module__ == module.__name__
 
 
 def test_both_worlds_implement_the_whole_protocol():

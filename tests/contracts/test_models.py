@@ -4,12 +4,14 @@ model module per framework with the same functions, and a spec finds its family.
 from __future__ import annotations
 
 import importlib
+import re
 
 import numpy as np
 import pytest
 
 from bench import models
 from bench.config import model_preset
+from tests.support import REPO
 
 NEUTRAL = (
     "NAME",
@@ -46,7 +48,7 @@ def test_every_family_declares_what_the_registry_reads(name):
     assert not missing, f"bench/models/{name}.py lacks {missing}"
     assert family.NAME == name and set(family.HEAD_KEYS) <= set(family.INPUT_KEYS)
     for framework, functions in FRAMEWORK.items():
-        module = importlib.import_module(f"bench.{framework}_impl.models.{name}")
+        module = importlib.import_module(models.module_of(name, framework))
         missing = [f for f in functions if not callable(getattr(module, f, None))]
         assert not missing, f"bench/{framework}_impl/models/{name}.py lacks {missing}"
 
@@ -64,3 +66,12 @@ def test_an_unknown_family_names_the_accepted_ones():
         models.get("gpt")
     with pytest.raises(TypeError, match="not the spec of a model family"):
         models.of(object())
+
+
+def test_the_docs_recipe_names_what_a_family_defines():
+    """docs/models.md's "Adding a family" names each thing the contract above checks, in the step of its module."""
+    text = (REPO / "docs" / "models.md").read_text().split("## Adding a family")[1]
+    steps = re.split(r"^\d\. ", text, flags=re.M)[1:4]  # the neutral module, torch's, JAX's
+    for step, names in zip(steps, (NEUTRAL, FRAMEWORK["torch"], FRAMEWORK["jax"])):
+        missing = [n for n in names if f"`{n}" not in step]
+        assert not missing, missing

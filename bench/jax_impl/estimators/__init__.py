@@ -1,6 +1,8 @@
 """Each estimator's gradient in JAX: bench/jax_impl/estimators/<name>.py, beside its framework-neutral module
 bench/estimators/<name>.py and its torch mirror bench/torch_impl/estimators/<name>.py (the same functions, the
-same names, in the same order). The Trainer (bench/jax_impl/steps.py) delegates to the module `mode=<name>` selects:
+same names, in the same order), or the module an installed plug-in names (Estimator.implementations). The Trainer
+(bench/jax_impl/steps.py) delegates to the module `mode=<name>` selects
+(bench.estimators.REQUIRED: what it must define):
 
     gradient(trainer, params, micro_batches, step, tangents=None) -> (params, loss, gradient)
         traced inside a jitted program: the parameters (MeZO's after its perturbation round trip), the loss before
@@ -33,8 +35,6 @@ from types import ModuleType
 
 from bench import estimators
 
-SPLIT_STEP = ("prepare", "lower", "programs", "step")
-
 
 @dataclass(frozen=True)
 class Held:
@@ -49,10 +49,10 @@ class Held:
 
 
 def implementation(name: str) -> ModuleType:
-    """The JAX module of estimator `name` (ValueError naming the accepted ones for another name)."""
-    estimators.get(name)
-    module = importlib.import_module(f"{__name__}.{name}")
-    defined = [f for f in SPLIT_STEP if hasattr(module, f)]
-    if defined and len(defined) != len(SPLIT_STEP):
-        raise TypeError(f"bench/jax_impl/estimators/{name}.py: a split step defines all of {', '.join(SPLIT_STEP)}")
+    """The JAX module of estimator `name` (ValueError naming the accepted ones for another name; PluginError for
+    one that lacks a function it must define, or defines part of a split step)."""
+    module = importlib.import_module(estimators.module_of(name, "jax"))
+    estimators.check_module(name, "jax", module)
+    if any(hasattr(module, f) for f in estimators.SPLIT_STEP):
+        estimators.check_module(name, "jax", module, estimators.SPLIT_STEP)
     return module

@@ -1,6 +1,8 @@
 """Each estimator's gradient in torch: bench/torch_impl/estimators/<name>.py, beside its framework-neutral module
 bench/estimators/<name>.py and its JAX mirror bench/jax_impl/estimators/<name>.py (the same functions, the same
-names, in the same order). The Trainer (bench/torch_impl/steps.py) delegates to the module `mode=<name>` selects:
+names, in the same order), or the module an installed plug-in names (Estimator.implementations). The Trainer
+(bench/torch_impl/steps.py) delegates to the module `mode=<name>` selects
+(bench.estimators.REQUIRED: what it must define):
 
     gradient(trainer, micro_batches, tangents=None, in_step=False) -> (loss, gradient)
         the loss before the update and the gradient or its estimate over trainer.params, never updating: a dict
@@ -26,6 +28,8 @@ from bench import estimators
 
 
 def implementation(name: str) -> ModuleType:
-    """The torch module of estimator `name` (ValueError naming the accepted ones for another name)."""
-    estimators.get(name)
-    return importlib.import_module(f"{__name__}.{name}")
+    """The torch module of estimator `name` (ValueError naming the accepted ones for another name; PluginError
+    for one that lacks a function it must define)."""
+    module = importlib.import_module(estimators.module_of(name, "torch"))
+    estimators.check_module(name, "torch", module)
+    return module
