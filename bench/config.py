@@ -446,7 +446,7 @@ def model_preset(name: str, **overrides) -> tuple[models.ModelSpec, str | None]:
 
 
 def model_spec(model: ModelConfig | dict):
-    """The architecture a model config describes, as its family's spec (BertSpec, OptSpec: bench/models/)."""
+    """The architecture a model config describes, as its family's spec (its SPEC: bench/models/<family>.py)."""
     values = asdict(model) if is_dataclass(model) else dict(model)
     try:
         return models.get(values.get("family", "bert")).spec_from(values)

@@ -5,7 +5,7 @@ bench/jax_impl/models/<family>.py). `model.family=NAME` selects one; a preset (c
 
 What a family module defines (the same names in each; tests/contracts/test_models.py checks):
 
-    NAME, SPEC                      its name and its spec's dataclass (BertSpec, OptSpec)
+    NAME, SPEC                      its name and its spec's dataclass
     INPUT_KEYS, HEAD_KEYS           the batch keys the model reads, and those its head reads beside the trunk's
                                     output (OPT's head finds the last token that is not padding)
     LORA_TARGETS                    the linear layers an adapter may wrap (lora.targets)
@@ -36,7 +36,7 @@ FAMILIES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.
 
 
 class ModelSpec(Protocol):
-    """A family's spec (its SPEC: BertSpec, OptSpec) as code of no family reads it: the fields every family's has;
+    """A family's spec (its SPEC) as code of no family reads it: the fields every family's has;
     what else it holds is its family's to read (of(spec))."""
 
     vocab_size: int

@@ -4,8 +4,8 @@ The architecture both frameworks build (BertSpec, HF BertConfig semantics), its 
 BertForSequenceClassification in torch layout ("bert.encoder.layer.3.output.dense.weight", "classifier.bias", ...:
 param_shapes), what each trainable scope selects of them (SCOPES, is_trainable), the linear layers a LoRA adapter
 may wrap (LORA_TARGETS: BERT's names are the suite's roles, bench.spec.LORA_ROLES), and HF's initialisation.
-torch_impl/model.py builds it through transformers, jax_impl/model.py as our own Flax NNX model; neither defines
-its own copy of these.
+torch_impl/models/bert.py builds it through transformers, jax_impl/models/bert.py as our own Flax NNX model;
+neither defines its own copy of these.
 """
 
 from __future__ import annotations

@@ -56,17 +56,16 @@ class OptSpec(Heads):
     num_heads: int = 12
     ffn_dim: int = 3072
     max_position_embeddings: int = 2048
-    num_labels: int = 4  # the suite's classification task (BertSpec's default too)
+    num_labels: int = 4  # the suite's classification task (every family's default)
     dropout: float = 0.1  # residual dropout after attention and after the MLP (HF OPTConfig default)
     attention_dropout: float = 0.0  # on the attention probabilities (HF OPTConfig default)
     init_std: float = 0.02  # std of the normal init (HF OPTConfig default)
     pad_token_id: int = 1  # <pad> in OPT's GPT-2 BPE vocab (HF OPTConfig default)
     enable_bias: bool = True  # biases of q/k/v/out_proj, fc1 and fc2 (LayerNorms always have theirs)
 
-    @property
-    def layer_norm_eps(self) -> float:
-        # HF's OPT builds nn.LayerNorm without eps, so torch's default; not a config field there, nor here.
-        return 1e-5
+
+# HF's OPT builds nn.LayerNorm without eps, so torch's default; not a config field there, nor here.
+LAYER_NORM_EPS = 1e-5
 
 
 OPT_125M = OptSpec()  # facebook/opt-125m's shapes (OPTConfig's defaults are that model's)
