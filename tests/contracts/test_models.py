@@ -4,6 +4,7 @@ model module per framework with the same functions, and a spec finds its family.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import re
 
@@ -11,8 +12,10 @@ import numpy as np
 import pytest
 
 from bench import models
-from bench.config import model_preset
-from tests.support import REPO
+from bench.config import default, from_dict, model_preset, model_spec, options, to_dict
+from bench.errors import ConfigError
+from bench.scenarios import SCENARIOS
+from tests.support import REPO, composed
 
 NEUTRAL = (
     "NAME",
@@ -26,6 +29,7 @@ NEUTRAL = (
     "CHECKPOINT_BUFFERS",
     "CHECKPOINT_OPTIONAL",
     "spec_from",
+    "SETTINGS",
     "refuses",
     "checkpoint_name",
     "param_shapes",
@@ -101,3 +105,38 @@ def test_no_bert_name_outside_berts_modules():
         if pattern.search(line)
     ]
     assert not found, "\n".join(found)
+
+
+def test_a_familys_own_fields_join_model_and_others_refuse_them():
+    """A family declares its own config fields (SETTINGS, bench.models.setting): they are model.<field> options
+    with their help and default, read by their family alone; another family's preset refuses one off its default
+    in one line, and a family's own check refuses a bad value."""
+    own = models.settings()
+    assert {name: family for name, (family, _, _) in own.items()} == {
+        name: family for family in models.FAMILIES if models.get(family).SETTINGS for name in _fields(family)
+    }
+    listed = {option: help for option, help, _ in options()}
+    for name, (family, f, _) in own.items():
+        assert listed[f"model.{name}"] == f"{family}: {f.metadata['help']}"
+        assert default(f"model.{name}") == f.default
+    with pytest.raises(ConfigError, match=r"^model.layer_norm_eps=1e-05: a field of model.family=bert, not of opt$"):
+        model_preset("opt_tiny", layer_norm_eps=1e-5)
+    with pytest.raises(ConfigError, match=r"^model.type_vocab_size=0: accepted an integer >= 1$"):
+        model_preset("tiny", type_vocab_size=0)
+    with pytest.raises(ConfigError, match=r"^model.family=null: a preset names it"):
+        model_spec({"name": "mine", "family": None})
+
+
+def _fields(family: str) -> list[str]:
+    return [f.name for f in dataclasses.fields(models.get(family).SETTINGS)]
+
+
+def test_a_config_saved_before_families_reads_its_presets_family():
+    """A saved config (a results folder's configs/, `rerun`) from before model.family existed reads as its preset's
+    family, and every trial keeps its recorded identity: a family's `recorded` fields stay in another family's."""
+    saved = to_dict(composed("model=tiny"))
+    del saved["model"]["family"]
+    assert from_dict(saved).model.family == composed("model=tiny").model.family
+    opt = SCENARIOS["model"].identity(composed("model=opt_tiny"))["model"]
+    recorded = [name for name, (_, f, _) in models.settings().items() if f.metadata["recorded"]]
+    assert recorded and set(recorded) <= set(opt)
