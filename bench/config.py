@@ -172,7 +172,7 @@ class LoraConfig:
     dropout: float = _f(0.0, "trainable=lora: dropout on the adapters' input, in [0, 1)")
     targets: Any = _f(
         list(LORA_DEFAULT_ROLES),
-        f"trainable=lora: the encoder layers' linear layers adapted, a "
+        f"trainable=lora: each layer's linear layers adapted (by their roles), a "
         f"list of {' | '.join(LORA_ROLES)}, or all_linear (all six)",
     )
 
@@ -205,7 +205,7 @@ class BenchConfig:
         "all | head (pooler+classifier) | bias (BitFit) | last_k | classifier (a linear probe) "
         "| lora (adapters + classifier; see lora.*)",
     )
-    last_k: int = _f(1, "trainable=last_k: final encoder layers trained, integer in [1, model.num_layers]")
+    last_k: int = _f(1, "trainable=last_k: final layers trained, integer in [1, model.num_layers]")
     batch_size: int = _f(8, "examples per micro-batch (per device with parallel), integer >= 1")
     seq_len: int = _f(128, "tokens per example (padded/truncated), integer in [8, model.max_position_embeddings]")
     steps: int = _f(20, f"timed steps (optimizer updates), integer in [1, {MAX_STEPS:,}]; ignored when epochs is set")
