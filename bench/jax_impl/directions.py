@@ -3,10 +3,10 @@ from their keys rather than stored. Mirror of torch_impl/directions.py.
 
 A direction is drawn unit by unit. A unit is a big parameter tensor (the word embeddings), the small tensors
 outside the layers together with the small stacks whole (one random op, cut into their shapes: BitFit's biases,
-a narrow model's layers; see WHOLE), or, with scan_layers, a stack of layers (model.BertEncoder): its layer i draws
-one direction over all of its trained tensors at once from the key
-fold_in(unit's key, i). Unit u of direction k at `step` has the key
-fold_in(base(seed, step, k), u), so any unit, and any layer of a stack, can be drawn again alone, by any program:
+a narrow model's layers; see WHOLE), or, with scan_layers, a stack of layers (jax_impl/models/common.py): its
+layer i draws one direction over all of its trained tensors at once from the key fold_in(unit's key, i). Unit u
+of direction k at `step` has the key fold_in(base(seed, step, k), u), so any unit, and any layer of a stack, can be
+drawn again alone, by any program:
 
     sample_tangent      the whole direction (a stack's layers drawn in a loop): jvp.tangent=keep, tests
     displaced           a forward pass along the direction: each tensor's tangent drawn where the pass uses it, a
@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import optax
 from optax import tree_utils as otu
 
-from bench.jax_impl.params import keys_of, stack_of
+from bench.jax_impl.models.common import keys_of, stack_of
 from bench.spec import UNIT_FLOOR
 
 # The generator of the directions' bits (jax.random's key implementations): see direction_keys.

@@ -33,7 +33,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bench.config import BenchConfig
 from bench.jax_impl.device import compilation_cache, memory_trackers, resolve_device
-from bench.jax_impl.params import is_stacked
+from bench.jax_impl.models.common import is_stacked
 from bench.measure.trackers import HostRssTracker, JaxDeviceTracker, MemoryTracker, MiB, NvmlTracker
 from bench.parallel import shard_batches, world_size
 from bench.spec import Batch

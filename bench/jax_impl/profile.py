@@ -35,7 +35,7 @@ RANDOM = (
     "dropout_key",
 )
 MATMUL_CALLS = ("matmul", "gemm", "onednn", "dot")  # custom-call targets that are matmuls (oneDNN, cuBLAS)
-SOFTMAX = "softmax"  # the named scope jax_impl/model.py puts around attention's softmax
+SOFTMAX = "softmax"  # the named scope every family's JAX attention puts around its softmax
 OPTIMIZER_SOURCE = "/optax/"
 
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%([^\s=]+) = (.*)$")

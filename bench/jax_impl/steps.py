@@ -36,7 +36,7 @@ from bench.jax_impl.estimators import implementation
 from bench.jax_impl.estimators.backprop import backprop_gradient
 from bench.jax_impl.loss import dropout_key, make_loss_fn, make_trunk_head_fns, whole
 from bench.jax_impl.memory import per_device_bytes
-from bench.jax_impl.model import layer_stacks
+from bench.jax_impl.models.common import layer_stacks
 from bench.spec import HEAD_ONLY, StepSpec
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ bench/jax_impl/models/<family>.py), and those installed packages declare as entr
 
 What a family module defines (the same names in each; tests/contracts/test_models.py checks):
 
-    NAME, SPEC                      its name and its spec's dataclass (BertSpec, OptSpec)
+    NAME, SPEC                      its name and its spec's dataclass
     INPUT_KEYS, HEAD_KEYS           the batch keys the model reads, and those its head reads beside the trunk's
                                     output (OPT's head finds the last token that is not padding)
     LORA_TARGETS                    the linear layers an adapter may wrap (lora.targets)
@@ -18,6 +18,8 @@ What a family module defines (the same names in each; tests/contracts/test_model
     activations(spec, step, ...)    what its forward pass keeps for a backward pass, per token (Activations), for
                                     the memory model; EMBEDDINGS, the prefixes of its embedding tables
     spec_from(values) -> SPEC       its spec from the config's model.* values
+    SETTINGS                        its own config fields (a dataclass of `setting`s, or None): they join model.*
+                                    beside those every family shares (bench.config.ModelConfig)
     param_shapes, lora_shapes, is_trainable, count_params, init_weights (HF's: normal_init)
     SCOPES                          what each trainable scope selects of its parameters (bench.spec.Scopes)
 """
@@ -27,9 +29,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import Field, asdict, dataclass, field, fields
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Protocol, get_type_hints
 
 import numpy as np
 
@@ -45,7 +47,7 @@ FAMILIES = tuple(sorted(FOUND))
 
 
 class ModelSpec(Protocol):
-    """A family's spec (its SPEC: BertSpec, OptSpec) as code of no family reads it: the fields every family's has;
+    """A family's spec (its SPEC) as code of no family reads it: the fields every family's has;
     what else it holds is its family's to read (of(spec))."""
 
     vocab_size: int
@@ -160,6 +162,42 @@ def of(spec) -> ModuleType:
 def implementation(framework: str, spec) -> ModuleType:
     """The framework's model module of `spec`'s family (module_of)."""
     return importlib.import_module(module_of(of(spec).NAME, framework))
+
+
+def spec(values: dict) -> ModelSpec:
+    """The spec the config's model.* `values` describe, by their family's spec_from. ValueError in one line for no
+    family, another family's own field off its default (its family would read it, this one does not), or a value
+    the family refuses."""
+    family = values.get("family")
+    if family is None:
+        raise ValueError(f"model.family=null: a preset names it (model=NAME); accepted {' | '.join(FAMILIES)}")
+    for name, (owner, f, _) in settings().items():
+        if owner != family and values.get(name, f.default) != f.default:
+            raise ValueError(f"model.{name}={values[name]}: a field of model.family={owner}, not of {family}")
+    return get(family).spec_from(values)
+
+
+def setting(default, help: str, recorded: bool = False):  # noqa: A002 (as bench.config's fields)
+    """A field of a family's own config (its SETTINGS): its default and its help (--help and docs/options.md show
+    both, as model.<field>). `recorded`: every trial's identity carries it, whatever its family, as rows recorded
+    before families declared their own fields did; another family's field counts only off its default."""
+    return field(default=default, metadata={"help": help, "recorded": recorded})
+
+
+def settings() -> dict[str, tuple[str, Field, type]]:
+    """{field: (its family, its dataclass field, its type)} of every family's own config fields (SETTINGS). A
+    field two families declare is one option: they must agree on its type and default."""
+    out: dict[str, tuple[str, Field, type]] = {}
+    for name in FAMILIES:
+        node = get(name).SETTINGS
+        types = get_type_hints(node) if node is not None else {}
+        for f in fields(node) if node is not None else ():
+            if f.name in out and (out[f.name][1].default, out[f.name][2]) != (f.default, types[f.name]):
+                raise TypeError(
+                    f"bench/models/{name}.py: model.{f.name} is also {out[f.name][0]}'s, of another type or default"
+                )
+            out.setdefault(f.name, (name, f, types[f.name]))
+    return out
 
 
 def draw(seed: int, name: str) -> np.random.Generator:

@@ -4,8 +4,8 @@ The architecture both frameworks build (BertSpec, HF BertConfig semantics), its 
 BertForSequenceClassification in torch layout ("bert.encoder.layer.3.output.dense.weight", "classifier.bias", ...:
 param_shapes), what each trainable scope selects of them (SCOPES, is_trainable), the linear layers a LoRA adapter
 may wrap (LORA_TARGETS: BERT's names are the suite's roles, bench.spec.LORA_ROLES), and HF's initialisation.
-torch_impl/model.py builds it through transformers, jax_impl/model.py as our own Flax NNX model; neither defines
-its own copy of these.
+torch_impl/models/bert.py builds it through transformers, jax_impl/models/bert.py as our own Flax NNX model;
+neither defines its own copy of these.
 """
 
 from __future__ import annotations
@@ -15,13 +15,22 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from bench.models import Activations, Heads, Matmul, Matmuls, normal_init
+from bench.models import Activations, Heads, Matmul, Matmuls, normal_init, setting
 from bench.spec import LORA_DEFAULT_ROLES, LORA_ROLES, LoraSpec, Scopes, StepSpec, count_trained
 
 # trainable=lora: the linear layers of each encoder layer an adapter may wrap, named by their path inside the layer
 # (HF's module names); lora.targets=all_linear wraps all six. BERT's names are the roles every family reads.
 LORA_TARGETS = LORA_ROLES
 LORA_DEFAULT_TARGETS = LORA_DEFAULT_ROLES  # the LoRA paper's choice (Hu et al. 2021, section 7.1)
+
+
+@dataclass(frozen=True)
+class BertSettings:
+    """BERT's own model.* fields (HF BertConfig's), beside those every family shares (bench.config.ModelConfig);
+    every trial's identity carries them, as it did before families declared their own fields."""
+
+    type_vocab_size: int = setting(2, "token type (segment) vocabulary, integer >= 1", recorded=True)
+    layer_norm_eps: float = setting(1e-12, "LayerNorm epsilon, > 0 (HF BertConfig's default)", recorded=True)
 
 
 @dataclass(frozen=True)
@@ -34,15 +43,15 @@ class BertSpec(Heads):
     num_heads: int = 12
     intermediate_size: int = 3072
     max_position_embeddings: int = 512
-    type_vocab_size: int = 2
+    type_vocab_size: int = BertSettings.type_vocab_size
     num_labels: int = 4
     dropout: float = 0.1  # hidden dropout and attention-probability dropout, as in HF's BertConfig defaults
-    layer_norm_eps: float = 1e-12  # BERT's value (HF BertConfig default)
+    layer_norm_eps: float = BertSettings.layer_norm_eps
     initializer_range: float = 0.02  # std of the normal init (HF BertConfig default)
     pad_token_id: int = 0  # [PAD] in the bert-base-uncased vocab
 
 
-NAME, SPEC = "bert", BertSpec
+NAME, SPEC, SETTINGS = "bert", BertSpec, BertSettings
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 HEAD_KEYS = ()  # the pooler reads the first token's hidden state: nothing of the batch
 MODELLED = frozenset({"memory", "flops"})
@@ -138,9 +147,15 @@ def refuses(framework: str, parallel: str, scan_layers: bool) -> str | None:
 
 
 def spec_from(values: dict) -> BertSpec:
-    """BertSpec from the config's model.* values (the keys it has; family, name and checkpoint are not its)."""
+    """BertSpec from the config's model.* values (the keys it has; family, name and checkpoint are not its);
+    ValueError in one line for a value of its own fields it cannot take."""
     names = {f.name for f in fields(BertSpec)}
-    return BertSpec(**{k: v for k, v in values.items() if k in names})
+    spec = BertSpec(**{k: v for k, v in values.items() if k in names})
+    if isinstance(spec.type_vocab_size, bool) or not isinstance(spec.type_vocab_size, int) or spec.type_vocab_size < 1:
+        raise ValueError(f"model.type_vocab_size={spec.type_vocab_size}: accepted an integer >= 1")
+    if not (isinstance(spec.layer_norm_eps, (int, float)) and 0 < spec.layer_norm_eps < float("inf")):
+        raise ValueError(f"model.layer_norm_eps={spec.layer_norm_eps}: accepted a finite number > 0")
+    return spec
 
 
 def checkpoint_name(name: str) -> str:

@@ -22,6 +22,7 @@ from bench.models import Activations, Heads, Matmul, Matmuls, normal_init
 from bench.spec import LoraSpec, Scopes, StepSpec, count_trained
 
 NAME = "opt"
+SETTINGS = None  # no fields beyond those every family shares: OPT's own (ffn_dim: model.intermediate_size) map to them
 INPUT_KEYS = ("input_ids", "attention_mask")  # no segments
 HEAD_KEYS = ("input_ids",)  # the score reads the last token that is not padding
 MODELLED = frozenset({"memory", "flops"})
@@ -56,17 +57,16 @@ class OptSpec(Heads):
     num_heads: int = 12
     ffn_dim: int = 3072
     max_position_embeddings: int = 2048
-    num_labels: int = 4  # the suite's classification task (BertSpec's default too)
+    num_labels: int = 4  # the suite's classification task (every family's default)
     dropout: float = 0.1  # residual dropout after attention and after the MLP (HF OPTConfig default)
     attention_dropout: float = 0.0  # on the attention probabilities (HF OPTConfig default)
     init_std: float = 0.02  # std of the normal init (HF OPTConfig default)
     pad_token_id: int = 1  # <pad> in OPT's GPT-2 BPE vocab (HF OPTConfig default)
     enable_bias: bool = True  # biases of q/k/v/out_proj, fc1 and fc2 (LayerNorms always have theirs)
 
-    @property
-    def layer_norm_eps(self) -> float:
-        # HF's OPT builds nn.LayerNorm without eps, so torch's default; not a config field there, nor here.
-        return 1e-5
+
+# HF's OPT builds nn.LayerNorm without eps, so torch's default; not a config field there, nor here.
+LAYER_NORM_EPS = 1e-5
 
 
 OPT_125M = OptSpec()  # facebook/opt-125m's shapes (OPTConfig's defaults are that model's)
@@ -178,8 +178,8 @@ def refuses(framework: str, parallel: str, scan_layers: bool) -> str | None:
 
 
 def spec_from(values: dict) -> OptSpec:
-    """OptSpec from the config's model.* values: intermediate_size is OPT's ffn_dim; BERT's own keys
-    (type_vocab_size, layer_norm_eps: OPT's LayerNorms use torch's default) are not OPT's and are not read."""
+    """OptSpec from the config's model.* values: intermediate_size is OPT's ffn_dim; other families' own fields
+    are not OPT's and are not read."""
     values = {("ffn_dim" if k == "intermediate_size" else k): v for k, v in values.items()}
     names = {f.name for f in fields(OptSpec)}
     return OptSpec(**{k: v for k, v in values.items() if k in names})

@@ -1,7 +1,7 @@
 """The plain training loop a PyTorch user would write without the suite, around the suite's own model: what the
 harness is measured against (bench/scenarios/overhead/). Mirror of jax_impl/plain.py.
 
-HF's BertForSequenceClassification (eager attention, as the suite's torch trials use, since forward-mode AD has no
+The family's HF model (eager attention, as the suite's torch trials use, since forward-mode AD has no
 rule for fused attention), `model(**batch).loss.backward()` and torch.optim.SGD; each step timed with
 perf_counter until the device is done.
 """

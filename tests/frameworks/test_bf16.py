@@ -20,7 +20,7 @@ import torch
 
 from bench import data
 from bench.config import model_preset
-from bench.jax_impl.params import to_hf
+from bench.jax_impl.models.bert import to_hf
 from bench.measure.memory_model import predict
 from bench.models.bert import count_params
 from bench.spec import OptimizerSpec, StepSpec, implementation

@@ -18,13 +18,13 @@ import pytest
 import torch
 
 from bench.config import model_preset
-from bench.jax_impl import params as jax_params
-from bench.jax_impl.model import build_model as jax_build_model
+from bench.jax_impl.models import bert as jax_bert
+from bench.jax_impl.models.bert import build_model as jax_build_model
 from bench.measure import flop_model, memory_model
 from bench.models import adapter_weights
 from bench.models.bert import LORA_TARGETS, count_params, is_trainable, lora_shapes, param_shapes
 from bench.spec import FRAMEWORKS, LoraSpec, OptimizerSpec, StepSpec, implementation
-from bench.torch_impl import model as torch_model
+from bench.torch_impl.models import bert as torch_bert
 from bench.weights import build_weights
 from tests.frameworks.test_steps import BATCH, as_hf, params_hf
 from tests.support import FAST, rows, run_here, start_ranks, trained_adapters
@@ -65,9 +65,9 @@ def test_adapter_names_shapes_and_counts():
 @pytest.mark.parametrize("lora", [QV, ALL], ids=["query_value", "all_linear"])
 def test_adapters_load_and_export_exactly_in_both_frameworks(lora):
     weights = {**BASE, **trained_adapters(SPEC, lora)}
-    tm = torch_model.build_model(SPEC, weights, lora=lora)
+    tm = torch_bert.build_model(SPEC, weights, lora=lora)
     jm = jax_build_model(SPEC, weights, lora=lora)
-    for exported in (torch_model.export_weights(tm), jax_params.export_weights(jm)):
+    for exported in (torch_bert.export_weights(tm), jax_bert.export_weights(jm)):
         assert sorted(exported) == sorted(param_shapes(SPEC, lora))
         for k, v in weights.items():
             assert exported[k].tobytes() == v.tobytes(), k
@@ -75,7 +75,7 @@ def test_adapters_load_and_export_exactly_in_both_frameworks(lora):
     names = [n for n, _ in tm.named_parameters()]
     assert "bert.encoder.layer.0.attention.self.query.lora_A.default.weight" in names
     assert "bert.encoder.layer.0.attention.self.query.base_layer.weight" in names
-    assert sorted(torch_model.hf_name(n) for n in names) == sorted(param_shapes(SPEC, lora))
+    assert sorted(torch_bert.hf_name(n) for n in names) == sorted(param_shapes(SPEC, lora))
 
 
 @pytest.mark.slow
@@ -83,8 +83,8 @@ def test_drawn_adapters_leave_the_model_its_base():
     """PEFT's initialisation, drawn once for both: B = 0, so the logits are the base model's, bit for bit."""
     batch = {k: v for k, v in BATCH[0].items() if k != "labels"}
     t_in = {k: torch.tensor(v, dtype=torch.long) for k, v in batch.items()}
-    base_t = torch_model.build_model(SPEC, BASE).eval()(**t_in).logits
-    lora_t = torch_model.build_model(SPEC, BASE, lora=QV, seed=3).eval()(**t_in).logits
+    base_t = torch_bert.build_model(SPEC, BASE).eval()(**t_in).logits
+    lora_t = torch_bert.build_model(SPEC, BASE, lora=QV, seed=3).eval()(**t_in).logits
     assert torch.equal(base_t, lora_t)
     base_j = jax_build_model(SPEC, BASE)(**batch)
     lora_j = jax_build_model(SPEC, BASE, lora=QV, seed=3)(**batch)
@@ -101,7 +101,7 @@ def test_same_loss_and_adapter_gradients_in_torch_and_jax(lora):
         t = make(fw, lora=lora)
         assert t.n_trainable == count_params(SPEC, "lora", lora=lora)
         loss, grads = t.gradient(t.to_device(BATCH))
-        results[fw] = float(loss), {torch_model.hf_name(k): v for k, v in as_hf(fw, grads).items()}
+        results[fw] = float(loss), {torch_bert.hf_name(k): v for k, v in as_hf(fw, grads).items()}
     (lt, gt), (lj, gj) = results["torch"], results["jax"]
     assert abs(lt - lj) < 1e-6
     assert sorted(gt) == sorted(gj) == sorted(n for n in param_shapes(SPEC, lora) if is_trainable(n, "lora", 2))

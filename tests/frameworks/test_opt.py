@@ -200,8 +200,8 @@ def test_same_gradients(models, torch_grads):
 
 @pytest.mark.slow
 def test_stacks_and_remat_change_nothing(models, torch_grads):
-    """trainable=last_k's two stacks (bench.jax_impl.model.layer_stacks), remat inside the scan: the same loss and
-    gradients; each stack is trained or frozen whole, and a scope that splits one is refused."""
+    """trainable=last_k's two stacks (bench.jax_impl.models.common.layer_stacks), remat inside the scan: the same
+    loss and gradients; each stack is trained or frozen whole, and a scope that splits one is refused."""
     split = jax_opt.build_model(SPEC, WEIGHTS, remat=True, stacks=(1, 1))
     loss_of, params = jax_loss_fn(split)
     loss, grads = jax.jit(jax.value_and_grad(loss_of))(params, BATCH)

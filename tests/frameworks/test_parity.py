@@ -20,12 +20,12 @@ from flax import nnx
 
 from bench.config import model_preset
 from bench.jax_impl.loss import make_loss_fn
-from bench.jax_impl.model import build_model as jax_build_model
-from bench.jax_impl.params import export_weights as jax_export_weights
-from bench.jax_impl.params import to_hf
+from bench.jax_impl.models.bert import build_model as jax_build_model
+from bench.jax_impl.models.bert import export_weights as jax_export_weights
+from bench.jax_impl.models.bert import to_hf
 from bench.models.bert import count_params, param_shapes
 from bench.spec import FRAMEWORKS, StepSpec, implementation
-from bench.torch_impl.model import build_model as torch_build_model
+from bench.torch_impl.models.bert import build_model as torch_build_model
 from bench.weights import build_weights
 
 SEED = 0

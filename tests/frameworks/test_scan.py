@@ -19,8 +19,8 @@ from flax import nnx
 
 from bench.config import model_preset
 from bench.jax_impl import directions, flops
-from bench.jax_impl.model import build_model, layer_stacks
-from bench.jax_impl.params import export_weights, from_hf, is_trained, layer_names, to_hf
+from bench.jax_impl.models.bert import build_model, export_weights, from_hf, is_trained, layer_names, to_hf
+from bench.jax_impl.models.common import layer_stacks
 from bench.jax_impl.steps import make_optimizer, make_trainer
 from bench.models.bert import count_params, param_shapes
 from bench.spec import LoraSpec, OptimizerSpec, StepSpec

@@ -29,7 +29,7 @@ from bench.estimators.jvp import JvpSettings, keeps_tangent
 from bench.estimators.mezo import MezoSettings
 from bench.jax_impl import directions as jdirections
 from bench.jax_impl.loss import dropout_key
-from bench.jax_impl.params import from_hf, to_hf
+from bench.jax_impl.models.bert import from_hf, to_hf
 from bench.models.bert import is_trainable
 from bench.spec import OptimizerSpec, StepSpec, implementation
 from bench.torch_impl import directions as tdirections

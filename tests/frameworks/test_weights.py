@@ -18,12 +18,14 @@ import pytest
 from flax import nnx
 
 from bench.config import model_preset
-from bench.jax_impl import params as jax_params
-from bench.jax_impl.model import BertForSequenceClassification
-from bench.jax_impl.model import build_model as jax_build_model
+from bench.jax_impl.models import bert as jax_bert
+from bench.jax_impl.models.bert import BertForSequenceClassification
+from bench.jax_impl.models.bert import build_model as jax_build_model
+from bench.jax_impl.models.common import is_stacked
 from bench.models.bert import count_params, is_trainable, lora_shapes, param_shapes
 from bench.spec import TRAINABLE_SCOPES, LoraSpec
-from bench.torch_impl import model as torch_model
+from bench.torch_impl.models import bert as torch_bert
+from bench.torch_impl.models.common import weights_from_state_dict
 from bench.weights import WeightsError, build_weights, init_weights
 from tests.support import REPO
 
@@ -46,33 +48,33 @@ def preset(request):
 def test_round_trip_torch_jax_torch_is_exact(preset):
     spec, weights = preset
     assert list(weights) == list(param_shapes(spec))
-    t1 = torch_model.build_model(spec, weights)
-    from_torch = torch_model.weights_from_state_dict(t1.state_dict())  # in-memory torch -> shared dict
+    t1 = torch_bert.build_model(spec, weights)
+    from_torch = weights_from_state_dict(t1.state_dict(), spec)  # in-memory torch -> shared dict
     jm = jax_build_model(spec, from_torch)
-    from_jax = jax_params.export_weights(jm)
+    from_jax = jax_bert.export_weights(jm)
     _assert_identical(from_jax, weights)  # jax export == input dict, HF order, torch layout
-    t2 = torch_model.build_model(spec, from_jax)
-    _assert_identical(torch_model.export_weights(t2), weights)
+    t2 = torch_bert.build_model(spec, from_jax)
+    _assert_identical(torch_bert.export_weights(t2), weights)
 
 
 def test_export_does_not_alias_the_model():
     spec, _ = model_preset("tiny")
     jm = jax_build_model(spec, init_weights(spec, 0))
-    out = jax_params.export_weights(jm)
+    out = jax_bert.export_weights(jm)
     out["classifier.bias"][:] = 7.0
     out["classifier.weight"][:] = 7.0
-    again = jax_params.export_weights(jm)
+    again = jax_bert.export_weights(jm)
     assert not again["classifier.bias"].any() and not (again["classifier.weight"] == 7.0).any()
 
 
 def test_hf_name_covers_every_parameter_and_every_path_spelling():
     spec, _ = model_preset("tiny")
     jm = jax_build_model(spec, init_weights(spec, 0), scan_layers=False)
-    names = [jax_params.hf_name(p) for p, _ in nnx.to_flat_state(nnx.state(jm, nnx.Param))]
+    names = [jax_bert.hf_name(p) for p, _ in nnx.to_flat_state(nnx.state(jm, nnx.Param))]
     assert sorted(names) == sorted(param_shapes(spec))
     # The same names from jax.tree_util key paths (DictKey / GetAttrKey), as optax masks would see them.
     _, state = nnx.split(jm)
-    named = jax.tree_util.tree_map_with_path(lambda p, _: jax_params.hf_name(p), state)
+    named = jax.tree_util.tree_map_with_path(lambda p, _: jax_bert.hf_name(p), state)
     tree_names = jax.tree_util.tree_leaves(named)
     assert sorted(tree_names) == sorted(names)
     # scan_layers (the default): a stacked parameter names its first layer, layer_names all of them
@@ -80,14 +82,14 @@ def test_hf_name_covers_every_parameter_and_every_path_spelling():
     every = [
         n
         for p, v in nnx.to_flat_state(nnx.state(stacked, nnx.Param))
-        for n in jax_params.layer_names(p, v.shape[0] if jax_params.is_stacked(p) else 1)
+        for n in jax_bert.layer_names(p, v.shape[0] if is_stacked(p) else 1)
     ]
     assert sorted(every) == sorted(names)
-    assert jax_params.hf_name(("bert", "encoder", "layer", 1, "attention", "self", "query", "kernel")) == (
+    assert jax_bert.hf_name(("bert", "encoder", "layer", 1, "attention", "self", "query", "kernel")) == (
         "bert.encoder.layer.1.attention.self.query.weight"
     )
     with pytest.raises(KeyError, match="no BERT parameter"):
-        jax_params.hf_name(("bert", "encoder", "layer", 0, "attention", "self", "query", "weight"))
+        jax_bert.hf_name(("bert", "encoder", "layer", 0, "attention", "self", "query", "weight"))
 
 
 @pytest.mark.parametrize("scope", TRAINABLE_SCOPES)
@@ -99,7 +101,7 @@ def test_trainable_filter_by_hf_name_matches_spec(scope):
     jm = jax_build_model(spec, init_weights(spec, 0), lora=lora, scan_layers=False)
 
     def trainable(path, _):
-        return is_trainable(jax_params.hf_name(path), scope, spec.num_layers, last_k=1)
+        return is_trainable(jax_bert.hf_name(path), scope, spec.num_layers, last_k=1)
 
     _, train, frozen = nnx.split(jm, trainable, ...)
     n_train = sum(v.size for v in jax.tree_util.tree_leaves(train))
@@ -146,7 +148,7 @@ def test_safetensors_checkpoint_converts(tmp_path):
     _assert_identical(build_weights(spec, 0, str(tmp_path / "model.safetensors")), weights)
 
     jm = jax_build_model(spec, weights)
-    out = jax_params.export_weights(jm)
+    out = jax_bert.export_weights(jm)
     _assert_identical(out, weights)
     np.testing.assert_array_equal(  # the layout transform really happened: kernel (in, out) = weight.T
         np.asarray(jm.bert.encoder.stacks["0"].intermediate.dense.kernel[...][1]),  # layer 1 of the one stack
@@ -168,10 +170,10 @@ def test_every_bad_key_reported_together(framework):
     weights = _bad_weights(spec)
     if framework == "jax":
         model = nnx.eval_shape(lambda: BertForSequenceClassification(spec, rngs=nnx.Rngs(0)))
-        load = jax_params.load_weights
+        load = jax_bert.load_weights
     else:
-        model = torch_model.build_model(spec, init_weights(spec, 0))
-        load = torch_model.load_weights
+        model = torch_bert.build_model(spec, init_weights(spec, 0))
+        load = torch_bert.load_weights
     with pytest.raises(WeightsError) as e:
         load(model, weights)
     msg = str(e.value)
@@ -206,7 +208,7 @@ def test_bin_checkpoint_refused_without_unpickling(tmp_path, as_dir):
     marker = tmp_path / "unpickled"
     ckdir = tmp_path / "ckpt"
     ckdir.mkdir()
-    binfile = ckdir / "pytorch_model.bin"
+    binfile = ckdir / "pytorch_bert.bin"
     binfile.write_bytes(pickle.dumps(_Boom(marker)))
     pickle.loads(binfile.read_bytes())  # the trap works ...
     assert marker.exists()
@@ -263,8 +265,7 @@ def test_jax_impl_never_imports_torch():
         "import sys\n"
         "from bench.config import model_preset\n"
         "from bench.weights import build_weights\n"
-        "from bench.jax_impl.model import build_model\n"
-        "from bench.jax_impl.params import export_weights\n"
+        "from bench.jax_impl.models.bert import build_model, export_weights\n"
         "spec, ck = model_preset('tiny')\n"
         "m = build_model(spec, build_weights(spec, 0, ck))\n"
         "export_weights(m)\n"

@@ -27,7 +27,7 @@ from bench.jax_impl import directions as jdirections
 from bench.jax_impl.estimators import hizoo as jhizoo
 from bench.jax_impl.estimators import lozo as jlozo
 from bench.jax_impl.estimators import mezo as jmezo
-from bench.jax_impl.params import to_hf
+from bench.jax_impl.models.bert import to_hf
 from bench.spec import OptimizerSpec
 from bench.torch_impl import directions as tdirections
 from bench.torch_impl.estimators import hizoo as thizoo

@@ -24,7 +24,7 @@ from bench.jax_impl.directions import PRNG_IMPL, layer_direction
 from bench.jax_impl.estimators import Held
 from bench.jax_impl.estimators.mezo import evaluated, spsa_passes, spsa_projections
 from bench.jax_impl.loss import dropout_key
-from bench.jax_impl.params import stack_of
+from bench.jax_impl.models.common import stack_of
 
 
 def memory(trainer, micro_batches, temp) -> Held:
@@ -159,7 +159,8 @@ def low_rank_directions(params, *, rank: int, interval: int, seed: int, step, ki
     return jax.tree.unflatten(treedef, [out[i] for i in range(len(flat))])
 
 
-# The leaves nnx stores as the transpose of torch's weight (params.py): a Linear's kernel and LoRA's two factors
+# The leaves nnx stores as the transpose of torch's weight (jax_impl/models/common.py): a Linear's kernel and
+# LoRA's two factors
 TRANSPOSED = ("kernel", "lora_a", "lora_b")
 
 

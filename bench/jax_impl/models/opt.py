@@ -5,8 +5,8 @@ HF's modeling_opt.py rewritten in NNX, op for op: the same module tree (attribut
 a parameter's NNX path reads like its HF name), pre-LayerNorm decoder layers with causal self-attention (the query
 scaled before the matmul, as HF does), ReLU MLP, learned positions from the attention mask's cumulative sum with
 HF's offset of 2, the decoder's final LayerNorm, and the score read at the last token that is not pad_token_id.
-The decoder layers are stacked and run as one scan (bench.jax_impl.model.scan_stack, shared with BERT): XLA
-compiles one layer whatever the depth. Dropout draws from the `rngs` passed to __call__, as BERT's does.
+The decoder layers are stacked and run as one scan (common.scan_stack, every family's): XLA compiles one layer
+whatever the depth. Dropout draws from the `rngs` passed to __call__, as BERT's does.
 
 Weights: {hf_name: numpy, torch layout} <-> NNX parameters by one table of leaf renames (_LEAVES), with stacked
 layers model.decoder.stacks.S.<path in a layer> holding HF's model.decoder.layers.{S+i}.<name> along axis 0.
@@ -19,43 +19,40 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bench.jax_impl.model import (
+from bench.jax_impl.models import common
+from bench.jax_impl.models.common import (
     FP32,
     MASK_VALUE,
-    PRECISIONS,
     LayerHook,
-    LoRALinear,
     Precision,
+    embed,
+    identity,
+    keys_of,
     layer_norm,
+    linear,
     project,
     require_rngs,
     scan_stack,
+    stack_starts,
+    stacked_layers,
+    transpose,
 )
-from bench.jax_impl.params import identity, keys_of, stacked_from, stacked_to, transpose
-from bench.models import with_adapters
-from bench.models.opt import (
-    POSITION_OFFSET,
-    OptSpec,
-    is_trainable,
-    lora_targets,
-    param_shapes,
-)
+from bench.models.opt import LAYER_NORM_EPS, POSITION_OFFSET, OptSpec, is_trainable, lora_targets
 from bench.spec import LoraSpec
-from bench.weights import check_weights
 
 
 def _linear(n_in: int, n_out: int, spec: OptSpec, rngs, p: Precision, lora=None, target="", bias=True) -> nnx.Linear:
     """An nnx.Linear, or a LoRALinear where `lora` targets it (`target`: its name in opt.LORA_TARGETS)."""
-    # HF's init; build_model overwrites it with the shared weights (it only shapes a model built directly).
-    kw = dict(kernel_init=nnx.initializers.normal(spec.init_std), use_bias=bias, rngs=rngs)
-    if lora is not None and target in lora_targets(lora):
-        return LoRALinear(n_in, n_out, lora, p=p, **kw)
-    return nnx.Linear(n_in, n_out, dtype=p.linear, param_dtype=p.params, **kw)
+    adapted = lora is not None and target in lora_targets(lora)
+    return linear(n_in, n_out, spec.init_std, rngs, p, lora if adapted else None, bias)
+
+
+def _layer_norm(spec: OptSpec, rngs, p: Precision) -> nnx.LayerNorm:
+    return layer_norm(spec.hidden_size, LAYER_NORM_EPS, rngs, p)
 
 
 def _embed(n: int, spec: OptSpec, rngs, p: Precision) -> nnx.Embed:
-    init = nnx.initializers.normal(spec.init_std)
-    return nnx.Embed(n, spec.hidden_size, embedding_init=init, param_dtype=p.params, rngs=rngs)
+    return embed(n, spec.hidden_size, spec.init_std, rngs, p)
 
 
 class OPTAttention(nnx.Module):
@@ -94,10 +91,10 @@ class OPTDecoderLayer(nnx.Module):
     def __init__(self, spec: OptSpec, *, rngs: nnx.Rngs, p: Precision = FP32, lora: LoraSpec | None = None):
         H, F, b = spec.hidden_size, spec.ffn_dim, spec.enable_bias
         self.self_attn = OPTAttention(spec, rngs=rngs, p=p, lora=lora)
-        self.self_attn_layer_norm = layer_norm(spec, rngs, p)
+        self.self_attn_layer_norm = _layer_norm(spec, rngs, p)
         self.fc1 = _linear(H, F, spec, rngs, p, lora, "fc1", b)
         self.fc2 = _linear(F, H, spec, rngs, p, lora, "fc2", b)
-        self.final_layer_norm = layer_norm(spec, rngs, p)
+        self.final_layer_norm = _layer_norm(spec, rngs, p)
         self.dropout = nnx.Dropout(spec.dropout)
 
     def __call__(self, x, mask_bias, *, deterministic, rngs):
@@ -108,33 +105,20 @@ class OPTDecoderLayer(nnx.Module):
         return x + self.dropout(project(self.fc2, h, deterministic, rngs), **kw)  # (B, T, H)
 
 
-def _stacked_layers(n: int, spec: OptSpec, rngs: nnx.Rngs, p: Precision, lora: LoraSpec | None) -> OPTDecoderLayer:
-    """n OPTDecoderLayers as one, every parameter with a leading layer axis of n (NNX's scan-over-layers recipe,
-    as bench.jax_impl.model._stacked_layers builds BERT's)."""
-
-    @nnx.split_rngs(splits=n)
-    @nnx.vmap(in_axes=(0,), out_axes=0)
-    def make(rngs):
-        return OPTDecoderLayer(spec, rngs=rngs, p=p, lora=lora)
-
-    return make(rngs)
-
-
 class OPTDecoder(nnx.Module):
     """Embeddings, the decoder layers as stacks run by one scan each (`stacks`: layer counts, see
-    bench.jax_impl.model.layer_stacks), and the final LayerNorm (applied by the head, see
+    common.layer_stacks), and the final LayerNorm (applied by the head, see
     OPTForSequenceClassification.head)."""
 
     def __init__(self, spec: OptSpec, *, rngs, remat=False, p: Precision = FP32, lora=None, stacks=None):
         stacks = stacks or (spec.num_layers,)
-        if sum(stacks) != spec.num_layers:
-            raise ValueError(f"layer stacks {stacks} do not add up to the model's {spec.num_layers} layers")
+        starts = stack_starts(stacks, spec.num_layers)
         self.remat = remat
         self.embed_tokens = _embed(spec.vocab_size, spec, rngs, p)
         self.embed_positions = _embed(spec.max_position_embeddings + POSITION_OFFSET, spec, rngs, p)
-        self.final_layer_norm = layer_norm(spec, rngs, p)
-        starts = np.cumsum((0, *stacks[:-1]))
-        self.stacks = nnx.Dict({str(s): _stacked_layers(n, spec, rngs, p, lora) for s, n in zip(starts, stacks)})
+        self.final_layer_norm = _layer_norm(spec, rngs, p)
+        make = lambda rngs: OPTDecoderLayer(spec, rngs=rngs, p=p, lora=lora)
+        self.stacks = nnx.Dict({str(s): stacked_layers(make, n, rngs) for s, n in zip(starts, stacks)})
 
     def __call__(self, input_ids, attention_mask, *, deterministic, rngs, all_hidden=False, layer_hook=None):
         """(the last layer's output (B, T, H), before the final LayerNorm; (embeddings, layer 1, ..., layer L) if
@@ -223,19 +207,16 @@ def build_model(
     stacks: tuple[int, ...] | None = None,
 ) -> OPTForSequenceClassification:
     """OPTForSequenceClassification with exactly `weights` (HF names, torch layout), computing as `dtype` says
-    (bench.jax_impl.model.PRECISIONS); with `lora`, adapters on its targets, A and B from `weights` where it has
+    (common.PRECISIONS); with `lora`, adapters on its targets, A and B from `weights` where it has
     them, else drawn from `seed`. The layers are stacked and scanned in `stacks` (layer_stacks; None: one stack);
     scan_layers=false unrolls them: each layer a stack of its own, whose one-trip scan XLA inlines (the compiled
     step has no loop left), so each layer is compiled apart, as BERT's unrolled modules are."""
     if not scan_layers:
         stacks = (1,) * spec.num_layers
-    p = PRECISIONS[dtype]
-    # Built abstractly (shapes only, like torch's meta device): a random init would be thrown away at once.
-    model = nnx.eval_shape(
-        lambda: OPTForSequenceClassification(spec, rngs=nnx.Rngs(0), remat=remat, p=p, lora=lora, stacks=stacks)
+    kw = dict(remat=remat, stacks=stacks)
+    return common.build(
+        OPTForSequenceClassification, spec, weights, load_weights, dtype=dtype, lora=lora, seed=seed, **kw
     )
-    load_weights(model, with_adapters(weights, spec, lora, seed))
-    return model
 
 
 # NNX leaf (the end of a parameter's path) -> HF leaf, with the transform from torch layout (its own inverse).
@@ -266,69 +247,32 @@ def _entry(path: tuple, n: int) -> tuple[list[str], bool, object]:
     return [f"model.decoder.layers.{first + i}.{rest}" for i in range(n)], True, transform
 
 
-def _stack_size(path: tuple, x) -> int:
-    return x.shape[0] if "stacks" in keys_of(path) else 1
-
-
 def hf_name(path: tuple) -> str:
     """The HF parameter name of an NNX path (a stacked parameter's: its first layer's, as the layers of a stack are
     trained or frozen together). Mirror of torch_impl's hf_name."""
     return _entry(path, 1)[0][0]
 
 
-def _params(model) -> list[tuple[nnx.Variable, list[str], bool, object]]:
-    """(Param, HF names, stacked, transform) of every parameter of the model."""
-    flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
-    return [(var, *_entry(path, _stack_size(path, var))) for path, var in flat]
-
-
 def load_weights(model, weights: dict[str, np.ndarray]) -> None:
-    """Copy the numpy weights into the model (strict: every missing, unexpected and mis-shaped key reported
-    together). Works on an abstract model from nnx.eval_shape too (build_model)."""
-    spec, lora = model.spec, model.lora
-    check_weights(weights, spec, lora=lora)
-    params, shapes = _params(model), param_shapes(spec, lora)
-    names = {n for _, ns, _, _ in params for n in ns}
-    if names != set(shapes):  # a bug in this module, not in the weights
-        raise ValueError(f"JAX's OPT and bench.models.opt disagree: {sorted(names ^ set(shapes))}")
-    for var, ns, stacked, transform in params:
-        w = stacked_from(ns, stacked, transform, weights)
-        if w.shape != tuple(var.shape):
-            raise ValueError(f"{ns[0]}: {w.shape} after transform != NNX {tuple(var.shape)}")
-        var.set_value(jnp.asarray(w, dtype=var.dtype))
+    """Copy the numpy weights into the model (strict: every problem reported together; common.load_weights)."""
+    common.load_weights(model, weights, _entry)
 
 
 def export_weights(model) -> dict[str, np.ndarray]:
-    """The model's parameters as the shared {hf_name: numpy} dict in torch layout and HF order (the inverse of
-    load_weights); bf16 parameters leave as fp32, as torch_impl's do."""
-    out = {}
-    for var, ns, stacked, transform in _params(model):
-        out.update(stacked_to(ns, stacked, transform, np.array(var.get_value(), dtype=np.float32)))
-    return {name: out[name] for name in param_shapes(model.spec, model.lora)}
+    """The model's parameters as the shared {hf_name: numpy} dict in torch layout and HF order."""
+    return common.export_weights(model, _entry)
 
 
 def is_trained(path: tuple, x, scope: str, num_layers: int, last_k: int = 1) -> bool:
-    """Whether the parameter `x` at `path` is trained under `scope` (bench.models.opt.is_trainable on its HF
-    names); a stack whose layers the scope splits is an error (build with bench.jax_impl.model.layer_stacks)."""
-    names = _entry(path, _stack_size(path, x))[0]
-    picks = {is_trainable(n, scope, num_layers, last_k) for n in names}
-    if len(picks) > 1:
-        raise ValueError(f"trainable={scope} (last_k={last_k}) splits the stack {names[0]}..: use layer_stacks")
-    return picks.pop()
+    """Whether the parameter `x` at `path` is trained under `scope` (bench.models.opt.is_trainable)."""
+    return common.is_trained(path, x, scope, num_layers, last_k, _entry, is_trainable)
 
 
 def to_hf(tree) -> dict[str, np.ndarray]:
-    """A pytree of parameter-shaped arrays (parameters, gradients, tangents) as {hf_name: numpy, torch layout}."""
-    out = {}
-    for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        out.update(stacked_to(*_entry(path, _stack_size(path, x)), x))
-    return out
+    """A pytree of parameter-shaped arrays as {hf_name: numpy, torch layout} (common.to_hf)."""
+    return common.to_hf(tree, _entry)
 
 
 def from_hf(tree, arrays: dict[str, np.ndarray]):
     """The inverse of to_hf: a pytree like `tree` whose leaves come from {hf_name: array in torch layout}."""
-
-    def leaf(path, x):
-        return jnp.asarray(stacked_from(*_entry(path, _stack_size(path, x)), arrays), dtype=x.dtype)
-
-    return jax.tree_util.tree_map_with_path(leaf, tree)
+    return common.from_hf(tree, arrays, _entry)

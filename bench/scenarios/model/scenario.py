@@ -12,7 +12,7 @@ import os
 from dataclasses import fields
 from pathlib import Path
 
-from bench import estimators, parallel
+from bench import estimators, models, parallel
 from bench.config import (
     NOT_IDENTITY,
     TRACES,
@@ -56,7 +56,9 @@ ADDED_KEYS = {
     "profile_steps": 3,
     "lora": LoraConfig(),
     "scan_layers": False,  # JAX's layers were unrolled until scan_layers
-    "model.family": "bert",  # a node's key: node.key (the one family before families)
+    # a node's key: node.key. model.family came with the second family: rows recorded before it are the one family's
+    # then, whose own fields every trial's identity carries (`recorded`, bench/models/<family>.py)
+    "model.family": next(family for family, f, _ in models.settings().values() if f.metadata["recorded"]),
 }
 
 
@@ -76,6 +78,18 @@ def settings_identity(cfg: BenchConfig) -> dict:
         column: value
         for column, value in columns.items()
         if (column in moved and not added(column, value)) or (column not in moved and value != default(options[column]))
+    }
+
+
+def model_identity(model: dict) -> dict:
+    """The model node as an identity key: its family's own fields, and another family's only off its default or
+    where every trial's identity carried it (`recorded`), so a new family's fields leave every earlier trial's hash
+    as it was."""
+    own = models.settings()
+    return {
+        k: v
+        for k, v in model.items()
+        if k not in own or own[k][0] == model["family"] or own[k][1].metadata["recorded"] or v != own[k][1].default
     }
 
 
@@ -104,6 +118,7 @@ class ModelScenario(Scenario):
             and FRAMEWORK_KEYS.get(f, cfg.framework) == cfg.framework
         ]
         identity = identity_of(cfg, keys) | settings_identity(cfg)
+        identity["model"] = model_identity(identity["model"])
         for added, value in ADDED_KEYS.items():  # a node's key added since, at that value: left out of the node
             node, _, key = added.partition(".")
             if key and node in identity and identity[node].get(key) == value:

@@ -76,7 +76,6 @@ def validate(cfg: BenchConfig) -> None:
     for name in ("momentum", "beta1", "beta2"):
         in_unit(f"optimizer.{name}", getattr(o, name))
     above("optimizer.eps", o.eps, 0)
-    above("model.layer_norm_eps", m.layer_norm_eps, 0)
     at_least("last_k", cfg.last_k, 1)
     for name in estimators.settings_nodes():  # each estimator's own settings, as its module checks them
         problem = estimators.get(name).check(getattr(cfg, name))

@@ -3,7 +3,8 @@ loaded with weights by HF name. Mirror of jax_impl/models/.
 
 What a module defines: build_model(spec, weights, device, attn_implementation, lora, seed), load_weights,
 export_weights, hf_name (a parameter's HF name from torch's), features(model, batch) and head_logits(model,
-hidden, batch, params) (the forward pass in two halves, for the head scopes), layers(model) (FSDP's units)."""
+hidden, batch, params) (the forward pass in two halves, for the head scopes), layers(model) (FSDP's units). What
+every family shares (the build template, PEFT's adapters, weights by HF name) is common.py's, no family."""
 
 from __future__ import annotations
 

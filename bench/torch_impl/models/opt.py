@@ -8,18 +8,14 @@ import torch
 from torch.func import functional_call
 from transformers import OPTConfig, OPTForSequenceClassification
 
-from bench.models import with_adapters
-from bench.models.opt import OptSpec, lora_module, lora_targets, param_shapes
-from bench.spec import ATTN_IMPLEMENTATIONS, LoraSpec
-from bench.torch_impl.model import assign_weights, export_hf_weights, hf_name, inject_lora  # noqa: F401 (hf_name: the family's)
+from bench.models.opt import OptSpec, param_shapes
+from bench.spec import LoraSpec
+from bench.torch_impl.models import common
+from bench.torch_impl.models.common import hf_name  # noqa: F401 (every family's, as the registry reads it)
 from bench.weights import check_weights
 
 
 def hf_config(spec: OptSpec, attn_implementation: str = "eager") -> OPTConfig:
-    # Eager attention by default: PyTorch's fused SDPA kernels have no forward-mode AD rule, and the same
-    # attention math in both frameworks keeps parity exact.
-    if attn_implementation not in ATTN_IMPLEMENTATIONS:
-        raise ValueError(f"attn_implementation={attn_implementation!r}: accepted {', '.join(ATTN_IMPLEMENTATIONS)}")
     return OPTConfig(
         vocab_size=spec.vocab_size,
         hidden_size=spec.hidden_size,
@@ -40,7 +36,7 @@ def hf_config(spec: OptSpec, attn_implementation: str = "eager") -> OPTConfig:
         num_labels=spec.num_labels,
         problem_type="single_label_classification",
         use_cache=False,  # a classifier's forward: no KV cache
-        attn_implementation=attn_implementation,
+        attn_implementation=common.attention(attn_implementation),
     )
 
 
@@ -53,20 +49,9 @@ def build_model(
     seed: int = 0,
 ):
     """HF OPTForSequenceClassification with exactly `weights` (HF names, torch layout); with `lora`, PEFT's LoRA
-    layers around its targets, A and B from `weights` where it has them, else drawn from `seed` (with_adapters)."""
-    # Build on the meta device: HF's own random init would be thrown away immediately.
-    with torch.device("meta"):
-        model = OPTForSequenceClassification(hf_config(spec, attn_implementation))
-    if lora is not None:
-        add_adapters(model, spec, lora)
-    load_weights(model, with_adapters(weights, spec, lora, seed), device, lora)
-    return model
-
-
-def add_adapters(model, spec: OptSpec, lora: LoraSpec) -> None:
-    """PEFT's LoRA layers around every target of every decoder layer, in place (inject_lora)."""
-    layers = range(spec.num_layers)
-    inject_lora(model, [f"model.decoder.layers.{i}.{lora_module(t)}" for i in layers for t in lora_targets(lora)], lora)
+    layers around its targets (common.build)."""
+    config = hf_config(spec, attn_implementation)
+    return common.build(OPTForSequenceClassification, config, spec, weights, load_weights, device, lora, seed)
 
 
 def load_weights(
@@ -76,7 +61,7 @@ def load_weights(
     parameter of the model must be given one)."""
     spec = _spec_of(model)
     check_weights(weights, spec, lora=lora)
-    assign_weights(model, weights, param_shapes(spec, lora), device, strict=True)  # OPT has no buffers
+    common.assign_weights(model, weights, param_shapes(spec, lora), device, strict=True)  # OPT has no buffers
 
 
 def _spec_of(model) -> OptSpec:
@@ -100,7 +85,7 @@ def _spec_of(model) -> OptSpec:
 def export_weights(model) -> dict[str, np.ndarray]:
     """The model's parameters as the shared {hf_name: numpy} dict in HF order (the inverse of load_weights);
     FSDP2's sharded ones gathered whole (a collective: every rank calls it)."""
-    return export_hf_weights(model)
+    return common.export_weights(model)
 
 
 def features(model, batch):
