@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import uuid
 from collections.abc import Sequence
@@ -33,7 +32,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from bench import estimators, models
 from bench.data import MAX_SAMPLES
-from bench.errors import ConfigError
+from bench.errors import ConfigError, at_least, choice, count
 from bench.measure.system import cuda_device_count
 from bench.ops_spec import OP_NAMES
 from bench.spec import (
@@ -557,39 +556,7 @@ def hash_identity(identity: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# validation primitives, and the keys every trial reads: one line per problem, the first problem wins
-
-
-def choice(name: str, value, accepted) -> None:
-    if value not in accepted:
-        raise ConfigError(f"{name}={value}: accepted {' | '.join(map(str, accepted))}")
-
-
-def is_number(value) -> bool:
-    """A real, finite number (a bool is not one; nan and inf are not accepted anywhere)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def count(name: str, value, low: int, high: int) -> None:
-    """An integer count in [low, high]: every count a user sets is bounded, the bound in the message."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(f"{name}={value}: accepted an integer in [{low}, {high:,}]")
-
-
-def at_least(name: str, value, low) -> None:
-    if not is_number(value) or value < low:
-        raise ConfigError(f"{name}={value}: must be a number >= {low}")
-
-
-def above(name: str, value, low) -> None:
-    if not is_number(value) or value <= low:
-        raise ConfigError(f"{name}={value}: accepted a finite number > {low}")
-
-
-def in_unit(name: str, value) -> None:
-    """[0, 1): momentum, betas, dropout."""
-    if not is_number(value) or not 0 <= value < 1:
-        raise ConfigError(f"{name}={value}: accepted a number in [0, 1)")
+# the keys every trial reads: one line per problem, the first problem wins (the checks: bench/errors.py)
 
 
 def validate_process(cfg: BenchConfig) -> None:

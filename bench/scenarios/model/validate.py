@@ -17,18 +17,12 @@ from bench.config import (
     TRACES,
     BenchConfig,
     LoraConfig,
-    above,
-    at_least,
-    choice,
-    count,
-    in_unit,
-    is_number,
     lora_spec,
     model_spec,
     shown,
     step_spec,
 )
-from bench.errors import ConfigError
+from bench.errors import ConfigError, above, at_least, choice, count, in_unit, is_number
 from bench.estimators.base import TrialContext
 from bench.measure.flop_model import predict as predict_flops
 from bench.parallel import STRATEGIES, global_batch_size, timed_steps, world_size

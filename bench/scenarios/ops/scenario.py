@@ -19,8 +19,8 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.config import MAX_OPS_CALLS, BenchConfig, at_least, choice, count
-from bench.errors import ConfigError
+from bench.config import MAX_OPS_CALLS, BenchConfig
+from bench.errors import ConfigError, at_least, choice, count
 from bench.harness.scenario import Scenario, finished_runs, identity_of
 from bench.harness.signals import classify, error_line, maybe_inject_fault
 from bench.measure.system import cpu_name, host_facts, thread_env
