@@ -11,11 +11,12 @@ import pytest
 
 from bench import estimators
 from bench.config import BenchConfig
-from bench.scenarios.model.report.cost_stats import value
+from bench.scenarios.model.report.cost_stats import cost_groups, target_label, value
 from bench.scenarios.model.scenario import make_row
 from bench.scenarios.model.schedule import next_evaluation
 from bench.scenarios.model.target import Target, parse_levels
 from bench.store.read import read_history, read_rows
+from tests.scenarios.test_cost_report import cost_row
 from tests.support import bench_here, composed, run_here
 
 TINY = [
@@ -117,6 +118,13 @@ def test_each_estimator_declares_its_forward_passes_a_step():
     # the report reads rows from before the column the same way; a row's own column wins
     old = {"mode": "mezo", "mezo_q": "2", "steps_to_target": "21"}
     assert value(old, "passes_to_target") == 84 and value({**old, "passes_to_target": "42"}, "passes_to_target") == 42
+
+
+def test_the_report_names_the_hold_and_reads_rows_from_before_it_as_one():
+    row = cost_row("backprop", 51, 10.0)
+    labels = [target_label(next(iter(cost_groups([{**row, "target_hold": h}])))) for h in (3, 1, "")]
+    assert "· held at 3 evaluations in a row ·" in labels[0] and "held at" not in labels[1] and labels[1] == labels[2]
+    assert len(cost_groups([{**row, "target_hold": 1}, {**row, "target_hold": "", "run_id": "old"}])) == 1
 
 
 @pytest.mark.slow
