@@ -17,6 +17,7 @@ from bench.scenarios.model.schedule import next_evaluation
 from bench.scenarios.model.target import Target, parse_levels
 from bench.store.read import read_history, read_rows
 from tests.scenarios.test_cost_report import cost_row
+from tests.scenarios.test_cost_to_target import capped_sweep
 from tests.support import bench_here, composed, run_here
 
 TINY = [
@@ -170,3 +171,17 @@ def test_bad_holds_and_levels_are_one_line_before_anything_runs(args, message, t
 def test_a_hold_without_a_target_is_refused(tmp_path):
     out = bench_here(*TINY, "target.hold=3", results=tmp_path)
     assert out.returncode == 2 and "target.value/max_steps/hold/levels without target.metric" in out.stderr
+
+
+@pytest.mark.slow
+def test_a_capped_sweep_with_a_hold_lets_a_tie_verify_its_run(tmp_path):
+    """capping with target.hold=2: the first point holds from its first evaluation (count 3) to its second (5); the
+    next, capped at 3, meets the target there too, so it runs on to verify the run and ties instead of being capped."""
+    out, rows = capped_sweep(tmp_path, "target.hold=2")
+    assert [
+        (r["tuning"], r["tune_stop_after"], r["target_status"], r["steps_to_target"], r["steps_timed"]) for r in rows
+    ] == [
+        ("search", "", "reached", "3", "4"),
+        ("search", "3", "reached", "3", "4"),
+        ("repeat", "", "reached", "3", "4"),
+    ]
