@@ -57,6 +57,7 @@ GROUPS = ("model", "data", "optimizer", "logger", "ops", "case", "experiment")
 MAX_STEPS = 1_000_000
 MAX_ACCUM = 1024
 MAX_STUDIES = 100  # hydra.sweeper.studies: far past what a budget of hours affords
+MAX_HOLD = 100  # evaluations in a row: past this a target is a plateau test, and the cap rarely holds the run
 MAX_OPS_CALLS = 10_000  # ops.warmup and ops.repeats: a sample is min_sample_s or more, so 10,000 is minutes per shape
 
 # OmegaConf 2.3 types a field by one type (X | None allowed, other unions not), so three option kinds stay Any:
@@ -163,6 +164,12 @@ class TargetConfig:
         "the step cap (warm-up steps included; replaces `steps`): a trial that has not reached the target by "
         f"then ends not_reached; an integer in [1, {MAX_STEPS:,}]",
     )
+    hold: int = _f(
+        1,
+        "evaluations in a row at or past the value that meet the target, counted at the first of them (the trial "
+        f"stops at the last); an integer in [1, {MAX_HOLD}]",
+    )
+    levels: list[float] = _f([], "easier values recorded on the way by the same rule -> levels_to_target")
 
 
 @dataclass
@@ -299,7 +306,8 @@ class BenchConfig:
     eval_resolution: float = _f(
         0.0,
         "eval_every=N: also evaluate in between while N steps would be more than this fraction of the steps so far, "
-        "so a target's step is known within it (0.1: every step to ~17, then at least every tenth), in [0, 1)",
+        "so a target's step is known within it: a geometric schedule, the counts growing by 1/(1 - f) up to every N "
+        "(0.25: 2, 3, 4, 5, 6, 8, 10, 13, 17, 21, 28, ...), in [0, 1)",
     )
     measure_grad_cosine: bool = _f(
         False,

@@ -125,6 +125,9 @@ class Estimator:
     draws: bool = False  # draws random directions from its seed, of the distribution directions= names
     compiles: bool = True  # torch.compile applies (torch.func's transforms skip its frames)
     passes: str = ""  # forward passes per step, in words (the reports' and docs' column)
+    # forward passes per step as the method counts them, a number (passes_to_target): a forward-mode pass is one per
+    # tangent it carries, a backward pass is not one (the FLOP-equivalent count, the report's, prices it)
+    forward_passes: int = 1
     # The mode whose step this one's is read against in the reports' ratios (the forward gradient against the
     # exact gradient it estimates; a zeroth-order step against the forward passes it is made of), or None
     compared_with: str | None = None
@@ -146,6 +149,11 @@ class Estimator:
     def passes_for(self, row: dict) -> str:
         """Forward passes per step in words, for a runs.csv row (its own settings' columns): `passes` by default."""
         return self.passes
+
+    def forward_passes_for(self, row: dict) -> int | None:
+        """Forward passes per step as the estimator declares them, for a runs.csv row (its own settings' columns;
+        None where the row lacks one it needs): `forward_passes` by default."""
+        return self.forward_passes
 
     def settings_of(self, step: StepSpec) -> Any:
         """This step's settings: the node the config gave it, or the defaults (a StepSpec built by hand, or one

@@ -52,6 +52,7 @@ class Hizoo(Estimator):
     draws = True  # its perturbations
     summary = "zeroth order, Hessian-informed: SPSA along z / sqrt(H), H a diagonal Hessian estimate (Zhao et al. 2024)"
     dropout, passes = False, "3 forward"  # eval mode, as MeZO: the three passes see the same function
+    forward_passes = 3
     settings = HizooSettings
 
     def check(self, s: HizooSettings) -> str | None:

@@ -59,6 +59,11 @@ class Jacfwd(Estimator):
         # ran, which under auto is the device's choice, never a default) and the guards refuse, they change nothing
         return [], []
 
+    def forward_passes_for(self, row: dict) -> int | None:
+        # a forward-mode pass per basis direction, as a jvp counts one per tangent: the chunks vmap them, not merge
+        n = row.get("n_trainable")
+        return int(float(n)) if n not in (None, "") else None
+
     def check(self, s: JacfwdSettings) -> str | None:
         if s.chunk != "auto" and integer("jacfwd.chunk", s.chunk, 1):
             return f"jacfwd.chunk={s.chunk}: accepted auto | an integer >= 1"

@@ -64,9 +64,12 @@ class Jvp(Estimator):
     moved = {"num_tangents": "num_tangents", "jvp_impl": "impl", "jvp_tangent": "tangent"}
 
     def passes_for(self, row: dict) -> str:
-        k = row.get("num_tangents")
-        k = int(float(k)) if k not in (None, "") else 1
+        k = self.forward_passes_for(row)
         return f"{k} forward-mode pass{'es' if k > 1 else ''}"
+
+    def forward_passes_for(self, row: dict) -> int:
+        k = row.get("num_tangents")
+        return int(float(k)) if k not in (None, "") else 1
 
     def variant(self, off: dict[str, str]) -> tuple[list[str], list[str]]:
         # jvp(K=4, keep)[naive]: K as the literature writes it; torch's impl is how the pass is built, not maths

@@ -57,6 +57,7 @@ class Lozo(Estimator):
         "zeroth order, low-rank: SPSA along U V^T per weight matrix, V kept for `interval` steps (Chen et al. 2024)"
     )
     dropout, passes = False, "2 forward"  # eval mode, as MeZO: both passes see the same function
+    forward_passes = 2
     settings = LozoSettings
 
     def check(self, s: LozoSettings) -> str | None:

@@ -62,8 +62,11 @@ class Mezo(Estimator):
     settings, moved = MezoSettings, {"mezo_eps": "eps"}
 
     def passes_for(self, row: dict) -> str:
+        return f"{self.forward_passes_for(row)} forward"
+
+    def forward_passes_for(self, row: dict) -> int:
         q = row.get("mezo_q")
-        return f"{2 * int(float(q))} forward" if q not in (None, "") else "2 forward"
+        return 2 * int(float(q)) if q not in (None, "") else 2  # rows from before mezo.q ran q=1
 
     def check(self, s: MezoSettings) -> str | None:
         return positive("mezo.eps", s.eps) or integer("mezo.q", s.q, 1, MAX_Q)

@@ -227,6 +227,7 @@ def test_a_setting_that_changes_the_numbers_splits_the_group(setting):
         ("warmup_steps", 2),
         ("target_max_steps", 501),
         ("eval_examples", 512),
+        ("target_hold", 3),
     ],
 )
 def test_a_different_target_is_a_different_table(column, other):
@@ -272,11 +273,12 @@ def test_with_eval_resolution_steps_are_known_within_it():
 
 
 def test_rows_from_before_the_new_columns_still_report():
-    """No eval_every, flops_forward or tune_objective columns: the costs are there, the bracket and forward
-    passes are "-", the winner by wall time."""
+    """No eval_every, flops_forward, passes_to_target or tune_objective columns: the costs are there, the bracket
+    and the FLOP-equivalent passes are "-", the declared passes come from the estimator, the winner by wall time."""
     old = [{k: v for k, v in r.items() if k not in ("eval_every", "flops_forward")} for r in BACKPROP]
     table = table_of(only(old))
-    assert table["backprop"][6:9] == ["61 [51–71]", "-", "-"] and table["backprop"][11] == "12.0 [10.0–14.0]"
+    assert table["backprop"][6:10] == ["61 [51–71]", "-", "-", "61 [51–71]"]  # backprop: 1 forward pass a step
+    assert table["backprop"][12] == "12.0 [10.0–14.0]"
 
 
 def test_the_matched_memory_table_is_per_trained_scope():

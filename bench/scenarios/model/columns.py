@@ -185,6 +185,12 @@ EXTRA_COLUMNS = (
     "host_share",
     "host_share_method",
     "compile_cache",  # JAX: hit | miss | partial | off, the compiled programs read from the persistent cache or not
+    # a target that holds (docs/cost-to-target.md): evaluations in a row that met it (empty: 1, before the column),
+    # the steps to easier values on the way ("0.3:40;0.35:;0.4:120"), and steps x the forward passes a step runs
+    # as its estimator declares them, beside the report's FLOP equivalents (flops_per_step / flops_forward)
+    "target_hold",
+    "levels_to_target",
+    "passes_to_target",
 )
 # each estimator's settings (bench/estimators/<name>.py): NAME_<setting>, those not named above at the end
 SETTING_COLUMNS = tuple(c for c in estimators.setting_columns() if c not in REQUIRED_COLUMNS + EXTRA_COLUMNS)

@@ -287,6 +287,7 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "target_metric": cfg.target.metric,
         "target_value": cfg.target.value,
         "target_max_steps": cfg.target.max_steps,
+        "target_hold": cfg.target.hold if cfg.target.metric else None,
         "eval_every": cfg.eval_every if cfg.evaluate else None,
         "eval_resolution": cfg.eval_resolution if cfg.evaluate and cfg.eval_every else None,
         "eval_examples": held_out_examples(cfg),

@@ -38,6 +38,7 @@ from bench.measure.timing import StepTimer, timed
 from bench.measure.trackers import HostMemWatchdog, HostRssTracker, MiB
 from bench.parallel import expected_comm_bytes, global_batch_size, timed_steps
 from bench.scenarios.model.schedule import next_evaluation
+from bench.scenarios.model.target import Target
 from bench.spec import World, implementation
 from bench.weights import build_weights, weights_digest
 
@@ -170,7 +171,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
                     on_progress({"history": curve()})
                 maybe_inject_fault("after_eval")  # tests: a trial that dies mid-curve keeps the curve so far
                 if target.check(evals[i], i, clock.training_s()):
-                    break  # reached (the first evaluation that meets the target), or capped: the trial ends
+                    break  # reached (the last evaluation of the run that held), or capped: the trial ends
     n_done = len(losses)  # < n_timed when max_timed_s cut the window short or the target was reached
     comm = world.comm_bytes_per_step(trainer, n_done)
     # After the measurements: held-out accuracy at the final weights, then gradient quality on the first batch.
@@ -376,51 +377,6 @@ class Clock:
         return self.now() - self.t0 - self.eval_s
 
 
-class Target:
-    """Cost to a target (cfg.target): whether an evaluation meets it, and when the first one did. The trial
-    stops there; its columns give what it cost: steps and samples (warm-up steps included: they train too), the
-    steps' own time (the first, compiling step counted at the median step), the wall time from the compilation
-    to that evaluation less the evaluations' own (Clock), and the target's status: reached, not_reached (at the
-    step cap), or capped (a tuning trial past the steps its group's best took, cfg.tune_stop_after: it can no
-    longer win)."""
-
-    def __init__(self, cfg: BenchConfig):
-        self.metric, self.value, self.warmup = cfg.target.metric, cfg.target.value, cfg.warmup_steps
-        self.stop_after, self.max_steps = cfg.tune_stop_after, cfg.target.max_steps
-        self.reached: tuple[int, float] | None = None  # (timed step index, Clock.training_s at that evaluation)
-        self.capped = False
-
-    def check(self, evaluation: tuple[float, float], step: int, wall_s: float) -> bool:
-        """Whether the trial ends at this evaluation (`wall_s`: the clock's training seconds so far): it met the
-        target, or it is capped (not met by the step its group's best met it at, and short of the step cap, where
-        it would end not_reached anyway)."""
-        if self.metric is None or self.reached is not None or self.capped:
-            return False
-        loss, accuracy = evaluation
-        met = accuracy >= self.value if self.metric == "eval_accuracy" else loss <= self.value
-        if met:
-            self.reached = (step, wall_s)
-        elif self.stop_after is not None and self.stop_after <= self.warmup + step + 1 < self.max_steps:
-            self.capped = True
-        return met or self.capped
-
-    def columns(self, warm: list[float], times: list[float], samples_per_step: int) -> dict:
-        if self.metric is None:
-            return {}
-        if self.reached is None:
-            return {"target_status": "capped" if self.capped else "not_reached"}
-        step, wall = self.reached
-        steps = self.warmup + step + 1
-        own = sorted(times)[len(times) // 2] + sum(warm[1:]) + sum(times[: step + 1])  # first step at the median
-        return {
-            "target_status": "reached",
-            "steps_to_target": steps,
-            "samples_to_target": steps * samples_per_step,
-            "seconds_to_target": own,
-            "wall_to_target_s": wall,
-        }
-
-
 class Diverged(Exception):
     """The loss turned non-finite or grew past divergence_factor x its first value: the trial stops at once and
     its row says `diverged` and where (a diverged run's time and memory are not a measurement of the method)."""
@@ -500,6 +456,8 @@ def merge(cfg: BenchConfig, results: list[dict]) -> dict:
     out["model_note"] = unmodelled(cfg, out)
     if out.get("seconds_to_target") is not None and out["excess_mem_mb"] is not None:
         out["mib_s_to_target"] = out["excess_mem_mb"] * out["seconds_to_target"]  # memory held x time it is held
+    if out.get("steps_to_target") is not None and (passes := estimators.get(cfg.mode).forward_passes_for(out)):
+        out["passes_to_target"] = out["steps_to_target"] * passes  # as the method counts them (MeZO's 2 a step)
     return out
 
 

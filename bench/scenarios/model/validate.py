@@ -13,6 +13,7 @@ from pathlib import Path
 from bench import data, estimators, models
 from bench.config import (
     MAX_ACCUM,
+    MAX_HOLD,
     MAX_STEPS,
     TRACES,
     BenchConfig,
@@ -26,6 +27,7 @@ from bench.errors import ConfigError, above, at_least, choice, count, in_unit, i
 from bench.estimators.base import TrialContext
 from bench.measure.flop_model import predict as predict_flops
 from bench.parallel import STRATEGIES, global_batch_size, timed_steps, world_size
+from bench.scenarios.model.schedule import next_evaluation
 from bench.spec import (
     ATTN_IMPLEMENTATIONS,
     DIRECTIONS,
@@ -111,8 +113,8 @@ def validate(cfg: BenchConfig) -> None:
     if why := estimator.refuses(TrialContext(step, cfg.framework, cfg.parallel, n, forward_passes(cfg, spec, step))):
         raise ConfigError(why)
     validate_parallel(cfg)
+    validate_outputs(cfg)  # the evaluation schedule first: the target's checks walk it
     validate_target(cfg)
-    validate_outputs(cfg)
     validate_data(cfg)
     if m.checkpoint is not None:
         try:
@@ -250,10 +252,10 @@ def validate_target(cfg: BenchConfig) -> None:
             )
         at_least("tune_stop_after", cfg.tune_stop_after, 1)
     if t.metric is None:
-        if t.value is not None or t.max_steps is not None:
+        if t.value is not None or t.max_steps is not None or t.hold != 1 or t.levels:
             raise ConfigError(
-                "target.value/target.max_steps without target.metric; accepted: target.metric="
-                "eval_accuracy|eval_loss with them, or none of the three"
+                "target.value/max_steps/hold/levels without target.metric; accepted: target.metric="
+                "eval_accuracy|eval_loss with them, or none of them"
             )
         return
     choice("target.metric", t.metric, TARGET_METRICS)
@@ -282,6 +284,28 @@ def validate_target(cfg: BenchConfig) -> None:
             f"target.max_steps={t.max_steps}: smaller than warmup_steps={cfg.warmup_steps} + one "
             f"evaluation interval (eval_every={cfg.eval_every}); accepted >= "
             f"{cfg.warmup_steps + cfg.eval_every}"
+        )
+    validate_hold(cfg)
+
+
+def validate_hold(cfg: BenchConfig) -> None:
+    """target.hold and target.levels: evaluations in a row, and easier values met on the way by the same rule."""
+    t = cfg.target
+    count("target.hold", t.hold, 1, MAX_HOLD)
+    done = [0]  # the timed steps of the schedule's evaluations: the run of `hold` must fit under the cap
+    while len(done) <= t.hold:
+        done.append(next_evaluation(done[-1], cfg.eval_every, cfg.eval_resolution, cfg.warmup_steps))
+    if cfg.warmup_steps + done[-1] > t.max_steps:
+        raise ConfigError(
+            f"target.hold={t.hold}: {t.hold} evaluations in a row end at step {cfg.warmup_steps + done[-1]} at the "
+            f"earliest, past target.max_steps={t.max_steps}; accepted: a larger cap, or a smaller hold"
+        )
+    lower = t.metric == "eval_loss"
+    easier = [v for v in t.levels if is_number(v) and (v > t.value if lower else 0 < v < t.value)]
+    if len(easier) < len(t.levels) or len(set(easier)) < len(easier):
+        raise ConfigError(
+            f"target.levels={shown(list(t.levels))}: accepted distinct values easier than target.value={t.value} "
+            + ("(losses above it)" if lower else "(accuracies in (0, it))")
         )
 
 

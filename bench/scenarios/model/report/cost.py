@@ -139,7 +139,8 @@ HEAD = [
     "seeds",
     "steps",
     "steps known within",
-    "forward passes",
+    "forward passes (FLOPs)",
+    "forward passes (declared)",
     "GFLOP",
     "timed s",
     "wall s",
@@ -147,7 +148,7 @@ HEAD = [
     "excess MiB",
     "MiB·s",
     "steps × (range)",
-    "forward passes ×",
+    "forward passes (FLOPs) ×",
     "wall ×",
     "peak ×",
     "MiB·s ×",
@@ -182,6 +183,7 @@ def cost_table(groups: dict[tuple[str, str], Group]) -> str:
             fmt_spread(g.cost("steps_to_target"), fmt=count),
             bracket_cell(bracket),
             fmt_spread(g.cost("forwards_to_target"), fmt=count),
+            fmt_spread(g.cost("passes_to_target"), fmt=count),
             fmt_spread(g.cost("flops_to_target"), 1e-9),
             fmt_spread(g.cost("seconds_to_target")),
             fmt_spread(g.cost("wall_to_target_s")),
@@ -355,7 +357,11 @@ def seeds_note(groups: dict[tuple[str, str], Group]) -> str:
     )
 
 
-PROFILED = (("wall_to_target_s", "wall s"), ("steps_to_target", "steps"), ("forwards_to_target", "forward passes"))
+PROFILED = (
+    ("wall_to_target_s", "wall s"),
+    ("steps_to_target", "steps"),
+    ("forwards_to_target", "forward passes (FLOPs)"),
+)
 
 
 def mode_rank(label: str) -> int:
@@ -479,12 +485,15 @@ class CostSection(Section):
             "seed's first step at the target came after the evaluation before (so where the metric, once met, stays "
             "met; a held-out metric near its target can cross it and fall back, and evaluating more often then counts "
             "an earlier crossing: docs/cost-to-target.md), and **steps ×** gives in brackets the range of the ratio "
-            "that allows. **forward passes** are the step's counted FLOPs over one forward pass of the "
-            "model, times the steps (a MeZO step is about two, backprop's about three), **GFLOP** the counted FLOPs "
-            "to the target; **timed s** is the steps' own time; **wall s** counts from the compilation to the "
-            "evaluation that met the target, compilation included and the evaluations' own time left out, as "
-            "AlgoPerf's clock leaves it out (rows without `eval_time_s`, written before, count it); **MiB·s** is "
-            "the excess memory held for the timed seconds. The × columns divide medians by backprop's in the same "
+            "that allows. **forward passes (FLOPs)** are FLOP equivalents: the step's counted FLOPs over one forward "
+            "pass of the model, times the steps (a MeZO step is about two, backprop's about three); **forward passes "
+            "(declared)** are the steps times the passes a step runs as its method counts them (MeZO 2, 2q with q; "
+            "HiZOO 3; a jvp 1 forward-mode pass per tangent; backprop 1, its backward not a forward pass); **GFLOP** "
+            "the counted FLOPs to the target; **timed s** is the steps' own time; **wall s** counts from the "
+            "compilation to the evaluation that met the target (the first of the run that held), compilation included "
+            "and the evaluations' own time left out, as AlgoPerf's clock leaves it out (rows without `eval_time_s`, "
+            "written before, count it); **MiB·s** is the excess memory held for the timed seconds. The × columns "
+            "divide medians by backprop's in the same "
             "framework and scope, with a 95% bootstrap interval in square brackets (each arm's fresh seeds "
             "resampled, a fixed generator seed; ∞ where resampled medians land on a missed seed). **†**: a median "
             "over seeds some of which missed the target; a missed seed is censored at the cap (its cost is more), "

@@ -55,9 +55,11 @@ TARGET_COLUMNS = (
     "eval_resolution",
     "eval_examples",
     "warmup_steps",
+    "target_hold",
 )
-# a target column's value where its cell is empty: rows from before eval_resolution evaluated every eval_every steps
-TARGET_DEFAULTS = {"eval_resolution": 0.0}
+# a target column's value where its cell is empty: rows from before eval_resolution evaluated every eval_every steps,
+# and rows from before target.hold met the target at one evaluation
+TARGET_DEFAULTS = {"eval_resolution": 0.0, "target_hold": 1}
 REFERENCE = estimators.EXACT  # costs are given relative to backprop's, in the same framework, scope and context
 DEFAULT_OBJECTIVE = "wall_to_target_s"  # the sweeper's default: what picked winners before rows named it
 INF = math.inf
@@ -80,20 +82,27 @@ def levels(row: dict) -> dict[float, float | None]:
 
 
 # the costs a lower (or higher) level of the target is priced in: those that follow from its steps alone
-LEVEL_COSTS = ("steps_to_target", "forwards_to_target", "flops_to_target")
+LEVEL_COSTS = ("steps_to_target", "passes_to_target", "forwards_to_target", "flops_to_target")
 
 
 def value(row: dict, column: str, level: float | None = None) -> float | None:
     """A cost of a row: a column, or one derived from them. flops_to_target: the counted FLOPs of a step x its
-    steps to the target; forwards_to_target: the same in forward passes of the model (flops_forward each). At
-    another `level` of the target than the row's own, the steps to it (levels()), and the costs derived from them."""
+    steps to the target; forwards_to_target: the same in forward passes of the model (flops_forward each), FLOP
+    equivalents; passes_to_target: steps x the forward passes its estimator declares a step runs (rows from before
+    the column: from the estimator and the row's settings). At another `level` of the target than the row's own,
+    the steps to it (levels()), and the costs derived from them."""
     steps, flops, forward = num(row, "steps_to_target"), num(row, "flops_per_step"), num(row, "flops_forward")
-    if level is not None and level != num(row, "target_value"):
+    other_level = level is not None and level != num(row, "target_value")
+    if other_level:
         if column not in LEVEL_COSTS:
             return None  # a time or memory at another level is not recorded
         steps = levels(row).get(level)
         if column == "steps_to_target":
             return steps
+    if column == "passes_to_target" and (other_level or num(row, column) is None):
+        mode = row.get("mode", "")
+        passes = estimators.get(mode).forward_passes_for(row) if mode in estimators.names() else None
+        return None if passes is None or steps is None else steps * passes
     if column == "flops_to_target":
         return None if steps is None or flops is None else steps * flops
     if column == "forwards_to_target":
@@ -166,6 +175,8 @@ def target_label(key: Context) -> str:
     if t["eval_every"] and t["eval_resolution"]:
         every += f" and in between within {t['eval_resolution']:.0%} of the count"
     parts.append(every)
+    if (t["target_hold"] or 1) > 1:
+        parts.append(f"held at {t['target_hold']:.0f} evaluations in a row")
     if t["warmup_steps"] is not None:
         parts.append(f"{t['warmup_steps']:.0f} warm-up step{'' if t['warmup_steps'] == 1 else 's'}")
     return " · ".join(parts)
