@@ -19,9 +19,11 @@ from bench.scenarios.model.select import OPTIMIZER_DEFAULTS, context_key
 from tests.support import REPO, composed, trial
 
 EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
-# a cost experiment composes each of its scopes to place its points by d: seconds an experiment, so slow
+# a cost experiment composes each of its scopes to place its points by d, decoder_vs_encoder both families'
+# grids: seconds an experiment, so slow
 EXPERIMENT_PARAMS = [
-    pytest.param(n, marks=pytest.mark.slow) if n.startswith("cost_to_target") else n for n in EXPERIMENTS
+    pytest.param(n, marks=pytest.mark.slow) if n.startswith("cost_to_target") or n == "decoder_vs_encoder" else n
+    for n in EXPERIMENTS
 ]
 
 

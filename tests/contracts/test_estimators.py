@@ -97,6 +97,7 @@ class Unmodelled(Inference):
         return None
 
 
+@pytest.mark.slow
 def test_a_mode_without_model_terms_is_measured_and_its_model_cells_are_empty(tmp_path, monkeypatch):
     step = StepSpec(mode="inference")
     assert memory_model.predict(TINY, step, 4, 32, framework="torch") is not None

@@ -259,6 +259,7 @@ def test_seeded_init_deterministic_and_hf_statistics():
             assert abs(w.mean()) < 5 * std / np.sqrt(n), (k, w.mean())
 
 
+@pytest.mark.slow
 def test_jax_impl_never_imports_torch():
     """A JAX trial process must not pay for (or be perturbed by) torch: build and run without importing it."""
     code = (

@@ -151,6 +151,7 @@ def test_a_traces_folder_that_cannot_be_written_is_refused(tmp_path):
     assert not (tmp_path / "runs.csv").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None, reason="root without setpriv")
 def test_unwritable_results_are_refused_before_anything_runs(tmp_path):
     path = tmp_path / "runs.csv"
