@@ -97,8 +97,13 @@ class Target:
 
 
 def parse_levels(cell: str | None) -> list[tuple[float, int | None]]:
-    """A levels_to_target cell read back: [(value, steps or None where it never held)], as written."""
-    if not cell:
-        return []
-    pairs = (part.split(":", 1) for part in cell.split(";"))
-    return [(float(v), int(float(s)) if s else None) for v, s in pairs]
+    """A levels_to_target cell read back: [(value, steps or None where it never held)], as written; a damaged pair
+    (a hand-edited CSV) is left out, so a report prices the rest."""
+    out = []
+    for pair in str(cell or "").split(";"):
+        value, _, steps = pair.partition(":")
+        try:
+            out.append((float(value), int(float(steps)) if steps.strip() else None))
+        except ValueError:
+            continue
+    return out

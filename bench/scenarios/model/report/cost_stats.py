@@ -44,6 +44,7 @@ from bench.scenarios.model.select import (
     scope_label,
     variant,
 )
+from bench.scenarios.model.target import parse_levels
 
 # What a tuning search may vary (the sweeper's points set them); which of them a search did vary is read from its rows
 TUNABLE = (*OPTIMIZER_KNOBS, *estimators.setting_columns())
@@ -68,13 +69,8 @@ INF = math.inf
 def levels(row: dict) -> dict[float, float | None]:
     """{target level: steps to hold it, None where it never was} from the row's `levels_to_target` ("0.3:40;0.35:;
     0.4:120"), the main target's steps its own column; rows from before the column know the main target only."""
-    out: dict[float, float | None] = {}
-    for pair in str(row.get("levels_to_target") or "").split(";"):
-        level, _, steps = pair.partition(":")
-        try:
-            out[float(level)] = float(steps) if steps.strip() else None
-        except ValueError:  # an empty or damaged pair prices nothing; the target's own level stands on its column
-            continue
+    # a damaged pair prices nothing; the target's own level stands on its column
+    out: dict[float, float | None] = dict(parse_levels(row.get("levels_to_target")))
     main = num(row, "target_value")
     if main is not None:
         out[main] = num(row, "steps_to_target")
