@@ -190,6 +190,7 @@ def curve(ctx: Context) -> list[str]:
                 "target.metric": "eval_loss",  # met at the first evaluation: the fresh seed runs too
                 "target.value": "100",
                 "target.max_steps": "3",
+                "target.hold": "1",  # three evaluations in a row would not fit under the dry cap of 3
                 "eval_every": "1",
                 "hydra.launcher.n_jobs": "2",
             },
