@@ -21,7 +21,7 @@ import pytest
 import torch
 from flax import nnx
 from torch.func import functional_call, jvp
-from transformers import LlamaForSequenceClassification
+from transformers import LlamaForCausalLM, LlamaForSequenceClassification, LlamaModel
 
 from bench.config import model_preset
 from bench.errors import ConfigError
@@ -29,6 +29,7 @@ from bench.jax_impl.models import llama as jax_llama
 from bench.models.llama import (
     LLAMA_TINY,
     SMOLLM2_135M,
+    checkpoint_name,
     count_params,
     init_weights,
     is_trainable,
@@ -37,6 +38,7 @@ from bench.models.llama import (
 )
 from bench.spec import LoraSpec
 from bench.torch_impl.models import llama as torch_llama
+from bench.weights import build_weights, check_checkpoint
 from tests.support import trained_adapters
 
 SPEC = LLAMA_TINY
@@ -177,6 +179,24 @@ def test_weights_load_and_export_exactly(models):
     for build in (torch_llama.build_model, jax_llama.build_model):
         with pytest.raises(ValueError, match=r"missing 1: score.weight .*shape mismatch 1: .*gate_proj.weight"):
             build(SPEC, broken)
+
+
+@pytest.mark.parametrize("hf_class", [LlamaForCausalLM, LlamaModel])
+def test_a_causal_lm_or_trunk_checkpoint_is_read_with_the_score_seeded(tmp_path, hf_class):
+    """HF's own LlamaForCausalLM (its tied lm_head left out: a classifier has none) and LlamaModel (keys without
+    "model."), saved by save_pretrained: every weight read from the checkpoint, the score seeded."""
+    config = torch_llama.hf_config(SPEC)
+    config.tie_word_embeddings = True  # SmolLM2's
+    torch.manual_seed(0)
+    saved = hf_class(config)
+    saved.save_pretrained(tmp_path)
+    expected = {checkpoint_name(k): v.numpy() for k, v in saved.state_dict().items() if "lm_head" not in k}
+    check_checkpoint(str(tmp_path), SPEC)
+    weights = build_weights(SPEC, 5, str(tmp_path))
+    assert list(weights) == list(WEIGHTS) and sorted(expected) == sorted(n for n in WEIGHTS if n != "score.weight")
+    for name, w in expected.items():
+        np.testing.assert_array_equal(weights[name], w, err_msg=name)
+    np.testing.assert_array_equal(weights["score.weight"], init_weights(SPEC, 5, ["score.weight"])["score.weight"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
