@@ -18,8 +18,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from bench.models import Heads, Matmul, Matmuls, normal_init, setting
-from bench.spec import LoraSpec, Scopes, count_trained
+from bench.models import Activations, Heads, Matmul, Matmuls, normal_init, setting
+from bench.spec import LoraSpec, Scopes, StepSpec, count_trained
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,7 @@ class LlamaSpec(Heads):
 NAME, SPEC, SETTINGS = "llama", LlamaSpec, LlamaSettings
 INPUT_KEYS = ("input_ids", "attention_mask")  # no segments
 HEAD_KEYS = ("input_ids",)  # the score reads the last token that is not padding
-# The memory model has no LLaMA terms yet (activations below): its cells of LLaMA's rows stay empty, with a note.
-MODELLED = frozenset({"flops"})
+MODELLED = frozenset({"memory", "flops"})
 POOLER = None  # no pooler: the score reads the last token's hidden state
 EMBEDDINGS = ("model.embed_tokens.",)  # no matmul reads it
 CHECKPOINT_BUFFERS = ("lm_head.weight",)  # LlamaForCausalLM's head (tied to embed_tokens in SmolLM2): no classifier's
@@ -260,7 +259,41 @@ def matmuls(
     return out
 
 
-def activations(spec: LlamaSpec, s, seq_len: int, *, X: int, mask: int, dropout: bool, framework: str):
-    """Not modelled yet: MODELLED lacks "memory", so the memory model leaves LLaMA's cells empty, with a note, and
-    never calls this."""
-    raise NotImplementedError("the memory model has no LLaMA terms (bench.models.llama.MODELLED)")
+def activations(spec: LlamaSpec, s: StepSpec, seq_len: int, *, X: int, mask: int, dropout: bool, framework: str):
+    """What LLaMA's forward pass keeps for the backward pass of step `s`, per token (bench.models.Activations;
+    docs/memory.md): `X` bytes per activation, `mask` per dropout-mask element, `dropout` whether the step trains
+    with dropout. A layer keeps, of each RMSNorm, its input (for x^2 and x * rsqrt), its 1/rms (one number) and its
+    normalised output (for the weight's gradient) and the weighted output the projections read (4H + 1, twice);
+    the rotated Q and the repeated K and V (3H: repeat_kv copies the shared heads), the attention probabilities (A T),
+    the context o_proj reads (H); SwiGLU's gate output (SiLU's input), SiLU's output, up's output and their product
+    down_proj reads (4F); attention dropout (0 in both presets): its mask and its output."""
+    H, F, A, T = spec.hidden_size, spec.intermediate_size, spec.num_heads, seq_len
+    da = 1 if spec.dropout > 0 and dropout else 0
+    layer = X * (10 * H + 4 * F + (1 + da) * A * T + 2) + mask * da * A * T
+    if s.trainable == "bias":  # no bias in LLaMA: BitFit trains the score alone, and nothing before it keeps anything
+        layer = 0
+    if s.trainable == "lora":  # frozen weights: the RMSNorms' normalised outputs and the projections' inputs are not
+        layer -= X * (5 * H + F)  # saved (y, h, o_proj's context, down_proj's input); an adapter saves its input,
+        targets = lora_targets(s.lora)  # and A x (r per token) for its B
+        inputs = {"q_proj": "y", "k_proj": "y", "v_proj": "y", "o_proj": "o", "gate_proj": "y2", "up_proj": "y2"}
+        read = {inputs.get(t, t) for t in targets}  # the projections reading one tensor save it once
+        layer += X * (sum(F if r == "down_proj" else H for r in read) + s.lora.rank * len(targets))
+    # The head: the final RMSNorm's input, 1/rms and normalised output where the norm and what precedes it train, and
+    # the score's input. torch's HF model scores every token and picks the last one after; JAX gathers that token
+    # first, so what its head keeps is (B, H) and not per token.
+    if framework != "torch":
+        head = 0 if s.trainable in ("classifier", "bias") else X * H
+    else:
+        # last_k: the first trained layer's input comes from frozen layers, so its first RMSNorm keeps neither that
+        # input nor its 1/rms (H + 1 less than the layers' term), counted here
+        head = {"classifier": X * H, "bias": X * H, "head": 2 * X * H, "lora": X * (2 * H + 1), "last_k": 2 * X * H}
+        head = head.get(s.trainable, X * (3 * H + 1))
+    return Activations(
+        layer=layer,
+        layer_input=X * H,
+        embeddings=0,  # no embedding dropout, no norm: the table's gradient needs only the token indices
+        head=head,
+        # the attention scores and probabilities beside Q, K, V and the context, or SwiGLU's four beside the layer's
+        # input and output
+        forward_temp=X * max(2 * A * T + 4 * H, 4 * F + 2 * H),
+    )

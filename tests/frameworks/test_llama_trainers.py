@@ -3,7 +3,7 @@ same thing from the same weights and batch (CPU, llama_tiny: 4 heads over 2 key-
 - backprop, jvp along a given tangent, MeZO along a given direction and jacfwd over the head give the same loss and
   gradient (or estimate) in torch and JAX;
 - a batch padded with LLaMA's pad id reaches the model with its inputs only (no token_type_ids);
-- the FLOP model predicts what each framework's counter counts; the memory model has no LLaMA terms, and says so;
+- the FLOP model predicts what each framework's counter counts (the memory model's terms: test_memory.py);
 - a trial of every way of differentiating runs end to end and its row is ok, in fp32 and in bf16;
 - SGD steps give one loss curve in both frameworks, on one device and on two (ddp, fsdp).
 """
@@ -154,7 +154,7 @@ def test_the_flop_model_predicts_the_counted_flops_of_llama(framework, mode, kw)
 @pytest.mark.slow
 def test_every_way_of_differentiating_runs_on_llama_in_fp32_and_bf16(tmp_path):
     """Each trial measured and recorded by the runner, in this process (run_here): LLaMA in every way of
-    differentiating, its row ok with the FLOP model's prediction; the memory model's cells empty, with a note."""
+    differentiating, its row ok with both models' predictions."""
     llama = [*FAST, "model=llama_tiny", "logger=none"]  # after FAST's model: the last one given wins
     cases = "case=inference,backprop,jvp,jacfwd_head,mezo,hizoo,lozo"
     outcomes = run_here("-m", "framework=torch,jax", cases, *llama, results=tmp_path / "fp32")
@@ -163,8 +163,8 @@ def test_every_way_of_differentiating_runs_on_llama_in_fp32_and_bf16(tmp_path):
     assert len(outcomes) == len(rows) == 14 and len(bf16) == 4
     assert {r["status"] for r in rows + bf16} == {"ok"}, [r.get("error") for r in rows + bf16]
     for r in rows + bf16:
-        assert r["model"] == "llama_tiny" and float(r["flops_predicted"]) > 0 and not r["mem_predicted_mb"]
-        assert r["model_note"].startswith("model.family=llama: no term in the memory model"), r["model_note"]
+        assert r["model"] == "llama_tiny" and float(r["mem_predicted_mb"]) > 0 and float(r["flops_predicted"]) > 0
+        assert not r["model_note"], r["model_note"]
     assert {r["dtype"] for r in bf16} == {"bf16"}
 
 
