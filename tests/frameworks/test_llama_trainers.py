@@ -4,6 +4,7 @@ same thing from the same weights and batch (CPU, llama_tiny: 4 heads over 2 key-
   gradient (or estimate) in torch and JAX;
 - a batch padded with LLaMA's pad id reaches the model with its inputs only (no token_type_ids);
 - the FLOP model predicts what each framework's counter counts (the memory model's terms: test_memory.py);
+- bf16 (mixed and pure) gradients are fp32's within bf16 precision in both frameworks, and each other's;
 - a trial of every way of differentiating runs end to end and its row is ok, in fp32 and in bf16;
 - SGD steps give one loss curve in both frameworks, on one device and on two (ddp, fsdp).
 """
@@ -48,7 +49,7 @@ def make(framework, mode, **kw):
 def as_hf(framework, trainer, grads) -> dict[str, np.ndarray]:
     if framework == "torch":
         grads = grads if isinstance(grads, dict) else grads.materialize()
-        return {n: g.detach().numpy().copy() for n, g in grads.items()}
+        return {n: g.detach().float().numpy().copy() for n, g in grads.items()}
     return trainer.family.to_hf(grads)
 
 
@@ -62,6 +63,13 @@ def trained(trainer, framework) -> set[str]:
     if framework == "torch":
         return {trainer.family.hf_name(n) for n in trainer.params}
     return set(trainer.family.to_hf(trainer.params))
+
+
+def gradients_of(fw, mode, given=None, **kw):
+    """(loss, gradient by HF name as fp32 numpy) of one gradient of `fw`'s trainer at the start weights."""
+    t = make(fw, mode, **kw)
+    loss, g = t.gradient(t.to_device(batches()), given)
+    return float(loss), {n: np.asarray(x, np.float32) for n, x in as_hf(fw, t, g).items()}
 
 
 def gradients(mode, tangent=None, **kw) -> dict:
@@ -125,6 +133,26 @@ def test_jacfwd_over_the_head_is_backprop_in_both_frameworks(trainable):
     for fw in FRAMEWORKS:
         for n, g in exact[fw][1].items():
             np.testing.assert_allclose(jac[fw][1][n], g, rtol=1e-5, atol=1e-7, err_msg=(fw, n))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["bf16", "bf16_pure"])
+def test_bf16_gradients_are_fp32s_within_bf16_precision_in_both_frameworks(dtype):
+    """As test_bf16.py's for BERT: torch.autocast's recipe (bf16) and bf16 parameters (bf16_pure) in torch, their
+    mirror in our NNX LLaMA (RMSNorm and softmax in fp32): each gradient is fp32's to within eight bf16 roundings
+    (2^-5) yet not fp32's (2^-12), and the frameworks are within two such budgets of each other."""
+    bf16_error, fp32_error = 2**-5, 2**-12  # tests/frameworks/test_bf16.py's bounds
+
+    def flat(fw, dt):
+        loss, g = gradients_of(fw, "backprop", dtype=dt)
+        return np.concatenate([np.asarray(g[n], np.float32).ravel() for n in sorted(g)])
+
+    rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    exact = flat("torch", "fp32")
+    ours = {fw: flat(fw, dtype) for fw in FRAMEWORKS}
+    for fw, g in ours.items():
+        assert fp32_error < rel(g, exact) < bf16_error, fw
+    assert rel(ours["jax"], ours["torch"]) < 2 * bf16_error
 
 
 @pytest.mark.slow
