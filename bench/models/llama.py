@@ -272,15 +272,17 @@ def activations(spec: LlamaSpec, s: StepSpec, seq_len: int, *, X: int, mask: int
     layer = X * (10 * H + 4 * F + (1 + da) * A * T + 2) + mask * da * A * T
     if s.trainable == "bias":  # no bias in LLaMA: BitFit trains the score alone, and nothing before it keeps anything
         layer = 0
-    if s.trainable == "lora":  # frozen weights: the RMSNorms' normalised outputs and the projections' inputs are not
-        layer -= X * (5 * H + F)  # saved (y, h, o_proj's context, down_proj's input); an adapter saves its input,
-        targets = lora_targets(s.lora)  # and A x (r per token) for its B
+    if s.trainable == "lora":
+        # frozen weights: the RMSNorms' normalised and weighted outputs, o_proj's and down_proj's inputs are not saved;
+        # an adapted layer's input is, for its A (once for projections reading one tensor), and A x (r) for its B
+        layer -= X * (5 * H + F)
+        targets = lora_targets(s.lora)
         inputs = {"q_proj": "y", "k_proj": "y", "v_proj": "y", "o_proj": "o", "gate_proj": "y2", "up_proj": "y2"}
-        read = {inputs.get(t, t) for t in targets}  # the projections reading one tensor save it once
+        read = {inputs.get(t, t) for t in targets}
         layer += X * (sum(F if r == "down_proj" else H for r in read) + s.lora.rank * len(targets))
     # The head: the final RMSNorm's input, 1/rms and normalised output where the norm and what precedes it train, and
     # the score's input. torch's HF model scores every token and picks the last one after; JAX gathers that token
-    # first, so what its head keeps is (B, H) and not per token.
+    # first, so per token its head keeps only the layers' output it gathers from (as OPT's).
     if framework != "torch":
         head = 0 if s.trainable in ("classifier", "bias") else X * H
     else:
