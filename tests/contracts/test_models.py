@@ -58,7 +58,10 @@ def test_every_family_declares_what_the_registry_reads(name):
         assert not missing, f"bench/{framework}_impl/models/{name}.py lacks {missing}"
 
 
-@pytest.mark.parametrize(("preset", "family"), [("tiny", "bert"), ("minilm_l6", "bert"), ("opt_tiny", "opt")])
+@pytest.mark.parametrize(
+    ("preset", "family"),
+    [("tiny", "bert"), ("minilm_l6", "bert"), ("opt_tiny", "opt"), ("llama_tiny", "llama"), ("smollm2_135m", "llama")],
+)
 def test_a_preset_names_its_family_and_its_spec_finds_it(preset, family):
     spec, _ = model_preset(preset)
     assert models.of(spec).NAME == family and isinstance(spec, models.get(family).SPEC)
@@ -67,7 +70,7 @@ def test_a_preset_names_its_family_and_its_spec_finds_it(preset, family):
 
 
 def test_an_unknown_family_names_the_accepted_ones():
-    with pytest.raises(ValueError, match=r"^model.family=gpt: accepted bert \| opt$"):
+    with pytest.raises(ValueError, match=rf"^model.family=gpt: accepted {re.escape(' | '.join(models.FAMILIES))}$"):
         models.get("gpt")
     with pytest.raises(TypeError, match="not the spec of a model family"):
         models.of(object())

@@ -184,9 +184,9 @@ def test_an_installed_family_is_found_and_refused_when_it_breaks_the_contract(in
     family_package(install, "fam-plugin", "gpt", monkeypatch)
     assert "gpt" in models.FAMILIES and models.get("gpt").NAME == "gpt" and models.module_of("gpt", "torch") == "json"
     assert models.module_of("bert", "jax") == "bench.jax_impl.models.bert"
-    family_package(install, "misnamed", "llama", monkeypatch, declared="mistral")
-    with pytest.raises(PluginError, match=r"^package misnamed \(bench.models: llama = misnamed_family\): NAME must"):
-        models.get("llama")
+    family_package(install, "misnamed", "falcon", monkeypatch, declared="mistral")
+    with pytest.raises(PluginError, match=r"^package misnamed \(bench.models: falcon = misnamed_family\): NAME must"):
+        models.get("falcon")
     family_package(install, "half", "t5", monkeypatch, implementations={"torch": "json", "jax": "no_such"})
     with pytest.raises(PluginError, match=r"^package half .*: IMPLEMENTATIONS names no installed module for jax;"):
         models.get("t5")

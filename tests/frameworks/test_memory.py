@@ -130,6 +130,9 @@ def test_the_breakdown_is_deterministic(framework):
 PREDICTED = {
     "bert": dataclasses.replace(SMALL, hidden_size=96, num_heads=4, intermediate_size=384, num_layers=3),
     "opt": model_preset("opt_tiny", hidden_size=96, num_heads=4, intermediate_size=384, num_layers=3, dropout=0.1)[0],
+    "llama": model_preset("llama_tiny", hidden_size=96, num_heads=4, intermediate_size=384, num_layers=3, dropout=0.1)[
+        0
+    ],
 }
 
 

@@ -236,7 +236,7 @@ def test_sgd_steps_give_the_same_losses_in_both_frameworks_on_one_device_and_on_
 
 
 def test_an_unknown_family_is_refused_in_one_line(tmp_path):
-    args, expected = ["model.family=gpt"], "model.family=gpt: accepted bert | opt"
+    args, expected = ["model.family=gpt"], f"model.family=gpt: accepted {' | '.join(models.FAMILIES)}"
     proc = bench_here("model=opt_tiny", *args, results=tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and expected in proc.stderr, proc.stderr
     assert not (tmp_path / "runs.csv").exists()

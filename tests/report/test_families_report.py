@@ -7,6 +7,7 @@ from tests.support import build_report, trial, write_csv
 
 OPT = {"model": "opt_125m", "n_params": 57_000_000}
 BERT = {"model": "bert_base", "n_params": 52_000_000}
+LLAMA = {"model": "smollm2_135m", "n_params": 56_000_000}
 
 
 def rows(models=(BERT, OPT)) -> list[dict]:
@@ -14,7 +15,7 @@ def rows(models=(BERT, OPT)) -> list[dict]:
     for fw in ("torch", "jax"):
         for mode in ("backprop", "jvp"):
             for m in models:
-                scale = 2.0 if m is OPT else 1.0  # the decoder: twice the excess and the step, made up
+                scale = {"opt_125m": 2.0, "smollm2_135m": 3.0}.get(m["model"], 1.0)  # the decoders', made up
                 out.append(
                     trial(
                         fw,
@@ -55,3 +56,14 @@ def test_each_mode_sets_the_decoder_beside_the_encoder_with_ratios(tmp_path):
 def test_no_section_without_both_families(tmp_path):
     build_report([write_csv(tmp_path / "runs.csv", rows(models=(BERT,)))], tmp_path / "out")
     assert "## Decoder against encoder" not in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_each_decoder_has_its_table_beside_the_encoder(tmp_path):
+    build_report([write_csv(tmp_path / "runs.csv", rows(models=(BERT, OPT, LLAMA)))], tmp_path / "out")
+    text = section((tmp_path / "out" / "report.md").read_text())
+    assert "bert_base 52.0 M parameters, opt_125m 57.0 M parameters, smollm2_135m 56.0 M parameters" in text
+    heads = [line for line in text.splitlines() if line.startswith("| framework")]
+    assert [h.split(" | ")[2] for h in heads] == ["bert_base peak MiB"] * 2
+    assert ["opt_125m excess MiB" in heads[0], "smollm2_135m excess MiB" in heads[1]] == [True, True]
+    ratios = [line.strip("|").split("|")[-2:] for line in text.splitlines() if line.startswith("| JAX")]
+    assert [[c.strip() for c in r] for r in ratios] == [["2.00×", "2.00×"]] * 2 + [["3.00×", "3.00×"]] * 2

@@ -1,6 +1,6 @@
-"""The model families' section: each way of differentiating on a causal decoder (OPT) beside the same on an encoder
-(BERT), both frameworks, from `+experiment=decoder_vs_encoder` (their models differ, so the framework x mode
-tables put them in separate contexts)."""
+"""The model families' section: each way of differentiating on each causal decoder beside the same on the encoder,
+both frameworks, from `+experiment=decoder_vs_encoder` (their models differ, so the framework x mode tables put them
+in separate contexts)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def ratio(a: dict, b: dict, column: str) -> float | None:
 
 
 class FamiliesSection(Section):
-    """Per framework and mode: the decoder's and the encoder's memory and step time, and their ratios."""
+    """Per framework and mode: each decoder's and the encoder's memory and step time, and their ratios."""
 
     def render(self, results: Results, plot_dir: Path) -> list[str]:
         rows = [r for r in view(results).sel.ok if experiment_of(r) == EXPERIMENT]
@@ -34,19 +34,22 @@ class FamiliesSection(Section):
             return []
         cells = {(r["framework"], variant(r), r["model"]): r for r in rows}
         order = sorted({(framework_order(r["framework"]), mode_order(r), r["framework"], variant(r)) for r in rows})
-        encoder, decoder = models  # bert_base sorts before opt_125m
-        head = ["framework", "mode"]
-        for m in (encoder, decoder):
-            head += [f"{m} {name}" for name, _, _ in METRICS]
-        head += ["excess ×", "step ×"]
-        body = []
-        for *_, fw, mode in order:
-            a, b = cells.get((fw, mode, decoder), {}), cells.get((fw, mode, encoder), {})
-            line = [FRAMEWORK_NAMES.get(fw, fw), mode]
-            for r in (b, a):
-                line += [fmt_value(num(r, column), scale) for _, column, scale in METRICS]
-            line += [fmt_ratio(ratio(a, b, "excess_mem_mb")), fmt_ratio(ratio(a, b, "step_time_median_s"))]
-            body.append(line)
+        encoder, *decoders = models  # the experiment's encoder, bert_base, sorts before its decoders
+        tables = []
+        for decoder in decoders:  # one table a decoder, each beside the encoder
+            head = ["framework", "mode"]
+            for m in (encoder, decoder):
+                head += [f"{m} {name}" for name, _, _ in METRICS]
+            head += ["excess ×", "step ×"]
+            body = []
+            for *_, fw, mode in order:
+                a, b = cells.get((fw, mode, decoder), {}), cells.get((fw, mode, encoder), {})
+                line = [FRAMEWORK_NAMES.get(fw, fw), mode]
+                for r in (b, a):
+                    line += [fmt_value(num(r, column), scale) for _, column, scale in METRICS]
+                line += [fmt_ratio(ratio(a, b, "excess_mem_mb")), fmt_ratio(ratio(a, b, "step_time_median_s"))]
+                body.append(line)
+            tables += [md_table(head, body, "ll" + "r" * (len(head) - 2)), ""]
         sizes = {r["model"]: r for r in rows}
         shape = rows[0]
         device = shape.get("device_name") or shape.get("device")
@@ -57,8 +60,7 @@ class FamiliesSection(Section):
             f"Rows of experiment `{EXPERIMENT}` (conf/experiment/decoder_vs_encoder.yaml): {params}, "
             f"{shape.get('num_layers')} layers each, batch {shape.get('batch_size')}, sequence "
             f"{shape.get('seq_len')}, {device}. The ratios divide the decoder's by the encoder's, mode by mode and "
-            "framework by framework. docs/models.md says what differs between the two.",
+            "framework by framework, one table a decoder. docs/models.md says what differs between them.",
             "",
-            md_table(head, body, "ll" + "r" * (len(head) - 2)),
-            "",
+            *tables,
         ]
