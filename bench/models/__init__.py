@@ -44,6 +44,35 @@ GROUP = "bench.models"
 # one more family, with no list to edit.
 FOUND = plugins.found(GROUP, {m.name: f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if not m.ispkg})
 FAMILIES = tuple(sorted(FOUND))
+# What a family's modules define, by where (the docstring above and docs/models.md's recipe say what each is): a
+# plug-in's are refused at load without one; tests/contracts/test_models.py holds every family to it.
+REQUIRED = {
+    "neutral": (
+        "NAME",
+        "SPEC",
+        "INPUT_KEYS",
+        "HEAD_KEYS",
+        "LORA_TARGETS",
+        "MODELLED",
+        "SCOPES",
+        "EMBEDDINGS",
+        "CHECKPOINT_BUFFERS",
+        "CHECKPOINT_OPTIONAL",
+        "spec_from",
+        "SETTINGS",
+        "refuses",
+        "checkpoint_name",
+        "param_shapes",
+        "is_trainable",
+        "count_params",
+        "init_weights",
+        "lora_shapes",
+        "matmuls",
+        "activations",
+    ),
+    "torch": ("build_model", "load_weights", "export_weights", "hf_name", "features", "head_logits", "layers"),
+    "jax": ("build_model", "load_weights", "export_weights", "hf_name", "is_trained", "to_hf", "from_hf"),
+}
 
 
 class ModelSpec(Protocol):
@@ -142,6 +171,17 @@ def get(name: str) -> ModuleType:
                 f"{plugin}: IMPLEMENTATIONS names no installed module for {' | '.join(absent)}; accepted "
                 f"{{framework: module}} for each of {' | '.join(FRAMEWORKS)}"
             )
+        lacking = [n for n in REQUIRED["neutral"] if not hasattr(family, n)]
+        if lacking:
+            raise PluginError(f"{plugin}: its module lacks {', '.join(lacking)}; a family defines each of REQUIRED")
+        for fw in FRAMEWORKS:  # read from source: a framework's module is not imported before a trial needs it
+            bound = plugins.top_level_names(declared[fw])
+            lacking = [n for n in REQUIRED[fw] if bound is not None and n not in bound]
+            if lacking:
+                raise PluginError(
+                    f"{plugin}: {declared[fw]} ({fw}) lacks {', '.join(lacking)}; accepted a module "
+                    f"defining each of {', '.join(REQUIRED[fw])}"
+                )
     return family
 
 

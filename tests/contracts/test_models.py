@@ -17,33 +17,8 @@ from bench.errors import ConfigError
 from bench.scenarios import SCENARIOS
 from tests.support import REPO, composed
 
-NEUTRAL = (
-    "NAME",
-    "SPEC",
-    "INPUT_KEYS",
-    "HEAD_KEYS",
-    "LORA_TARGETS",
-    "MODELLED",
-    "SCOPES",
-    "EMBEDDINGS",
-    "CHECKPOINT_BUFFERS",
-    "CHECKPOINT_OPTIONAL",
-    "spec_from",
-    "SETTINGS",
-    "refuses",
-    "checkpoint_name",
-    "param_shapes",
-    "is_trainable",
-    "count_params",
-    "init_weights",
-    "lora_shapes",
-    "matmuls",
-    "activations",
-)
-FRAMEWORK = {
-    "torch": ("build_model", "load_weights", "export_weights", "hf_name", "features", "head_logits", "layers"),
-    "jax": ("build_model", "load_weights", "export_weights", "hf_name", "is_trained", "to_hf", "from_hf"),
-}
+NEUTRAL = models.REQUIRED["neutral"]
+FRAMEWORK = {fw: models.REQUIRED[fw] for fw in ("torch", "jax")}
 
 
 @pytest.mark.parametrize("name", models.FAMILIES)

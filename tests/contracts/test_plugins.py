@@ -164,15 +164,19 @@ def test_the_docs_list_what_each_framework_module_must_define():
 
 
 FAMILY_MODULE = """
+{names}
 NAME = {name!r}
 IMPLEMENTATIONS = {implementations!r}
 """
+WHOLE = "from bench.models.opt import *  # every name a family defines: OPT's, under another NAME"
+OPT_MODULES = {"torch": "bench.torch_impl.models.opt", "jax": "bench.jax_impl.models.opt"}
 
 
 def family_package(install, dist: str, name: str, monkeypatch, **kw) -> None:
     prefix = dist.replace("-", "_")
-    implementations = kw.get("implementations", {"torch": "json", "jax": "json"})  # modules that import
-    family = FAMILY_MODULE.format(name=kw.get("declared", name), implementations=implementations)
+    implementations = kw.get("implementations", OPT_MODULES)
+    names = kw.get("names", WHOLE)
+    family = FAMILY_MODULE.format(names=names, name=kw.get("declared", name), implementations=implementations)
     install(dist, {models.GROUP: {name: f"{prefix}_family"}}, {f"{prefix}_family": family})
     builtin = {n: p.module for n, p in models.FOUND.items() if p.package == plugins.BUILTIN}
     found = plugins.found(models.GROUP, builtin)  # as the registry finds them on import
@@ -182,7 +186,11 @@ def family_package(install, dist: str, name: str, monkeypatch, **kw) -> None:
 
 def test_an_installed_family_is_found_and_refused_when_it_breaks_the_contract(install, monkeypatch):
     family_package(install, "fam-plugin", "gpt", monkeypatch)
-    assert "gpt" in models.FAMILIES and models.get("gpt").NAME == "gpt" and models.module_of("gpt", "torch") == "json"
+    assert (
+        "gpt" in models.FAMILIES
+        and models.get("gpt").NAME == "gpt"
+        and models.module_of("gpt", "torch") == OPT_MODULES["torch"]
+    )
     assert models.module_of("bert", "jax") == "bench.jax_impl.models.bert"
     family_package(install, "misnamed", "falcon", monkeypatch, declared="mistral")
     with pytest.raises(PluginError, match=r"^package misnamed \(bench.models: falcon = misnamed_family\): NAME must"):
@@ -190,6 +198,14 @@ def test_an_installed_family_is_found_and_refused_when_it_breaks_the_contract(in
     family_package(install, "half", "t5", monkeypatch, implementations={"torch": "json", "jax": "no_such"})
     with pytest.raises(PluginError, match=r"^package half .*: IMPLEMENTATIONS names no installed module for jax;"):
         models.get("t5")
+    family_package(install, "bare", "gemma", monkeypatch, names="")
+    with pytest.raises(PluginError, match=r"^package bare .*: its module lacks SPEC, INPUT_KEYS, .*activations; a"):
+        models.get("gemma")
+    family_package(install, "thin", "phi", monkeypatch, implementations={**OPT_MODULES, "jax": "json"})
+    with pytest.raises(
+        PluginError, match=r"^package thin .*: json \(jax\) lacks build_model, load_weights, .*from_hf;"
+    ):
+        models.get("phi")
     with pytest.raises(PluginError, match=r"^package clash .*: the name bert is taken by bench.models.bert"):
         family_package(install, "clash", "bert", monkeypatch)
 
