@@ -25,7 +25,8 @@ from tests.support import FAST, REPO, bench_here, whole_rows
     [
         (
             ["model=nope"],
-            "model=nope: unknown option; accepted: bert_base, bert_large, minilm_l6, opt_125m, opt_tiny, tiny",
+            "model=nope: unknown option; accepted: "
+            + ", ".join(sorted(p.stem for p in (REPO / "conf" / "model").glob("*.yaml"))),
         ),
         (["mode=backward"], "mode=backward: accepted inference | backprop | jvp | jacfwd | mezo"),
         (["dtype=fp16"], "dtype=fp16: accepted fp32 | bf16 | bf16_pure"),
