@@ -71,6 +71,7 @@ def jax_estimates(steps: range) -> list[np.ndarray]:
     return [np.concatenate([g[2:], g[:2]]) for g in out]  # back to the torch order (w, v)
 
 
+@pytest.mark.slow
 def test_each_draw_is_n_times_one_partial_derivative_in_both_frameworks(example):
     from bench_plugin_example.coordinate import coordinate
 
