@@ -352,3 +352,10 @@ def from_hf(tree, arrays: dict[str, np.ndarray], entry: Entry):
         return jnp.asarray(stacked_from(*entry(path, stack_size(path, x)), arrays), dtype=x.dtype)
 
     return jax.tree_util.tree_map_with_path(leaf, tree)
+
+
+def last_token(input_ids: jax.Array, pad_token_id: int) -> jax.Array:
+    """Each row's last token that is not padding, (B,): transformers 5.x's rule for a decoder's score, the rightmost
+    non-pad token ((arange * (ids != pad)).argmax; row 0 where all are pad). Mirror of torch_impl's last_token."""
+    positions = jnp.arange(input_ids.shape[-1], dtype=jnp.int32)
+    return jnp.argmax(positions * (input_ids != pad_token_id), axis=-1)

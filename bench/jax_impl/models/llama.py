@@ -199,8 +199,7 @@ class LlamaForSequenceClassification(nnx.Module):
         """The head: final RMSNorm + score at each row's last token that is not pad_token_id, (B, T, H) -> logits
         (B, num_labels). `deterministic`/`rngs` are BERT's head's arguments: LLaMA's head has no dropout."""
         B, T = input_ids.shape
-        # transformers 5.x: the rightmost non-pad token, (arange * (ids != pad)).argmax (row 0 if all are pad)
-        last = jnp.argmax(jnp.arange(T, dtype=jnp.int32) * (input_ids != self.spec.pad_token_id), axis=-1)  # (B,)
+        last = common.last_token(input_ids, self.spec.pad_token_id)  # (B,)
         # RMSNorm and score act per token, so reading the row first computes HF's pooled logits on B rows, not B*T
         pooled = hidden[jnp.arange(B), last]  # (B, H)
         return self.score(self.model.norm(pooled))  # (B, num_labels)

@@ -188,8 +188,7 @@ class OPTForSequenceClassification(nnx.Module):
         """The head: final LayerNorm + score at each row's last token that is not pad_token_id, (B, T, H) ->
         logits (B, num_labels). `deterministic`/`rngs` are BERT's head's arguments: OPT's head has no dropout."""
         B, T = input_ids.shape
-        # transformers 5.x: the rightmost non-pad token, (arange * (ids != pad)).argmax (row 0 if all are pad)
-        last = jnp.argmax(jnp.arange(T, dtype=jnp.int32) * (input_ids != self.spec.pad_token_id), axis=-1)  # (B,)
+        last = common.last_token(input_ids, self.spec.pad_token_id)  # (B,)
         # LayerNorm and score act per token, so reading the row first computes HF's pooled logits on B rows, not B*T
         pooled = hidden[jnp.arange(B), last]  # (B, H)
         return self.score(self.model.decoder.final_layer_norm(pooled))  # (B, num_labels)

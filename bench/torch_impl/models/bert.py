@@ -101,9 +101,8 @@ def features(model, batch):
 def head_logits(model, hidden, batch, params):
     """The trunk's output through pooler, dropout and classifier; `params` (HF names) are the head's parameters,
     passed functionally."""
-    sub = lambda prefix: {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
-    pooled = functional_call(model.bert.pooler, sub("bert.pooler."), (hidden,))  # (B, H)
-    return functional_call(model.classifier, sub("classifier."), (model.dropout(pooled),))  # (B, C)
+    pooled = functional_call(model.bert.pooler, common.under(params, "bert.pooler."), (hidden,))  # (B, H)
+    return functional_call(model.classifier, common.under(params, "classifier."), (model.dropout(pooled),))  # (B, C)
 
 
 def layers(model) -> list:

@@ -92,3 +92,16 @@ def weights_from_state_dict(state_dict, spec) -> dict[str, np.ndarray]:
         for k, v in state_dict.items()
         if family.checkpoint_name(k) not in family.CHECKPOINT_BUFFERS
     }
+
+
+def under(params: dict, prefix: str) -> dict:
+    """The entries of `params` (HF names) below `prefix`, named as the submodule there names them: what
+    functional_call takes for one module of the head."""
+    return {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
+
+
+def last_token(input_ids: torch.Tensor, pad_token_id: int) -> torch.Tensor:
+    """Each row's last token that is not padding, (B,): transformers 5.x's rule for a decoder's score, the rightmost
+    non-pad token ((arange * (ids != pad)).argmax; row 0 where all are pad). Mirror of jax_impl's last_token."""
+    positions = torch.arange(input_ids.shape[-1], device=input_ids.device)
+    return (positions * (input_ids != pad_token_id)).argmax(-1)

@@ -109,12 +109,10 @@ def head_logits(model, hidden, batch, params):
     """The final RMSNorm and the score over every token, read at the last token that is not padding
     (transformers 5.x's rule), as HF's forward does; `params` (HF names) are the head's parameters, passed
     functionally."""
-    sub = lambda prefix: {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
-    normed = functional_call(model.model.norm, sub("model.norm."), (hidden,))
-    logits = functional_call(model.score, sub("score."), (normed,))  # (B, T, C)
+    normed = functional_call(model.model.norm, common.under(params, "model.norm."), (hidden,))
+    logits = functional_call(model.score, common.under(params, "score."), (normed,))  # (B, T, C)
     ids = batch["input_ids"]
-    positions = torch.arange(ids.shape[-1], device=ids.device)
-    last = (positions * (ids != model.config.pad_token_id)).argmax(-1)  # (B,)
+    last = common.last_token(ids, model.config.pad_token_id)  # (B,)
     return logits[torch.arange(ids.shape[0], device=ids.device), last]  # (B, C)
 
 

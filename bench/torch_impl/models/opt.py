@@ -103,14 +103,14 @@ def head_logits(model, hidden, batch, params):
     """The final LayerNorm and the score over every token, read at the last token that is not padding
     (transformers 5.x's rule), as HF's forward does; `params` (HF names) are the head's parameters, passed
     functionally."""
-    sub = lambda prefix: {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
     norm = model.model.decoder.final_layer_norm
     logits = functional_call(
-        model.score, sub("score."), (functional_call(norm, sub("model.decoder.final_layer_norm."), (hidden,)),)
+        model.score,
+        common.under(params, "score."),
+        (functional_call(norm, common.under(params, "model.decoder.final_layer_norm."), (hidden,)),),
     )
     ids = batch["input_ids"]
-    positions = torch.arange(ids.shape[-1], device=ids.device)
-    last = (positions * (ids != model.config.pad_token_id)).argmax(-1)  # (B,)
+    last = common.last_token(ids, model.config.pad_token_id)  # (B,)
     return logits[torch.arange(ids.shape[0], device=ids.device), last]  # (B, C)
 
 
