@@ -2,8 +2,9 @@
 stored. Mirror of jax_impl/directions.py.
 
 A direction is drawn unit by unit (bench.spec.draw_units): a unit is a run of consecutive trainable tensors drawn by
-one generator and one random op, cut into the tensors as views, never larger than the largest tensor (or
-UNIT_FLOOR's 4 MiB where every tensor is small). Unit u of direction k at `step` has the seed
+one generator and one random op (on the CPU, a unit of more than UNIT_FLOOR entries in chunks of that many, a
+generator each, filled in parallel: see CHUNK), cut into the tensors as views, never larger than the largest tensor
+(or UNIT_FLOOR's 4 MiB where every tensor is small). Unit u of direction k at `step` has the seed
 direction_seed(seed, step, k, u), so any unit can be drawn again alone, a direction is never held whole (at most a
 unit), and the host does per unit, not per tensor, what a draw and an update cost: one seed, one generator, one
 random op, one foreach add.
@@ -24,11 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from bench.spec import draw_units
+from bench.spec import UNIT_FLOOR, draw_units
 from bench.torch_impl.parallel import local, sharded
 
 
@@ -118,9 +121,46 @@ def units_of(params) -> Units:
 def draw(unit: Unit, seed: int, step: int, k: int, kind: str = "gaussian", *, salt: int = 0) -> torch.Tensor:
     """Unit `unit` of direction k at `step`, flat and whole: N(0, I) entries, or (kind="rademacher") +-1 ones from
     random bits, both with E[z z^T] = I. `salt` separates other draws of the same unit (LOZO's factors)."""
-    g = torch.Generator(device=unit.device)
-    g.manual_seed(direction_seed(seed, step, k, unit.index, salt))
-    return observe("directions", random((unit.numel,), g, unit.device, unit.dtype, kind))
+    flat = torch.empty(unit.numel, device=unit.device, dtype=unit.dtype)
+    fill(flat, (seed, step, k, unit.index, salt), kind)
+    return observe("directions", flat)
+
+
+# On the CPU a unit's draw comes in chunks of CHUNK entries, each from its own generator (chunk c > 0 seeded by
+# direction_seed(*words, c), chunk 0 by the unit's own seed, so a unit of at most CHUNK entries draws as one),
+# filled by a thread each: torch's CPU generator is sequential, so one generator per unit drew a whole model's
+# direction on one core while the others waited. The chunks are fixed, so the values do not depend on the threads.
+CHUNK = UNIT_FLOOR
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def fill(flat: torch.Tensor, words: tuple[int, ...], kind: str = "gaussian") -> None:
+    """Write the draw seeded by `words` into the flat buffer `flat`, in place."""
+    n = flat.numel()
+    # a dispatch mode (the kernel count, the FLOP counter) sees this thread's ops only: draw here for it
+    if flat.device.type != "cpu" or n <= CHUNK or _get_current_dispatch_mode() is not None:
+        for c in range(0, n, CHUNK) if flat.device.type == "cpu" else [0]:
+            _fill_chunk(flat, words, c, flat.device.type == "cpu", kind)
+        return
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max(torch.get_num_threads(), 1), thread_name_prefix="bench-draw"))
+    inference = torch.is_inference_mode_enabled()  # grad modes are per thread: the workers take the caller's
+
+    def chunk(c: int) -> None:
+        with torch.inference_mode(inference), torch.no_grad():
+            _fill_chunk(flat, words, c, True, kind)
+
+    list(_POOL[0].map(chunk, range(0, n, CHUNK)))
+
+
+def _fill_chunk(flat: torch.Tensor, words: tuple[int, ...], start: int, chunked: bool, kind: str) -> None:
+    part = flat[start : start + CHUNK] if chunked else flat
+    g = torch.Generator(device=flat.device)
+    g.manual_seed(direction_seed(*words, start // CHUNK) if start else direction_seed(*words))
+    if kind == "rademacher":
+        part.copy_(rademacher(part.shape, g, flat.device, flat.dtype))
+    else:
+        part.normal_(generator=g)
 
 
 def random(shape, g: torch.Generator, device, dtype, kind: str = "gaussian") -> torch.Tensor:

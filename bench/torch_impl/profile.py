@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch._C._profiler import _ExperimentalConfig
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from bench.measure.timeline import STEP_EVENT
@@ -63,7 +64,9 @@ def record(trainer, updates: list, folder: Path) -> Path:
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available() and trainer.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities, record_shapes=True) as prof:
+    # every thread: on the CPU a direction's chunks are drawn by a pool of threads (torch_impl/directions.fill)
+    every_thread = _ExperimentalConfig(profile_all_threads=True)
+    with profile(activities=activities, record_shapes=True, experimental_config=every_thread) as prof:
         for batches in updates:
             with record_function(STEP_EVENT):
                 trainer.sync(trainer.step(batches))

@@ -225,6 +225,48 @@ def test_torch_layer_norm_rule_is_torchs_own_in_both_modes(affine):
         torch.testing.assert_close(a, e)
 
 
+@pytest.mark.parametrize("kind", ["gaussian", "rademacher"])
+def test_torch_draws_a_big_unit_in_fixed_chunks_whatever_the_threads(kind):
+    """On the CPU a unit of more than CHUNK entries is drawn in chunks of CHUNK, chunk c from its own generator
+    (chunk 0 from the unit's seed, so a unit of at most CHUNK entries draws as one generator did before), filled by
+    a pool of threads: the values are the chunks', with any number of threads, under a dispatch mode (the kernel
+    count draws in its own thread) and in inference mode."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    chunk = tdirections.CHUNK
+    small, big = tdirections.Units({"a": torch.zeros(1000), "b": torch.zeros(2 * chunk + 5)})
+    words = (3, 7, 1)
+
+    def one_generator(numel, *seed_words):
+        g = torch.Generator()
+        g.manual_seed(tdirections.direction_seed(*seed_words))
+        return tdirections.random((numel,), g, "cpu", torch.float32, kind)
+
+    assert torch.equal(tdirections.draw(small, *words, kind), one_generator(1000, *words, small.index, 0))
+    z = tdirections.draw(big, *words, kind)
+    expected = [one_generator(chunk, *words, big.index, 0), one_generator(chunk, *words, big.index, 0, 1)]
+    expected.append(one_generator(5, *words, big.index, 0, 2))
+    assert torch.equal(z, torch.cat(expected))
+    assert not torch.equal(expected[0], expected[1])  # each chunk its own stream
+
+    class Counting(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        tdirections._POOL.clear()
+        assert torch.equal(tdirections.draw(big, *words, kind), z)
+    finally:
+        torch.set_num_threads(threads)
+        tdirections._POOL.clear()
+    with Counting():
+        assert torch.equal(tdirections.draw(big, *words, kind), z)
+    with torch.inference_mode():
+        assert torch.equal(tdirections.draw(big, *words, kind), z)
+
+
 def test_torch_lazy_jvp_takes_the_same_step_and_never_holds_the_tangent_whole(monkeypatch):
     """jvp.impl=lazy draws a unit of the tangent when the first module it feeds runs: the same seeded directions as
     func, so the same step, with one unit alive at a time (func: every unit). Units here as small as the largest
