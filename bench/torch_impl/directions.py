@@ -136,29 +136,35 @@ _POOL: list[ThreadPoolExecutor] = []
 
 def fill(flat: torch.Tensor, words: tuple[int, ...], kind: str = "gaussian") -> None:
     """Write the draw seeded by `words` into the flat buffer `flat`, in place."""
-    n = flat.numel()
-    # a dispatch mode (the kernel count, the FLOP counter) sees this thread's ops only: draw here for it
-    if flat.device.type != "cpu" or n <= CHUNK or _get_current_dispatch_mode() is not None:
-        for c in range(0, n, CHUNK) if flat.device.type == "cpu" else [0]:
-            _fill_chunk(flat, words, c, flat.device.type == "cpu", kind)
+    if flat.device.type != "cpu":  # one generator, one kernel
+        _fill(flat, words, kind)
+        return
+    starts = range(0, flat.numel(), CHUNK)
+    # a dispatch mode (the kernel count, the FLOP counter) sees its own thread's ops only: draw in this one for it
+    if len(starts) <= 1 or _get_current_dispatch_mode() is not None:
+        for start in starts:
+            _fill(flat[start : start + CHUNK], _chunk_words(words, start), kind)
         return
     if not _POOL:
         _POOL.append(ThreadPoolExecutor(max(torch.get_num_threads(), 1), thread_name_prefix="bench-draw"))
     inference = torch.is_inference_mode_enabled()  # grad modes are per thread: the workers take the caller's
 
-    def chunk(c: int) -> None:
+    def chunk(start: int) -> None:
         with torch.inference_mode(inference), torch.no_grad():
-            _fill_chunk(flat, words, c, True, kind)
+            _fill(flat[start : start + CHUNK], _chunk_words(words, start), kind)
 
-    list(_POOL[0].map(chunk, range(0, n, CHUNK)))
+    list(_POOL[0].map(chunk, starts))
 
 
-def _fill_chunk(flat: torch.Tensor, words: tuple[int, ...], start: int, chunked: bool, kind: str) -> None:
-    part = flat[start : start + CHUNK] if chunked else flat
-    g = torch.Generator(device=flat.device)
-    g.manual_seed(direction_seed(*words, start // CHUNK) if start else direction_seed(*words))
+def _chunk_words(words: tuple[int, ...], start: int) -> tuple[int, ...]:
+    return (*words, start // CHUNK) if start else words
+
+
+def _fill(part: torch.Tensor, words: tuple[int, ...], kind: str) -> None:
+    g = torch.Generator(device=part.device)
+    g.manual_seed(direction_seed(*words))
     if kind == "rademacher":
-        part.copy_(rademacher(part.shape, g, flat.device, flat.dtype))
+        part.copy_(rademacher(part.shape, g, part.device, part.dtype))
     else:
         part.normal_(generator=g)
 
