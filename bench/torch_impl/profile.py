@@ -64,15 +64,23 @@ def record(trainer, updates: list, folder: Path) -> Path:
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available() and trainer.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    # every thread: on the CPU a direction's chunks are drawn by a pool of threads (torch_impl/directions.fill)
-    every_thread = _ExperimentalConfig(profile_all_threads=True)
-    with profile(activities=activities, record_shapes=True, experimental_config=every_thread) as prof:
+    with profile(activities=activities, record_shapes=True, experimental_config=every_thread()) as prof:
         for batches in updates:
             with record_function(STEP_EVENT):
                 trainer.sync(trainer.step(batches))
     path = folder / TRACE_FILE
     prof.export_chrome_trace(str(path))
     return path
+
+
+def every_thread() -> _ExperimentalConfig | None:
+    """The profiler's config for every thread's operations: on the CPU a direction's chunks are drawn by a pool of
+    threads (torch_impl/directions.fill). None where torch predates the option (torch>=2.4 is the project's bound):
+    the calling thread's operations only, and a big draw's time then reads as overhead."""
+    try:
+        return _ExperimentalConfig(profile_all_threads=True)
+    except TypeError:
+        return None
 
 
 def classify(trainer, events: list[dict]):

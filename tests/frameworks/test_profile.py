@@ -54,3 +54,31 @@ def test_a_jvp_step_is_explained_by_category(traced):
         assert x.by_category_ms[category] > 0, (fw, category, x.by_category_ms)
     assert x.by_category_ms["collectives"] == 0  # one device
     assert x.top_ops and all(o["self_ms_per_step"] >= 0 for o in x.top_ops)
+
+
+def test_torch_traces_the_draws_its_pool_of_threads_makes(tmp_path):
+    """A big unit's chunks are drawn by a pool of threads (torch_impl/directions.fill): the trace holds them, one
+    generator's op per chunk, each counted as random time, not as the host's overhead."""
+    import torch
+
+    from bench.torch_impl import directions, profile
+
+    unit = directions.Units({"w": torch.zeros(3 * directions.CHUNK)})[0]
+
+    class Drawing:  # a trainer whose step is one draw of the unit
+        device = torch.device("cpu")
+
+        def step(self, _):
+            return directions.draw(unit, 0, 0, 0)
+
+        def sync(self, out):
+            return out
+
+    directions.draw(unit, 0, 0, 0)  # the pool's threads exist before the profiler starts
+    events = load_events(profile.record(Drawing(), [None], tmp_path))
+    ops = [op for op in operations(events, profile.classify(None, events)) if op.name == "aten::normal_"]
+    assert len(ops) == 3 and {op.category for op in ops} == {"random"}
+    if torch.get_num_threads() > 1 and profile.every_thread() is not None:
+        (step,) = [e for e in complete(events) if e["name"] == STEP_EVENT]
+        calling = (step.get("pid"), step.get("tid"))
+        assert all(op.thread != calling for op in ops)  # off the calling thread, and still in the trace
