@@ -24,6 +24,7 @@ which Trainer.apply hands the optimizer a unit at a time.
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -132,6 +133,7 @@ def draw(unit: Unit, seed: int, step: int, k: int, kind: str = "gaussian", *, sa
 # direction on one core while the others waited. The chunks are fixed, so the values do not depend on the threads.
 CHUNK = UNIT_FLOOR
 _POOL: list[ThreadPoolExecutor] = []
+os.register_at_fork(after_in_child=_POOL.clear)  # a forked child has none of the pool's threads: it makes its own
 
 
 def fill(flat: torch.Tensor, words: tuple[int, ...], kind: str = "gaussian") -> None:
