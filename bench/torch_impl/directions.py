@@ -23,6 +23,7 @@ which Trainer.apply hands the optimizer a unit at a time.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import struct
@@ -132,8 +133,14 @@ def draw(unit: Unit, seed: int, step: int, k: int, kind: str = "gaussian", *, sa
 # filled by a thread each: torch's CPU generator is sequential, so one generator per unit drew a whole model's
 # direction on one core while the others waited. The chunks are fixed, so the values do not depend on the threads.
 CHUNK = UNIT_FLOOR
-_POOL: list[ThreadPoolExecutor] = []
-os.register_at_fork(after_in_child=_POOL.clear)  # a forked child has none of the pool's threads: it makes its own
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max(torch.get_num_threads(), 1), thread_name_prefix="bench-draw")
+
+
+os.register_at_fork(after_in_child=_pool.cache_clear)  # a forked child has none of the pool's threads
 
 
 def fill(flat: torch.Tensor, words: tuple[int, ...], kind: str = "gaussian") -> None:
@@ -147,15 +154,13 @@ def fill(flat: torch.Tensor, words: tuple[int, ...], kind: str = "gaussian") -> 
         for start in starts:
             _fill(flat[start : start + CHUNK], _chunk_words(words, start), kind)
         return
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(max(torch.get_num_threads(), 1), thread_name_prefix="bench-draw"))
     inference = torch.is_inference_mode_enabled()  # grad modes are per thread: the workers take the caller's
 
     def chunk(start: int) -> None:
         with torch.inference_mode(inference), torch.no_grad():
             _fill(flat[start : start + CHUNK], _chunk_words(words, start), kind)
 
-    list(_POOL[0].map(chunk, starts))
+    list(_pool().map(chunk, starts))
 
 
 def _chunk_words(words: tuple[int, ...], start: int) -> tuple[int, ...]:
@@ -165,16 +170,18 @@ def _chunk_words(words: tuple[int, ...], start: int) -> tuple[int, ...]:
 def _fill(part: torch.Tensor, words: tuple[int, ...], kind: str) -> None:
     g = torch.Generator(device=part.device)
     g.manual_seed(direction_seed(*words))
-    if kind == "rademacher":
-        part.copy_(rademacher(part.shape, g, part.device, part.dtype))
-    else:
-        part.normal_(generator=g)
+    into(part, g, kind)
 
 
 def random(shape, g: torch.Generator, device, dtype, kind: str = "gaussian") -> torch.Tensor:
+    return into(torch.empty(shape, device=device, dtype=dtype), g, kind)
+
+
+def into(out: torch.Tensor, g: torch.Generator, kind: str = "gaussian") -> torch.Tensor:
+    """`out` filled in place from `g`: N(0, 1) entries, or (kind="rademacher") +-1 ones."""
     if kind == "rademacher":
-        return rademacher(shape, g, device, dtype)
-    return torch.randn(shape, generator=g, device=device, dtype=dtype)
+        return out.copy_(rademacher(out.shape, g, out.device, out.dtype))
+    return out.normal_(generator=g)
 
 
 def rademacher(shape, g: torch.Generator, device, dtype) -> torch.Tensor:

@@ -256,11 +256,11 @@ def test_torch_draws_a_big_unit_in_fixed_chunks_whatever_the_threads(kind):
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        tdirections._POOL.clear()
+        tdirections._pool.cache_clear()
         assert torch.equal(tdirections.draw(big, *words, kind), z)
     finally:
         torch.set_num_threads(threads)
-        tdirections._POOL.clear()
+        tdirections._pool.cache_clear()
     with Counting():
         assert torch.equal(tdirections.draw(big, *words, kind), z)
     with torch.inference_mode():
