@@ -515,14 +515,21 @@ def test_remat_gives_the_same_gradient_as_plain_backprop(framework, trainable):
 @pytest.mark.parametrize("mode", ["backprop", "mezo"])
 def test_torch_compile_takes_eager_steps(mode):
     """compile=true: inductor's graph, in place of the module's eager call, takes the same steps (fp32 sums may
-    be reassociated); ~30 s of compiling on 2 cores."""
+    be reassociated); ~30 s of compiling on 2 cores. MeZO's step is (L+ - L-) / (2 eps) along z: a loss difference
+    of ~1e-4 divided, so the reassociation's ~1e-7 in a loss moves the step by ~1e-3 of itself, and the steps are
+    compared as such (a wrong z or sign is off by about the step itself)."""
     eager, compiled = make("torch", mode), make("torch", mode, compile=True)
+    before = eager.weights()
     for b in batches(2):
         loss_e, loss_c = float(eager.step(eager.to_device([b]))), float(compiled.step(compiled.to_device([b])))
         assert loss_c == pytest.approx(loss_e, rel=1e-5)
     after_e, after_c = eager.weights(), compiled.weights()
     for name in after_e:
-        np.testing.assert_allclose(after_c[name], after_e[name], rtol=1e-4, atol=1e-6, err_msg=name)
+        if mode == "backprop":
+            np.testing.assert_allclose(after_c[name], after_e[name], rtol=1e-4, atol=1e-6, err_msg=name)
+            continue
+        step_e, step_c = after_e[name] - before[name], after_c[name] - before[name]
+        assert np.linalg.norm(step_c - step_e) <= 1e-2 * np.linalg.norm(step_e), name
     assert compiled.model._compiled_call_impl is not None and eager.model._compiled_call_impl is None
 
 
