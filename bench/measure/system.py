@@ -111,15 +111,20 @@ def jaxlib_at_least(*version: int) -> bool:
 GIT_SHA_ENV = "BENCH_GIT_SHA"
 
 
+# Tracked files that record results rather than make them: a run resumed inside the repository
+# (benchmarks/cost_to_target_rows) writes its own runs.csv there, which says nothing about the code that measured.
+RESULTS_TRACKED = "benchmarks"
+
+
 def git_sha() -> str:
-    """The checkout's commit (12 hex, "-dirty" with uncommitted changes to tracked files); $BENCH_GIT_SHA where
-    git has no answer (no .git, no git), else ""."""
+    """The checkout's commit (12 hex, "-dirty" with uncommitted changes to tracked files outside
+    RESULTS_TRACKED); $BENCH_GIT_SHA where git has no answer (no .git, no git), else ""."""
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", f":(exclude){RESULTS_TRACKED}"],
             cwd=REPO,
             capture_output=True,
             text=True,

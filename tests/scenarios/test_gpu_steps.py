@@ -10,6 +10,7 @@ import base64
 import functools
 import hashlib
 import re
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -212,6 +213,25 @@ def test_the_lease_measures_the_empty_cells_first():
     ]
     (study,) = [argv for name, argv in gpu_commands(NOWHERE) if name == "study"]
     assert "framework=jax,torch" in study
+
+
+def test_git_sha_is_dirty_for_the_code_not_for_results_kept_in_the_repository(tmp_path, monkeypatch):
+    """A run resumed in benchmarks/ rewrites its tracked runs.csv: its rows still name the clean commit; an edit
+    to the code does not."""
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)
+    (tmp_path / system.RESULTS_TRACKED).mkdir()
+    (tmp_path / system.RESULTS_TRACKED / "runs.csv").write_text("a\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "c")
+    monkeypatch.setattr(system, "REPO", tmp_path)
+    sha = system.git_sha()
+    assert len(sha) == 12 and not sha.endswith("-dirty")
+    (tmp_path / system.RESULTS_TRACKED / "runs.csv").write_text("a\n1\n")
+    assert system.git_sha() == sha
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert system.git_sha() == f"{sha}-dirty"
 
 
 def test_git_sha_falls_back_to_the_recorded_commit(tmp_path, monkeypatch):
