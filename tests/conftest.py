@@ -24,6 +24,11 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = str(XLA_CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(1 << 30))
+# One OpenMP thread for torch in the test process and the trials it starts (a value the caller sets wins): the
+# tests' shapes are tiny, and torch's pool beside another busy process (a trial, a parallel sweep's other worker,
+# xdist's other worker) spins against it for many times the work (docs/testing.md has it measured). Tests of what
+# more threads do set their own with torch.set_num_threads.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @functools.cache

@@ -75,6 +75,24 @@ class FakeClock:
 # ---------------------------------------------------------------------------------------------- the command line
 
 
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """torch's intra-op threads at n, and the draws' pool (torch_impl/directions.py) sized anew, for a test of what
+    the threads do: the test process runs with one (conftest.py)."""
+    import torch
+
+    from bench.torch_impl import directions
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    directions._pool.cache_clear()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        directions._pool.cache_clear()
+
+
 def bench(
     *args: str, results: Path | None = None, env: dict | None = None, check: bool = True
 ) -> subprocess.CompletedProcess:

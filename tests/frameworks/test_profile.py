@@ -11,6 +11,7 @@ from bench.config import model_preset
 from bench.measure.timeline import CATEGORIES, STEP_EVENT, complete, explain, load_events, operations
 from bench.spec import FRAMEWORKS, StepSpec, implementation
 from bench.weights import build_weights
+from tests.support import torch_threads
 
 TINY, _ = model_preset("tiny")
 WEIGHTS = build_weights(TINY, 0)
@@ -74,11 +75,12 @@ def test_torch_traces_the_draws_its_pool_of_threads_makes(tmp_path):
         def sync(self, out):
             return out
 
-    directions.draw(unit, 0, 0, 0)  # the pool's threads exist before the profiler starts
-    events = load_events(profile.record(Drawing(), [None], tmp_path))
+    with torch_threads(2):
+        directions.draw(unit, 0, 0, 0)  # the pool's threads exist before the profiler starts
+        events = load_events(profile.record(Drawing(), [None], tmp_path))
     ops = [op for op in operations(events, profile.classify(None, events)) if op.name == "aten::normal_"]
     assert len(ops) == 3 and {op.category for op in ops} == {"random"}
-    if torch.get_num_threads() > 1 and profile.every_thread() is not None:
+    if profile.every_thread() is not None:
         (step,) = [e for e in complete(events) if e["name"] == STEP_EVENT]
         calling = (step.get("pid"), step.get("tid"))
         assert all(op.thread != calling for op in ops)  # off the calling thread, and still in the trace

@@ -36,6 +36,7 @@ from bench.torch_impl import directions as tdirections
 from bench.torch_impl.estimators.jvp import directional_derivative
 from bench.torch_impl.loss import loss_fn
 from bench.weights import build_weights
+from tests.support import torch_threads
 
 FRAMEWORKS = ("torch", "jax")
 
@@ -243,7 +244,8 @@ def test_torch_draws_a_big_unit_in_fixed_chunks_whatever_the_threads(kind):
         return tdirections.random((numel,), g, "cpu", torch.float32, kind)
 
     assert torch.equal(tdirections.draw(small, *words, kind), one_generator(1000, *words, small.index, 0))
-    z = tdirections.draw(big, *words, kind)
+    with torch_threads(3):  # a thread per chunk
+        z = tdirections.draw(big, *words, kind)
     expected = [one_generator(chunk, *words, big.index, 0), one_generator(chunk, *words, big.index, 0, 1)]
     expected.append(one_generator(5, *words, big.index, 0, 2))
     assert torch.equal(z, torch.cat(expected))
@@ -253,14 +255,8 @@ def test_torch_draws_a_big_unit_in_fixed_chunks_whatever_the_threads(kind):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))
 
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        tdirections._pool.cache_clear()
+    with torch_threads(1):
         assert torch.equal(tdirections.draw(big, *words, kind), z)
-    finally:
-        torch.set_num_threads(threads)
-        tdirections._pool.cache_clear()
     with Counting():
         assert torch.equal(tdirections.draw(big, *words, kind), z)
     with torch.inference_mode():

@@ -222,7 +222,8 @@ def test_the_schedule_knows_every_count_within_its_resolution(every, warmup, res
         gap = n - done
         assert 1 <= gap <= every and (gap == 1 or gap <= resolution * (warmup + n))
         assert n % every == 0 or gap + 1 > resolution * (warmup + n + 1)  # one step later would be too coarse
-        assert previous_evaluation(n, every, resolution, warmup) == done
+        if n <= 300 or len(seen) % 10 == 0:  # previous_evaluation walks the schedule from 0: a sample past 300
+            assert previous_evaluation(n, every, resolution, warmup) == done
         seen.append(done := n)
     assert set(range(every, 2000, every)) <= set(seen)
 
