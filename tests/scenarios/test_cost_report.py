@@ -219,6 +219,21 @@ def test_a_setting_that_changes_the_numbers_splits_the_group(setting):
     assert len(groups) == 2 and all(len(g.search) == 2 and g.winner for g in groups.values())
 
 
+def test_each_tuned_mode_brings_its_own_optimizer_and_is_priced_against_backprop_on_it():
+    """A tuning sweep's optimizer is part of the mode, as cost_to_target runs them (backprop on momentum SGD, the
+    estimators on plain SGD): one table, backprop's optimizer named in its label, the ratios over it; backprop on
+    two optimizers is two groups, and a mode on a third then has no single reference."""
+    momentum = [{**r, "momentum": 0.9} for r in BACKPROP]
+    jvp = [cost_row("jvp", 151, 24.0)]
+    jvp += [cost_row("jvp", s, 30.0, tuning="repeat", seed=i) for i, s in enumerate([181, 151, 211], 1)]
+    table = table_of(only([*momentum, *jvp]))
+    assert set(table) == {"backprop · sgd (momentum 0.9)", "jvp"}
+    assert table["jvp"][-5].startswith("2.97× [") and table["backprop · sgd (momentum 0.9)"][-5].startswith("1.00×")
+    adamw = [{**r, "optimizer": "adamw", "tune_group": "torch-backprop-adamw"} for r in BACKPROP]
+    table = table_of(only([*momentum, *adamw, *jvp]))
+    assert set(table) == {"backprop · sgd (momentum 0.9)", "backprop · adamw", "jvp"} and table["jvp"][-5] == "-"
+
+
 @pytest.mark.parametrize(
     "column,other",
     [

@@ -470,6 +470,8 @@ class CostSection(Section):
             "Each table's heading names its target and the held-out examples it is met on, with an accuracy's "
             "standard error on them at the target: a model short of the target by about that much meets it by the "
             "sample alone at some evaluations, so a mode whose accuracy climbs slowly past it can count early. "
+            "A tuned mode brings its own optimizer, as a submission does: where it is not plain SGD its label names "
+            "it (backprop · sgd (momentum 0.9)), and the modes' ratios are still over that backprop. "
             "**tuned point**: the search trial that reached the target with the lowest value of the sweep's objective "
             "(its rows' `tune_objective`; wall time before rows named it); **reached (search)** counts its search "
             "trials that reached the target, those capped (stopped at the steps the group's best took: "

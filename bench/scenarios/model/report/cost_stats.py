@@ -4,7 +4,9 @@ forward passes and FLOPs, and a performance profile across modes and problems.
 
 A group is one way of differentiating at one target: the comparison context (select.context_key) and the mode as
 select.variant() names it (every setting that changes the numbers, the trainable scope included), less what its
-tuning search varied (read from its rows: the knobs its search trials differ in), plus the whole target (metric,
+tuning search varied (read from its rows: the knobs its search trials differ in) and, for a tuning sweep's rows,
+less its optimizer, which each mode brings as a submission does (named in its label where it is not plain SGD),
+plus the whole target (metric,
 value, held-out examples, step cap, evaluation interval and resolution, warm-up steps). Within a group, as AlgoPerf
 and MLPerf score a submission:
 
@@ -30,17 +32,20 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from bench import estimators
+from bench.config import default
 from bench.harness.tuning import best_of
 from bench.harness.tuning import reached as reached_row  # the sweeper's test: ended ok, target reached
 from bench.report.tables import num
 from bench.scenarios.model.schedule import previous_evaluation
 from bench.scenarios.model.select import (
     KNOB_DEFAULTS,
+    KNOB_NAMES,
     OPTIMIZER_KNOBS,
     Context,
     context_key,
     knob,
     mode_label,
+    non_default,
     scope_label,
     variant,
 )
@@ -62,6 +67,11 @@ TARGET_COLUMNS = (
 # and rows from before target.hold met the target at one evaluation
 TARGET_DEFAULTS = {"eval_resolution": 0.0, "target_hold": 1}
 REFERENCE = estimators.EXACT  # costs are given relative to backprop's, in the same framework, scope and context
+# A tuning sweep's optimizer is part of what each mode submits, as an AlgoPerf submission brings its own: backprop
+# on momentum SGD is compared with the estimators on plain SGD in one table, each mode's optimizer in its label. The
+# learning rate is every tuned point's own (its column), out of the context where any search varied it.
+SUBMITTED = ("optimizer", *(k for k in OPTIMIZER_KNOBS if k != "lr"))
+DEFAULT_OPTIMIZER = default("optimizer.name")
 DEFAULT_OBJECTIVE = "wall_to_target_s"  # the sweeper's default: what picked winners before rows named it
 INF = math.inf
 
@@ -178,11 +188,27 @@ def target_label(key: Context) -> str:
     return " · ".join(parts)
 
 
-def group_key(row: dict, tuned: tuple[str, ...] = ()) -> tuple[Context, tuple[str, str]]:
+def group_key(row: dict, tuned: tuple[str, ...] = (), submitted: bool = False) -> tuple[Context, tuple[str, str]]:
     """(the table a row's group is in: its context and target, (framework, the mode as variant() names it)): the
-    knobs `tuned` (what its search varied) left out of both."""
+    knobs `tuned` (what its search varied) left out of both; `submitted` (a tuning sweep's row): its optimizer out
+    of the context and in the label where it is not plain SGD ("backprop[bias] · sgd (momentum 0.9)")."""
     free = _without(row, tuned)
-    return (*context_key(free, drop=tuned), ("target", target_of(row))), (row.get("framework", ""), variant(free))
+    label, drop = variant(free), tuned
+    if submitted:
+        drop = (*tuned, *SUBMITTED)
+        if optimizer := submitted_optimizer(free):
+            label += f" · {optimizer}"
+    return (*context_key(free, drop=drop), ("target", target_of(row))), (row.get("framework", ""), label)
+
+
+def submitted_optimizer(row: dict) -> str:
+    """The optimizer a tuned mode ran with, where it is not the default one at its defaults: "sgd (momentum 0.9)",
+    "adamw", "adamw (weight decay 0.1)"; "" for plain SGD. Knobs its search tuned are left out (empty in `row`)."""
+    name = row.get("optimizer") or DEFAULT_OPTIMIZER
+    hyper = [f"{KNOB_NAMES.get(k, k)} {v}" for k in SUBMITTED[1:] if (v := non_default(row, k))]
+    if hyper:
+        return f"{name} ({', '.join(hyper)})"
+    return "" if name == DEFAULT_OPTIMIZER else name
 
 
 def reference_label(row: dict) -> str:
@@ -211,9 +237,10 @@ class Group:
     target trials run on their own."""
 
     framework: str
-    label: str  # variant(), less what the search varied
+    label: str  # variant(), less what the search varied (with the optimizer a tuned mode brought)
     mode: str = ""  # the same without the trainable scope
     scope: str = ""
+    base: str = ""  # variant() alone: the label without the optimizer
     search: list[dict] = field(default_factory=list)
     confirms: list[dict] = field(default_factory=list)  # a winner at the sweeper's confirming seeds (its choice)
     repeats: list[dict] = field(default_factory=list)
@@ -249,6 +276,7 @@ class Group:
                 self.label,
                 self.mode,
                 self.scope,
+                self.base,
                 **{k: [r for r in getattr(self, k) if study(r) == s] for k in kinds},
             )
             for s in ids
@@ -349,17 +377,17 @@ class Group:
 def cost_groups(rows: list[dict]) -> dict[Context, dict[tuple[str, str], Group]]:
     """{table key (context and target): {(framework, mode label): Group}} of the target trials among `rows`. A
     sweep's trial leaves out what its own search varied, and the optimizer's knobs any search varied (so a mode
-    whose search kept the learning rate fixed is still compared with those that tuned it); a target trial run
-    without a sweep leaves out nothing."""
+    whose search kept the learning rate fixed is still compared with those that tuned it), and its optimizer goes
+    from the context to its label (SUBMITTED); a target trial run without a sweep leaves out nothing."""
     rows = [r for r in rows if r.get("target_metric") and r.get("status") != "damaged"]
     varied = searched(rows)
     optimizer = tuple(c for c in OPTIMIZER_KNOBS if any(c in v for v in varied.values()))
     out: dict = defaultdict(dict)
     for r in rows:
         tuned = (*optimizer, *varied.get(r.get("tune_group") or "", ())) if r.get("tuning") else ()
-        key, cell = group_key(r, tuned)
+        key, cell = group_key(r, tuned, submitted=bool(r.get("tuning")))
         free = _without(r, tuned)
-        group = out[key].setdefault(cell, Group(*cell, mode=mode_label(free), scope=scope_label(r)))
+        group = out[key].setdefault(cell, Group(*cell, mode=mode_label(free), scope=scope_label(r), base=variant(free)))
         # a kind the sweeper does not write (a rerun, or one added later) is kept apart, never searched or counted
         kinds = {"search": group.search, "confirm": group.confirms, "repeat": group.repeats, "": group.fixed}
         kinds.get(r.get("tuning") or "", group.reruns).append(r)
@@ -381,8 +409,16 @@ def seed_value(row: dict, column: str, level: float | None = None) -> float | No
 
 
 def reference(groups: dict[tuple[str, str], Group], g: Group) -> Group | None:
+    """The backprop g is compared with: the one with g's settings and optimizer, else the one backprop of g's
+    framework and settings in the table, whatever optimizer it brought (None where there are several)."""
     rows = g.rows
-    return groups.get((g.framework, reference_label(rows[0]))) if rows else None
+    if not rows:
+        return None
+    want = reference_label(rows[0])
+    if (exact := groups.get((g.framework, want))) is not None:
+        return exact
+    found = [h for (framework, _), h in groups.items() if framework == g.framework and h.base == want]
+    return found[0] if len(found) == 1 else None
 
 
 def ratio(g: Group, ref: Group | None, column: str) -> tuple[float | None, float | None, float | None]:
