@@ -234,6 +234,19 @@ def test_each_tuned_mode_brings_its_own_optimizer_and_is_priced_against_backprop
     assert set(table) == {"backprop · sgd (momentum 0.9)", "backprop · adamw", "jvp"} and table["jvp"][-5] == "-"
 
 
+def test_joules_to_the_target_are_priced_where_a_counter_was_read():
+    """A GPU's rows carry joules to the target (docs/energy.md): the table adds them and their ratio over backprop's;
+    rows without them (a CPU without RAPL) keep the table as it was."""
+    assert "joules" not in first_table(cost_table(only(BACKPROP)))[0]
+    jvp = [cost_row("jvp", 151, 24.0)]
+    jvp += [cost_row("jvp", s, 30.0, tuning="repeat", seed=i) for i, s in enumerate([181, 151, 211], 1)]
+    rows = [{**r, "energy_to_target_j": 100 * float(r["steps_to_target"])} for r in [*BACKPROP, *jvp]]
+    table = table_of(only(rows))
+    assert first_table(cost_table(only(rows)))[0].split("|")[-3:-1] == [" joules ", " joules × "]
+    assert table["backprop"][-2:] == ["6100 [5100–7100]", "1.00×"]
+    assert table["jvp"][-2] == "18100 [15100–21100]" and table["jvp"][-1].startswith("2.97× [")
+
+
 @pytest.mark.parametrize(
     "column,other",
     [

@@ -191,6 +191,15 @@ EXTRA_COLUMNS = (
     "target_hold",
     "levels_to_target",
     "passes_to_target",
+    # energy over the timed steps, evaluations left out, from the device's own counter (NVML's total energy on a
+    # GPU, RAPL's packages on a CPU; empty with energy_method saying why where there is none): docs/energy.md
+    "energy_method",
+    "energy_devices",
+    "energy_timed_j",
+    "energy_per_step_j",
+    "power_avg_w",
+    "power_limit_w",
+    "energy_to_target_j",
 )
 # each estimator's settings (bench/estimators/<name>.py): NAME_<setting>, those not named above at the end
 SETTING_COLUMNS = tuple(c for c in estimators.setting_columns() if c not in REQUIRED_COLUMNS + EXTRA_COLUMNS)

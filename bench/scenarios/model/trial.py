@@ -29,6 +29,7 @@ from bench import data, estimators, models
 from bench.config import TRACES, BenchConfig, model_spec, step_spec
 from bench.harness.scenario import RUN_ID_ENV
 from bench.harness.signals import maybe_inject_fault
+from bench.measure.energy import EnergyWindow, energy_counter
 from bench.measure.flop_model import predict as predict_flops
 from bench.measure.flop_model import published_peak, useful_flops
 from bench.measure.memory_model import predict
@@ -147,6 +148,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     maybe_inject_fault(f"after_warmup_rank{world.rank}")  # tests: one rank of a process group dies
 
     timer = StepTimer(sync=trainer.sync)
+    energy = EnergyWindow(energy_counter(kind))  # the device's joules over the timed steps, where it counts them
     losses = []
     evals: dict[int, tuple[float, float]] = {}  # timed step index -> (eval loss, eval accuracy)
 
@@ -157,6 +159,7 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
     with ExitStack() as stack:
         for t in trackers:
             stack.enter_context(t.track())
+        energy.start()
         for i in range(n_timed):
             losses.append(float(timer(trainer.step, updates[cfg.warmup_steps + i])))  # synced: the copy is not timed
             watch(losses[-1], f"timed step {i + 1}", losses)
@@ -166,12 +169,14 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
                 due = next_evaluation(i + 1, every, cfg.eval_resolution, cfg.warmup_steps)
                 # untimed, but inside the memory window: a no-grad forward at the step's batch size stays below
                 # the peak of any training step, which runs at least that forward
-                evals[i] = clock.evaluate(trainer, held_out)
+                with energy.outside(i):
+                    evals[i] = clock.evaluate(trainer, held_out)
                 if on_progress is not None:
                     on_progress({"history": curve()})
                 maybe_inject_fault("after_eval")  # tests: a trial that dies mid-curve keeps the curve so far
                 if target.check(evals[i], i, clock.training_s()):
                     break  # reached (the last evaluation of the run that held), or capped: the trial ends
+        energy.stop()
     n_done = len(losses)  # < n_timed when max_timed_s cut the window short or the target was reached
     comm = world.comm_bytes_per_step(trainer, n_done)
     # After the measurements: held-out accuracy at the final weights, then gradient quality on the first batch.
@@ -227,6 +232,13 @@ def measure_process(cfg: BenchConfig, world: World, on_progress=None) -> dict:
         "history": curve(),
         **target.columns(warm, timer.times_s, global_batch_size(cfg) * ga),
     }
+    result.update(energy.columns(n_done, sum(timer.times_s)))
+    if target.reached is not None:
+        step = target.reached[0]
+        result["energy_to_target_j"] = energy.to_target(
+            step, sum(timer.times_s[: step + 1]), result["seconds_to_target"]
+        )
+    energy.counter.close()
     primary = trackers[0].result()
     if primary.reserved_peak_mb is not None:
         result["gpu_peak_reserved_mb"] = primary.reserved_peak_mb

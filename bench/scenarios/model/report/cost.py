@@ -168,6 +168,8 @@ def bracket_cell(bracket: tuple[float, float] | None) -> str:
 
 
 def cost_table(groups: dict[tuple[str, str], Group]) -> str:
+    """One row per group; joules to the target and their ratio at the end where a row read a device's counter."""
+    joules = any(num(r, "energy_to_target_j") is not None for g in groups.values() for r in g.rows)
     body = []
     for g in ordered(groups):
         w, ref = g.winner, reference(groups, g)
@@ -196,8 +198,11 @@ def cost_table(groups: dict[tuple[str, str], Group]) -> str:
             peak_cell(g, ref),
             ratio_cell(g, ref, "mib_s_to_target"),
         ]
+        if joules:
+            row += [fmt_spread(g.cost("energy_to_target_j")), ratio_cell(g, ref, "energy_to_target_j")]
         body.append(row)
-    return md_table(HEAD, body, "ll" + "r" * (len(HEAD) - 2))
+    head = [*HEAD, "joules", "joules ×"] if joules else HEAD
+    return md_table(head, body, "ll" + "r" * (len(head) - 2))
 
 
 def peak_ratio(g: Group, ref: Group | None) -> float | None:
@@ -494,8 +499,9 @@ class CostSection(Section):
             "the counted FLOPs to the target; **timed s** is the steps' own time; **wall s** counts from the "
             "compilation to the evaluation that met the target (the first of the run that held), compilation included "
             "and the evaluations' own time left out, as AlgoPerf's clock leaves it out (rows without `eval_time_s`, "
-            "written before, count it); **MiB·s** is the excess memory held for the timed seconds. The × columns "
-            "divide medians by backprop's in the same "
+            "written before, count it); **MiB·s** is the excess memory held for the timed seconds; **joules** "
+            "(where a trial read its device's energy counter: docs/energy.md) the power timed through the target "
+            "times its timed seconds. The × columns divide medians by backprop's in the same "
             "framework and scope, with a 95% bootstrap interval in square brackets (each arm's fresh seeds "
             "resampled, a fixed generator seed; ∞ where resampled medians land on a missed seed). **†**: a median "
             "over seeds some of which missed the target; a missed seed is censored at the cap (its cost is more), "
