@@ -253,6 +253,12 @@ class BenchConfig:
         "compiles the same program (a tuning grid's points compile once; JAX_COMPILATION_CACHE_DIR in the "
         "environment stands); the row's compile_cache says hit | miss | partial | off; null: off (docs/speed.md)",
     )
+    xla_autotune_level: int | None = _f(
+        None,
+        "JAX on a GPU: XLA:GPU's autotuning level (--xla_gpu_autotune_level, 0 off to 4): its share of a compile is "
+        "a trial at 0 beside one at XLA's default, each from an empty compile_cache_dir; null: XLA's default "
+        "(a level in XLA_FLAGS stands)",
+    )
     directions: str = _f("gaussian", "jvp tangents and mezo perturbations: gaussian | rademacher (+-1 entries)")
     dtype: str = _f("fp32", "fp32 | bf16 (mixed precision) | bf16_pure (scenario=ops: fp32 | fp64 | bf16)")
     device: str = _f("auto", "auto | cpu | cuda")

@@ -131,10 +131,22 @@ def test_the_dry_lease_runs_every_step_or_says_why_not(lease):
         and "pip install --no-index --no-deps" in by_name["install"]["reason"]
     )
     assert by_name["scale_out"]["status"] == "skipped" and "more than one" in by_name["scale_out"]["reason"]
-    tried = ("shapes", "study", "curve", "modes_fp32", "modes_bf16", "torch_compile", "pathology", "what_fits", "repro")
+    tried = (
+        "shapes",
+        "study",
+        "curve",
+        "modes_fp32",
+        "compile",
+        "modes_bf16",
+        "torch_compile",
+        "pathology",
+        "what_fits",
+    )
+    tried += ("repro",)
     for name in tried:
         assert re.match(r"\d+ trial\(s\): \d+ ok$", by_name[name]["result"].split(";")[0]), by_name[name]
         assert all("device=cpu" in c and "model=tiny" in c for c in by_name[name]["commands"] if "rerun" not in c)
+    assert by_name["compile"]["result"] == "3 trial(s): 3 ok"  # cold, from the cache, autotuning off
     assert "synthetic (AG News absent" in by_name["study"]["note"]
     assert "skipped" in by_name["cuda_tests"]["result"]  # no GPU here: every CUDA test skips
     assert "losses identical, bit for bit" in by_name["repro"]["result"]  # the deterministic trial, rerun
@@ -219,9 +231,9 @@ def test_a_lease_seeds_only_a_resuming_step_with_no_rows_yet(tmp_path):
     assert [r["run_id"] for r in read_rows(out / "modes_fp32" / "runs.csv")] == ["old"]
     assert [r["run_id"] for r in read_rows(out / "study" / "runs.csv")] == ["this_lease"]
     assert not (out / "opt").exists()
-    # repro reruns what this lease recorded, what_fits searches afresh: neither is seeded nor kept
+    # repro reruns what this lease recorded, what_fits searches afresh, compile compiles afresh: none is seeded
     assert not (out / "repro").exists()
-    assert {s.name for s in steps.STEPS if not s.resumes} == {"what_fits", "repro"}
+    assert {s.name for s in steps.STEPS if not s.resumes} == {"what_fits", "repro", "compile"}
     (out / "repro").mkdir()
     (out / "repro" / "runs.csv").write_text("run_id,status,device\nnew,ok,cuda\n")
     assert keep(out, kept) == [] and [r["run_id"] for r in read_rows(kept / "repro.csv")] == ["old"]

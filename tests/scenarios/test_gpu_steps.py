@@ -19,7 +19,9 @@ import pytest
 
 from bench import estimators
 from bench.config import model_preset, resolve, step_spec
+from bench.errors import ConfigError
 from bench.harness.preflight import compose_trials, preflight
+from bench.harness.runner import trial_env
 from bench.harness.scenario import config_hash
 from bench.measure import system
 from bench.scenarios import SCENARIOS
@@ -28,9 +30,10 @@ from bench.scenarios.gpu import check, steps, wheels
 from bench.scenarios.gpu.kept import KEPT, readme_table
 from bench.scenarios.model.scenario import make_row
 from bench.scenarios.model.select import comparison, context_key, variant
+from bench.scenarios.model.validate import validate
 from bench.store.read import read_rows
 from bench.weights import build_weights, load_checkpoint
-from tests.support import REPO
+from tests.support import REPO, composed
 
 NOWHERE = Path("/nonexistent")  # a results folder with no rows: a step's commands before it ran
 H200_MIB = 143771  # a capacity search's budget where none is set: the GPU's memory (the H200's, docs/gpu.md)
@@ -155,7 +158,11 @@ def test_the_modes_each_gpu_step_compares_share_one_report_context():
     for name, argv in gpu_commands(NOWHERE):
         if argv[:2] != ["-m", "pytest"]:
             rows.setdefault(name, []).extend(rows_of(tuple(argv)))
-    assert set(rows) == {n for names in COMPARISONS for n in names} | {"scale_out"}
+    assert set(rows) == {n for names in COMPARISONS for n in names} | {"scale_out", "compile"}
+    # the compile step runs one configuration twice on purpose (a compile, then its read from the cache: the rows'
+    # compile_cache tells them apart; the repeat is listed once), and once with autotuning off, its own cell
+    assert len({context_key(r) for r in rows["compile"]}) == 1
+    assert [variant(r) for r in rows["compile"]] == ["backprop", "backprop(autotune=0)"]
     for names, drop in COMPARISONS.items():
         compared = [r for n in names for r in rows[n]]
         assert len({context_key(r, drop=drop) for r in compared}) == 1, names
@@ -186,11 +193,37 @@ def test_the_lease_measures_the_shapes_first_rung_by_rung():
     assert first[20].startswith("T128 torch jvp fp32")
 
 
+def test_the_compile_step_compiles_one_program_cold_from_the_cache_and_without_autotuning(tmp_path):
+    """Three trials of one JAX program: into a cache folder emptied as the step begins, from it again, and into
+    another with XLA:GPU's autotuning off (its flag in the trial's XLA_FLAGS); none resumed (the second is the
+    first's config again)."""
+    ctx = steps.Context(dry=False, folder=tmp_path / "compile", gpus=1, ag_news=None)
+    tuned, off = steps.compile_folders(ctx)
+    (tuned / "stale").mkdir(parents=True)
+    (step,) = [s for s in steps.STEPS if s.name == "compile"]
+    cold = step.command(ctx)
+    assert not tuned.exists() and not step.resumes
+    again, no_autotune = step.then(ctx)
+    assert cold == again and f"compile_cache_dir={tuned}" in cold and "resume=false" in cold
+    assert set(no_autotune) ^ set(cold) == {
+        f"compile_cache_dir={tuned}",
+        f"compile_cache_dir={off}",
+        "xla_autotune_level=0",
+    }
+    args = [a for a in no_autotune[2:] if a != "device=cuda"]
+    cfg, tuned_args = composed(*args), [a for a in args if a != "xla_autotune_level=0"]
+    assert "--xla_gpu_autotune_level=0" in trial_env(cfg, SCENARIOS["model"])["XLA_FLAGS"]
+    assert make_row(cfg, {}, {})["xla_autotune_level"] == 0
+    assert "xla_gpu_autotune_level" not in trial_env(composed(*tuned_args), SCENARIOS["model"]).get("XLA_FLAGS", "")
+    with pytest.raises(ConfigError, match=r"xla_autotune_level=7: accepted: 0 \(off\) to 4"):
+        validate(composed(*tuned_args, "xla_autotune_level=7"))
+
+
 @pytest.mark.slow
 def test_the_lease_measures_the_empty_cells_first():
     """Then the GPU table's empty cells (issue 42): jvp and MeZO in both frameworks, each beside the mode it is
     compared with, then JAX's remat and jacfwd[head] before torch's; then bf16; then the study's JAX column."""
-    assert steps.NAMES[1:4] == ("modes_fp32", "modes_bf16", "study")
+    assert steps.NAMES[1:5] == ("modes_fp32", "compile", "modes_bf16", "study")
     order = [
         f"{r['framework']} {variant(r)}"
         for name, argv in gpu_commands(NOWHERE)

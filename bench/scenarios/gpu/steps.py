@@ -9,6 +9,8 @@ GPU would, at tiny shapes (of the modes steps, the first sweep: the others are t
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +62,9 @@ CALL_STEP_S = 375
 # trial 16-26 s, a JAX one 15-60 s, by the kept rows' wall times), leaving the next steps what setup does not use
 # and 75 s more; the rest resumes lease after lease
 SHAPES_S = 300
+# JAX's compile three ways: two cold compiles of bert_base's backprop (25-46 s each on the H200 by the kept rows), a
+# read from the cache, three processes' start
+COMPILE_S = 180
 
 
 @dataclass(frozen=True)
@@ -223,6 +228,36 @@ def modes(dtype: str) -> tuple[Callable[[Context], list[str]], Callable[[Context
         return [] if ctx.dry else [sweep(ctx, LATER_CASES, "jax"), sweep(ctx, LATER_CASES, "torch")]
 
     return first, then
+
+
+# One JAX program compiled three ways (issue 74): cold into an empty persistent cache, then read back from it, then
+# cold with XLA:GPU's autotuning off; its rows' compile_time_s and compile_cache say what each way costs, and the
+# first against the third is autotuning's share. Not resumed: the second trial is the first's config again.
+COMPILE = {**BERT, "framework": "jax", "case": "backprop", "steps": "3", "warmup_steps": "1", "resume": "false"}
+COMPILE |= {"timeout_s": TRIAL_TIMEOUT_S, **PAIRED}
+
+
+def compile_folders(ctx: Context) -> tuple[Path, Path]:
+    """The two caches of the compile step, outside its results folder (nothing of them comes back)."""
+    base = Path(tempfile.gettempdir()) / f"bench-compile-{ctx.folder.name}"
+    return base / "autotuned", base / "autotune_off"
+
+
+def compile_cold(ctx: Context) -> list[str]:
+    """The first compile, into a cache folder emptied as the step begins."""
+    tuned, off = compile_folders(ctx)
+    for folder in (tuned, off):
+        shutil.rmtree(folder, ignore_errors=True)
+    return bench(*overrides(ctx, {**COMPILE, "compile_cache_dir": str(tuned)}))
+
+
+def compile_again(ctx: Context) -> list[list[str]]:
+    """The same program read back from the cache the first filled, then compiled cold with autotuning off."""
+    tuned, off = compile_folders(ctx)
+    return [
+        bench(*overrides(ctx, {**COMPILE, "compile_cache_dir": str(tuned)})),
+        bench(*overrides(ctx, {**COMPILE, "compile_cache_dir": str(off), "xla_autotune_level": "0"})),
+    ]
 
 
 def zo_family(ctx: Context) -> list[str]:
@@ -418,10 +453,10 @@ def one_gpu(ctx: Context) -> str | None:
 # A step's first row (least_s): a JAX trial's on the H200 is its process, a compile of 4-40 s and its steps, 20-60 s
 # (OPT's jvp 58 s, the third H200 lease); the study's first, JAX's backprop, compiles and runs 625 AdamW steps; the
 # CUDA tests write their rows at their end; torch's short trials (pathology, repro) 20-30 s.
-# The order is the value of what each step measures to the suite (issues 42, 71): the shapes users train at (every
-# GPU cell so far is B8 T128, where torch's step is its host's), then the cells of the GPU table the first
-# lease left empty (fp32: jvp, MeZO, JAX's remat and jacfwd[head]), then bf16 (all empty), the study's JAX
-# column, the newer estimators and the decoder family (none measured on a GPU yet), then the rest.
+# The order is the value of what each step measures to the suite (issues 42, 71, 74): the shapes users train at
+# (every GPU cell so far is B8 T128, where torch's step is its host's), then every mode at B8 T128 again (torch's
+# MeZO and jvp against the kept rows, after its host overhead came out), JAX's compile three ways, then bf16, the
+# study's JAX column, the newer estimators and the decoder family (none measured on a GPU yet), then the rest.
 FP32, BF16 = modes("fp32"), modes("bf16")
 STEPS: tuple[Step, ...] = (
     Step(
@@ -433,6 +468,15 @@ STEPS: tuple[Step, ...] = (
         then=shape_rungs,
     ),
     Step("modes_fp32", "every mode on bert_base B8 T128 in fp32, both frameworks", CALL_STEP_S, FP32[0], then=FP32[1]),
+    Step(
+        "compile",
+        "one JAX program (bert_base backprop, B8 T128) compiled cold, read back from the persistent cache, and "
+        "compiled cold with XLA:GPU's autotuning off",
+        COMPILE_S,
+        compile_cold,
+        then=compile_again,
+        resumes=False,
+    ),
     Step(
         "modes_bf16",
         "every mode on bert_base B8 T128 in mixed bf16, both frameworks",

@@ -200,6 +200,7 @@ EXTRA_COLUMNS = (
     "power_avg_w",
     "power_limit_w",
     "energy_to_target_j",
+    "xla_autotune_level",  # JAX on a GPU: XLA:GPU's autotuning level where a trial set it (0: off); empty: XLA's own
 )
 # each estimator's settings (bench/estimators/<name>.py): NAME_<setting>, those not named above at the end
 SETTING_COLUMNS = tuple(c for c in estimators.setting_columns() if c not in REQUIRED_COLUMNS + EXTRA_COLUMNS)

@@ -56,6 +56,7 @@ ADDED_KEYS = {
     "profile_steps": 3,
     "lora": LoraConfig(),
     "scan_layers": False,  # JAX's layers were unrolled until scan_layers
+    "xla_autotune_level": None,
     # a node's key: node.key. model.family came with the second family: rows recorded before it are the one family's
     # then, whose own fields every trial's identity carries (`recorded`, bench/models/<family>.py)
     "model.family": next(family for family, f, _ in models.settings().values() if f.metadata["recorded"]),
@@ -94,7 +95,7 @@ def model_identity(model: dict) -> dict:
 
 
 # Keys that mean something to one framework alone: left out of the other's identity (torch ignores scan_layers).
-FRAMEWORK_KEYS = {"scan_layers": "jax"}
+FRAMEWORK_KEYS = {"scan_layers": "jax", "xla_autotune_level": "jax"}
 
 
 class ModelScenario(Scenario):
@@ -148,6 +149,8 @@ class ModelScenario(Scenario):
             flags = f"{flags} --xla_cpu_enable_concurrency_optimized_scheduler=false".strip()
         if cfg.deterministic:
             flags = f"{flags} --xla_gpu_deterministic_ops=true".strip()
+        if cfg.xla_autotune_level is not None and "xla_gpu_autotune_level" not in given:
+            flags = f"{flags} --xla_gpu_autotune_level={cfg.xla_autotune_level}".strip()
         if flags != given:  # a setting of the user's own stands, inherited as it is
             env["XLA_FLAGS"] = flags
         return env
@@ -261,6 +264,7 @@ def make_row(cfg: BenchConfig, outcome: dict, ids: dict) -> dict:
         "seed": cfg.seed,
         "remat": cfg.remat,
         "scan_layers": cfg.scan_layers if cfg.framework == "jax" else None,
+        "xla_autotune_level": cfg.xla_autotune_level if cfg.framework == "jax" else None,
         "dtype": cfg.dtype,
         "attn_implementation": cfg.attn_implementation,
         "parallel": cfg.parallel,

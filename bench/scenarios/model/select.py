@@ -133,6 +133,8 @@ def variant(row: dict) -> str:
             settings.append(knob(row, "directions"))
     if non_default(row, "attn_implementation"):
         settings.append(f"attn={knob(row, 'attn_implementation')}")
+    if row.get("xla_autotune_level") not in (None, ""):  # XLA's autotuning set (0: off): another compile
+        settings.append(f"autotune={row['xla_autotune_level']}")
     if settings:
         name += f"({', '.join(settings)})"
     name += "".join(f"[{t}]" for t in tags)

@@ -105,6 +105,10 @@ def validate(cfg: BenchConfig) -> None:
             "scan_layers=false: JAX only (torch runs HF's layers one by one, eagerly, either way); "
             "framework=torch accepts scan_layers=true"
         )
+    if cfg.xla_autotune_level is not None and cfg.xla_autotune_level not in range(5):
+        raise ConfigError(
+            f"xla_autotune_level={cfg.xla_autotune_level}: accepted: 0 (off) to 4, or null (XLA's default)"
+        )
     if cfg.framework == "jax" and cfg.attn_implementation != "eager":
         raise ConfigError(f"attn_implementation={cfg.attn_implementation}: torch only; framework=jax accepts eager")
     if why := models.of(spec).refuses(cfg.framework, cfg.parallel, cfg.scan_layers):
