@@ -6,9 +6,8 @@ A group is one way of differentiating at one target: the comparison context (sel
 select.variant() names it (every setting that changes the numbers, the trainable scope included), less what its
 tuning search varied (read from its rows: the knobs its search trials differ in) and, for a tuning sweep's rows,
 less its optimizer, which each mode brings as a submission does (named in its label where it is not plain SGD),
-plus the whole target (metric,
-value, held-out examples, step cap, evaluation interval and resolution, warm-up steps). Within a group, as AlgoPerf
-and MLPerf score a submission:
+plus the whole target (metric, value, held-out examples, step cap, evaluation interval and resolution, warm-up
+steps). Within a group, as AlgoPerf and MLPerf score a submission:
 
 - the search (`tuning=search`) picks the winner, the trial that reached the target with the lowest value of the
   sweeper's objective (the rows' `tune_objective`; wall_to_target_s, the sweeper's default, for rows written
