@@ -200,3 +200,8 @@ def test_fewer_than_five_fresh_seeds_are_said_and_jax_is_priced_against_torch():
     (line,) = framework_table(groups).splitlines()[2:]
     assert line == "| JAX | mezo | 5 / 3 | 1.00× [1.00, 1.00] (0.91–1.10) | 2.00× [2.00, 2.00] | 1.00× [1.00, 1.00] |"
     assert seeds_note({k: g for k, g in groups.items() if k[0] == "jax"}) == ""
+    # two studies, the second priced over two seeds so far: the note says which count it is
+    jax = [r for r in rows if r["framework"] == "jax"]
+    second = [{**r, "tune_study": 1, "seed": r["seed"] + 1000} for r in jax[:3]]
+    note = seeds_note(only([*({**r, "tune_study": 0} for r in jax), *second]))
+    assert note.startswith("Fewer than 5 fresh seeds: JAX mezo (2 in the fewest of its 2 studies);")

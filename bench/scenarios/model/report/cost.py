@@ -355,7 +355,12 @@ def seeds_note(groups: dict[tuple[str, str], Group]) -> str:
     few = few_seeds(ordered(groups))
     if not few:
         return ""
-    names = ", ".join(f"{FRAMEWORK_NAMES.get(g.framework, g.framework)} {g.label} ({n})" for g, n in few.items())
+    studies = {g: len(g.studies()) for g in few}
+    names = ", ".join(
+        f"{FRAMEWORK_NAMES.get(g.framework, g.framework)} {g.label} "
+        + (f"({n})" if studies[g] == 1 else f"({n} in the fewest of its {studies[g]} studies)")
+        for g, n in few.items()
+    )
     return (
         f"Fewer than {MIN_SEEDS} fresh seeds: {names}; their medians and intervals move a whole seed's worth on one "
         f"more (`hydra.sweeper.repeats` with {MIN_SEEDS} seeds apart from the search's)."
