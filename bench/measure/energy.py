@@ -86,21 +86,21 @@ class NvmlEnergy(Counter):
                 break  # CUDA stops at the first entry it cannot read, and so do we
         return out
 
-    def joules(self) -> float | None:
+    def _summed(self, query: str) -> float | None:
+        """NVML's `query` (milli-units) summed over the GPUs, in units; None where it is unavailable or a read fails
+        mid-trial (the cells empty, the trial goes on)."""
         if self.unavailable:
             return None
         try:
-            return sum(self._nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self._handles) / 1e3
-        except Exception:  # a read that fails mid-trial empties the cells, never ends the trial
-            return None
-
-    def power_limit_w(self) -> float | None:
-        if self.unavailable:
-            return None
-        try:
-            return sum(self._nvml.nvmlDeviceGetEnforcedPowerLimit(h) for h in self._handles) / 1e3
+            return sum(getattr(self._nvml, query)(h) for h in self._handles) / 1e3
         except Exception:
             return None
+
+    def joules(self) -> float | None:
+        return self._summed("nvmlDeviceGetTotalEnergyConsumption")
+
+    def power_limit_w(self) -> float | None:
+        return self._summed("nvmlDeviceGetEnforcedPowerLimit")
 
     def close(self) -> None:
         if self._nvml is not None:
