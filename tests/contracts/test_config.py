@@ -19,15 +19,24 @@ from bench.scenarios.model.select import OPTIMIZER_DEFAULTS, context_key
 from tests.support import REPO, composed, trial
 
 EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
-# a cost experiment composes each of its scopes to place its points by d, decoder_vs_encoder both families'
-# grids: seconds an experiment, so slow
-EXPERIMENT_PARAMS = [
-    pytest.param(n, marks=pytest.mark.slow) if n.startswith("cost_to_target") or n == "decoder_vs_encoder" else n
-    for n in EXPERIMENTS
-]
 
 
-@pytest.mark.parametrize("name", EXPERIMENT_PARAMS)
+def experiment_params(fast: set[str]) -> list:
+    """Every experiment, those outside `fast` marked slow: composing one is Hydra reading and merging every file of
+    each group combination it sweeps (0.5-5 s an experiment, 25 experiments), so make test-fast keeps a few of each
+    kind and make test composes them all."""
+    assert fast <= set(EXPERIMENTS), fast - set(EXPERIMENTS)
+    return [n if n in fast else pytest.param(n, marks=pytest.mark.slow) for n in EXPERIMENTS]
+
+
+# the main job, a sweep over modes and estimators' knobs, a GPU grid (the cost experiments, which compose each scope
+# to place their points, and decoder_vs_encoder, both families' grids, take seconds each)
+COMPOSED_FAST = {"default_bench", "zo_family", "shapes_gpu"}
+# preflight's shortcut against Hydra's own compose: the main job, a sweep of groups (case=), one of values (trainable=)
+MATCHED_FAST = {"default_bench", "memory_explained", "trainable_scaling"}
+
+
+@pytest.mark.parametrize("name", experiment_params(COMPOSED_FAST))
 def test_every_experiment_composes_and_validates(name):
     assert preflight([f"+experiment={name}"], multirun=True, scenarios=SCENARIOS) >= 2  # each one is a sweep
 
@@ -38,7 +47,7 @@ def plain_compose(combo: list[str]) -> dict:
         return OmegaConf.to_container(compose("config", overrides=combo))
 
 
-@pytest.mark.parametrize("name", EXPERIMENT_PARAMS)
+@pytest.mark.parametrize("name", experiment_params(MATCHED_FAST))
 def test_preflight_composes_each_trial_as_hydra_does(name):
     """Preflight composes the groups a trial chooses once per command line and applies each trial's values to a
     copy (bench/harness/preflight.py): every trial must be the config Hydra's own compose gives it (here the
