@@ -41,7 +41,7 @@ setup: $(STAMP)  ## create/refresh .venv (CPU torch here; JAX_CUDA=cuda12|cuda13
 test: $(STAMP)  ## run the whole test suite (CPU; CUDA tests skip without a GPU); TEST_WORKERS=2: two workers
 	$(PYTEST)
 
-test-fast: $(STAMP)  ## the inner loop (~2 min): the tests not marked slow (none over ~2 s)
+test-fast: $(STAMP)  ## the inner loop (~3 min): the tests not marked slow (none over ~2 s)
 	$(PYTEST) -m "not slow"
 
 bench: $(STAMP)  ## default comparison: both frameworks x every mode, prints the table, writes results/
