@@ -205,3 +205,30 @@ def test_fewer_than_five_fresh_seeds_are_said_and_jax_is_priced_against_torch():
     second = [{**r, "tune_study": 1, "seed": r["seed"] + 1000} for r in jax[:3]]
     note = seeds_note(only([*({**r, "tune_study": 0} for r in jax), *second]))
     assert note.startswith("Fewer than 5 fresh seeds: JAX mezo (2 in the fewest of its 2 studies);")
+
+
+def test_rows_without_levels_get_them_replayed_from_their_kept_evaluations(tmp_path):
+    """Rows that recorded no easier levels (target.levels unset) but kept their histories: 0.75 and 0.875 of the
+    target (0.6, 0.7 of 0.8) replayed, so the profile has three levels a problem; a row without a history is as it was,
+    and one with its own cell keeps it."""
+    import json
+
+    (tmp_path / "history").mkdir()
+    rows = []
+    for r in profile_rows():
+        r = {k: v for k, v in r.items() if k != "levels_to_target"} | {"_source": str(tmp_path / "runs.csv")}
+        steps = int(r["steps_to_target"] or 1001)
+        easy = 39 if r["mode"] == "backprop" else 59  # the index of the first evaluation at 0.65: counts 41, 61
+        history = [None] * (steps - 1)
+        for i in range(9, steps - 1, 10):
+            history[i] = 0.8 if r["steps_to_target"] and i == steps - 2 else 0.65 if i >= easy else 0.3
+        (tmp_path / "history" / f"{r['run_id']}.json").write_text(json.dumps({"eval_accuracy": history}))
+        rows.append(r)
+    costs = problems(cost_groups(rows), "steps_to_target")
+    assert len(costs) == 12 and {level for *_, level in costs} == {None, 0.6, 0.7}
+    assert costs[next(p for p in costs if p[1:] == ("bias", "jax", 0.6))] == {"backprop": 41, "mezo": 61}
+    assert costs[next(p for p in costs if p[1:] == ("bias", "jax", 0.7))] == {"backprop": 101, "mezo": INF}
+    (own,) = cost_groups([{**rows[0], "levels_to_target": "0.5:11"}]).values()
+    assert levels(next(iter(own.values())).rows[0]) == {0.5: 11.0, 0.8: 101.0}
+    (bare,) = cost_groups([{**rows[0], "_source": ""}]).values()
+    assert levels(next(iter(bare.values())).rows[0]) == {0.8: 101.0}

@@ -14,7 +14,7 @@ from bench.config import BenchConfig
 from bench.scenarios.model.report.cost_stats import cost_groups, target_label, value
 from bench.scenarios.model.scenario import make_row
 from bench.scenarios.model.schedule import next_evaluation
-from bench.scenarios.model.target import Target, parse_levels
+from bench.scenarios.model.target import Target, parse_levels, replay_levels
 from bench.store.read import read_history, read_rows
 from tests.scenarios.test_cost_report import cost_row
 from tests.scenarios.test_cost_to_target import capped_sweep
@@ -98,6 +98,29 @@ def test_levels_are_recorded_on_the_way_by_the_same_rule_easiest_first():
     losses = target(metric="eval_loss", value=0.5, levels=[2.0, 1.0])  # a loss: the highest is easiest
     feed(losses, [-0.5, 0.1])  # losses 1.5, 0.9
     assert losses.levels_cell() == "2:3;1:5;0.5:" and parse_levels("") == []
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_levels_replayed_from_a_history_are_those_the_trial_would_have_recorded(seed):
+    """A row that recorded no levels gets them from its kept evaluations (one entry per timed step, None between):
+    the cell Target writes for the same evaluations, up to where the trial ended."""
+    import random
+
+    rng = random.Random(seed)
+    t = target(hold=3, levels=[0.3, 0.4])
+    accuracies = []
+    for _ in range(60):
+        accuracies.append(round(min(1.0, max(0.0, 0.2 + 0.01 * len(accuracies) + rng.gauss(0, 0.08))), 3))
+        if feed(t, accuracies[-1:], start=1 + 2 * (len(accuracies) - 1))[0]:
+            break
+    history = [None] * (2 * len(accuracies) + 1)
+    history[1::2] = accuracies
+    replayed = replay_levels(history, [0.3, 0.4, 0.5], "eval_accuracy", hold=3, warmup=1)
+    assert replayed == t.levels_cell() and parse_levels(replayed)[-1][1] == t.columns([0.1], [0.1] * 3, 4).get(
+        "steps_to_target"
+    )
+    losses = [None, 1.5, None, 0.9, 0.8]  # a loss: met at or under
+    assert replay_levels(losses, [1.0, 0.85], "eval_loss", hold=2, warmup=0) == "1:4;0.85:"
 
 
 def test_a_geometric_schedule_puts_no_count_at_the_first_evaluation_alone():

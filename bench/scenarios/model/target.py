@@ -91,9 +91,25 @@ class Target:
 
     def levels_cell(self) -> str:
         """Each level's steps, then the target's: "0.3:40;0.35:;0.4:120" (no steps: not held by the trial's end)."""
-        return ";".join(
-            f"{h.value:g}:{self.count(h.reached[0]) if h.reached else ''}" for h in (*self.levels, self.main)
-        )
+        return cell((*self.levels, self.main), self.count)
+
+
+def cell(held: tuple[Held, ...], count) -> str:
+    return ";".join(f"{h.value:g}:{count(h.reached[0]) if h.reached else ''}" for h in held)
+
+
+def replay_levels(evaluations: list[float | None], values: list[float], metric: str, hold: int, warmup: int) -> str:
+    """The levels_to_target cell a trial would have written had `values` been its target.levels, from its kept
+    evaluation history (one entry per timed step, None where it did not evaluate), by the rule Target applies.
+    Exact for any level at or below a reached target: the trial ran until the target held, and each easier level
+    held by then; a level past the target is known only as far as the trial ran."""
+    better = (lambda v, x: v >= x) if metric == "eval_accuracy" else (lambda v, x: v <= x)
+    held = tuple(Held(x, hold) for x in values)
+    for step, v in enumerate(evaluations):
+        if v is not None:
+            for h in held:
+                h.see(better(v, h.value), step, 0.0)
+    return cell(held, lambda step: warmup + step + 1)
 
 
 def parse_levels(cell: str | None) -> list[tuple[float, int | None]]:

@@ -48,7 +48,8 @@ from bench.scenarios.model.select import (
     scope_label,
     variant,
 )
-from bench.scenarios.model.target import parse_levels
+from bench.scenarios.model.target import parse_levels, replay_levels
+from bench.store.read import read_history
 
 # What a tuning search may vary (the sweeper's points set them); which of them a search did vary is read from its rows
 TUNABLE = (*OPTIMIZER_KNOBS, *estimators.setting_columns())
@@ -84,6 +85,27 @@ def levels(row: dict) -> dict[float, float | None]:
     if main is not None:
         out[main] = num(row, "steps_to_target")
     return out
+
+
+# Easier levels of an accuracy target (a loss target's: the value over each), replayed from the evaluation history of
+# a row that recorded none (target.levels unset): the profile needs more problems than scopes x frameworks, and
+# the levels below a reached target follow from the kept evaluations exactly (target.replay_levels).
+EASIER = (0.75, 0.875)
+
+
+def with_levels(row: dict) -> dict:
+    """The row, with a levels_to_target cell replayed from its history where it recorded none (`levels_replayed`
+    set); as it is where it has one, no target, or no kept history with its metric."""
+    metric, value = row.get("target_metric"), num(row, "target_value")
+    if row.get("levels_to_target") or metric not in ("eval_accuracy", "eval_loss") or value is None:
+        return row
+    evaluations = (read_history(row) or {}).get(metric)
+    if not evaluations:
+        return row
+    easier = [round(value * f if metric == "eval_accuracy" else value / f, 6) for f in EASIER]
+    hold = int(num(row, "target_hold") or TARGET_DEFAULTS["target_hold"])
+    cell = replay_levels(evaluations, easier, metric, hold, int(num(row, "warmup_steps") or 0))
+    return {**row, "levels_to_target": cell, "levels_replayed": True}
 
 
 # the costs a lower (or higher) level of the target is priced in: those that follow from its steps alone
@@ -378,7 +400,7 @@ def cost_groups(rows: list[dict]) -> dict[Context, dict[tuple[str, str], Group]]
     sweep's trial leaves out what its own search varied, and the optimizer's knobs any search varied (so a mode
     whose search kept the learning rate fixed is still compared with those that tuned it), and its optimizer goes
     from the context to its label (SUBMITTED); a target trial run without a sweep leaves out nothing."""
-    rows = [r for r in rows if r.get("target_metric") and r.get("status") != "damaged"]
+    rows = [with_levels(r) for r in rows if r.get("target_metric") and r.get("status") != "damaged"]
     varied = searched(rows)
     optimizer = tuple(c for c in OPTIMIZER_KNOBS if any(c in v for v in varied.values()))
     out: dict = defaultdict(dict)
