@@ -36,7 +36,7 @@ from bench.jax_impl.estimators import implementation
 from bench.jax_impl.estimators.backprop import backprop_gradient
 from bench.jax_impl.loss import dropout_key, make_loss_fn, make_trunk_head_fns, whole
 from bench.jax_impl.memory import per_device_bytes
-from bench.jax_impl.models.common import layer_stacks
+from bench.jax_impl.models.common import head_rows, layer_stacks
 from bench.spec import HEAD_ONLY, StepSpec
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -162,6 +162,11 @@ class Trainer:
         self.state = None
         self.step_count = 0
         self.compile_cache = None  # compile(): hit | miss | partial | off (device.cache_status)
+        # At the head scopes on one device the trunk is frozen: evaluation runs it once per held-out batch and keeps
+        # the one row the head reads (the family's HEAD_TOKEN, a few KiB a batch), so looking costs the head alone
+        family = models.of(model.spec)
+        head = getattr(family, "HEAD_TOKEN", None) if s.trainable in HEAD_ONLY and self.world is None else None
+        self.head_token, self.head_keys, self._head_inputs = head, family.HEAD_KEYS, {}
         self.micro_batches = s.grad_accum  # per update: how often MeZO's perturbation and loss run in a step
 
         sh = Shardings()
@@ -200,13 +205,14 @@ class Trainer:
         return loss_of, make_trunk_head_fns(self.graphdef, frozen, self.train, self.gather)
 
     def on(self, frozen, state=None) -> Trainer:
-        """This trainer computing on `frozen` (and the estimator's `state`), a program's arguments: itself on one
-        device without state (the loss closes over the frozen state; the argument goes unused and jit drops it),
-        else a shallow copy whose loss is built on the argument (in a world) and whose state is the argument."""
-        if self.world is None and state is None:
+        """This trainer computing on `frozen` (and the estimator's `state`), a program's arguments: a shallow copy
+        whose loss is built on the argument and whose state is the argument. Never a loss closed over the trainer's
+        own frozen state inside a program: jit would fold every frozen weight into the executable as a constant (a
+        copy of the model in each program, and seconds more compiling)."""
+        if frozen is self.frozen and state is None:
             return self
         on = copy.copy(self)
-        if self.world is not None:
+        if frozen is not self.frozen:
             on.loss_of, on.trunk = self._loss_fns(frozen)
         if state is not None:
             on.state = state
@@ -314,23 +320,55 @@ class Trainer:
 
     # -- after the measurements: accuracy and gradient quality (never on the timed path) ----------------------
     def evaluate(self, micro_batches) -> tuple[float, float]:
-        """(mean loss, accuracy) over held-out device batches, dropout off. One compiled program per batch shape."""
-        if not hasattr(self, "_eval_batch"):
-            graphdef, frozen = self.graphdef, self.frozen
-
-            def eval_batch(params, batch):
-                model = nnx.merge(graphdef, params, frozen)
-                inputs = {k: v for k, v in batch.items() if k != "labels"}
-                logits = model(**inputs, deterministic=True, rngs=None).astype(jnp.float32)
-                loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).sum()
-                return loss, (logits.argmax(-1) == batch["labels"]).sum()
-
-            self._eval_batch = jax.jit(eval_batch)
+        """(mean loss, accuracy) over held-out device batches, dropout off. One compiled program per batch shape:
+        the whole model, or at the head scopes the head on the trunk's row kept from the batch's first evaluation
+        (the same arithmetic on the same row: the trunk's weights never change)."""
+        self._eval_programs()
         loss_sum, correct, n = 0.0, 0, 0
         for b in micro_batches:
-            loss, right = self._eval_batch(self.params, b)
+            if self.head_token is None:
+                loss, right = self._eval_batch(self.params, self.frozen, b)
+            else:
+                kept = self._head_inputs.get(id(b))
+                if kept is None or kept[0] is not b:  # keyed by the batch itself: it stays alive with its entry
+                    kept = self._head_inputs[id(b)] = (b, *self._head_inputs_of(b))
+                loss, right = self._eval_head(self.params, self.frozen, kept[1], kept[2], b["labels"])
             loss_sum, correct, n = loss_sum + float(loss), correct + int(right), n + int(b["labels"].shape[0])
         return loss_sum / n, correct / n
+
+    def _head_inputs_of(self, b) -> tuple[jax.Array, dict]:
+        self._eval_programs()
+        return self._eval_rows(self.params, self.frozen, b)
+
+    def _eval_programs(self) -> None:
+        """evaluate's programs (jit traces each at its first call): the whole model's scores; the trunk's row the
+        head reads; the head's scores on it."""
+        if hasattr(self, "_eval_batch"):
+            return
+        graphdef, head_keys, token = self.graphdef, self.head_keys, self.head_token
+
+        def scored(labels, logits):
+            logits = logits.astype(jnp.float32)
+            loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).sum()
+            return loss, (logits.argmax(-1) == labels).sum()
+
+        def eval_batch(params, frozen, batch):
+            model = nnx.merge(graphdef, params, frozen)
+            inputs = {k: v for k, v in batch.items() if k != "labels"}
+            return scored(batch["labels"], model(**inputs, deterministic=True, rngs=None))
+
+        def head_inputs(params, frozen, batch):
+            model = nnx.merge(graphdef, params, frozen)
+            inputs = {k: v for k, v in batch.items() if k != "labels"}
+            hidden = model.features(**inputs, deterministic=True, rngs=None)
+            return head_rows(token, hidden, batch, model.spec.pad_token_id)
+
+        def eval_head(params, frozen, rows, keys, labels):
+            model = nnx.merge(graphdef, params, frozen)
+            logits = model.head(rows, **{k: keys[k] for k in head_keys}, deterministic=True, rngs=None)
+            return scored(labels, logits)
+
+        self._eval_batch, self._eval_rows, self._eval_head = map(jax.jit, (eval_batch, head_inputs, eval_head))
 
     def gradient_check(self, micro_batches) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """(the estimator's gradient, the exact gradient by reverse mode), leaf by leaf as numpy, on the same
@@ -338,14 +376,14 @@ class Trainer:
         goes through the estimator's own gradient over the deterministic loss, on a shallow copy of the trainer so
         the timed step's compiled program and loss are untouched; the weights are not changed."""
         probe = copy.copy(self)
-        probe.loss_of = make_loss_fn(self.graphdef, self.frozen, train=False)
-        probe.trunk = make_trunk_head_fns(self.graphdef, self.frozen, train=False) if self.trunk else None
+        probe.train = False  # its losses, built on each program's frozen argument (on), deterministic
         step = jnp.int32(self.step_count)
-        # a fresh lambda: a new jit cache entry, traced with probe.loss_of
-        gradient = jax.jit(lambda p, mb, st: self.impl.gradient(probe, p, mb, st))
-        _, _, estimate = gradient(self.params, micro_batches, step)
+        # fresh lambdas: new jit cache entries, traced with probe's losses
+        gradient = jax.jit(lambda p, f, mb, st: self.impl.gradient(probe.on(f), p, mb, st))
+        _, _, estimate = gradient(self.params, self.frozen, micro_batches, step)
         key = dropout_key(self.spec.seed, step)  # unused by the deterministic loss
-        exact = jax.jit(lambda p, mb: backprop_gradient(probe.loss_of, p, mb, key)[1])(self.params, micro_batches)
+        exact = jax.jit(lambda p, f, mb: backprop_gradient(probe.on(f).loss_of, p, mb, key)[1])
+        exact = exact(self.params, self.frozen, micro_batches)
         leaves = lambda t: [np.asarray(x) for x in jax.tree.leaves(t)]
         return leaves(estimate), leaves(exact)
 

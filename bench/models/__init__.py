@@ -10,6 +10,9 @@ What a family module defines (the same names in each; tests/contracts/test_model
     NAME, SPEC                      its name and its spec's dataclass
     INPUT_KEYS, HEAD_KEYS           the batch keys the model reads, and those its head reads beside the trunk's
                                     output (OPT's head finds the last token that is not padding)
+    HEAD_TOKEN (optional)           the one row of the trunk's output its head reads: "first" (BERT's pooler) or
+                                    "last" (the last token that is not padding); with it, evaluation at the head
+                                    scopes runs the frozen trunk once per held-out batch and keeps only that row
     LORA_TARGETS                    the linear layers an adapter may wrap (lora.targets)
     MODELLED                        the models that have its terms ({"memory", "flops"}): another's cells of its
                                     rows are empty, with a note

@@ -54,6 +54,7 @@ class BertSpec(Heads):
 NAME, SPEC, SETTINGS = "bert", BertSpec, BertSettings
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 HEAD_KEYS = ()  # the pooler reads the first token's hidden state: nothing of the batch
+HEAD_TOKEN = "first"  # the one row of the trunk's output the head reads (bench.models: cached evaluation)
 MODELLED = frozenset({"memory", "flops"})
 POOLER = "bert.pooler.dense"  # the head's matmul before the classifier
 EMBEDDINGS = ("bert.embeddings.",)  # the embedding tables (and their LayerNorm): no matmul reads them

@@ -62,6 +62,7 @@ class LlamaSpec(Heads):
 NAME, SPEC, SETTINGS = "llama", LlamaSpec, LlamaSettings
 INPUT_KEYS = ("input_ids", "attention_mask")  # no segments
 HEAD_KEYS = ("input_ids",)  # the score reads the last token that is not padding
+HEAD_TOKEN = "last"  # the one row of the trunk's output the head reads: the last that is not padding
 MODELLED = frozenset({"memory", "flops"})
 POOLER = None  # no pooler: the score reads the last token's hidden state
 EMBEDDINGS = ("model.embed_tokens.",)  # no matmul reads it

@@ -25,6 +25,7 @@ NAME = "opt"
 SETTINGS = None  # no fields beyond those every family shares: OPT's own (ffn_dim: model.intermediate_size) map to them
 INPUT_KEYS = ("input_ids", "attention_mask")  # no segments
 HEAD_KEYS = ("input_ids",)  # the score reads the last token that is not padding
+HEAD_TOKEN = "last"  # the one row of the trunk's output the head reads: the last that is not padding
 MODELLED = frozenset({"memory", "flops"})
 POOLER = None  # no pooler: the score reads the last token's hidden state
 EMBEDDINGS = ("model.decoder.embed_tokens.", "model.decoder.embed_positions.")  # no matmul reads them

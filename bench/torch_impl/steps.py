@@ -22,13 +22,14 @@ import torch
 import torch.nn.functional as F
 
 from bench import estimators, models
-from bench.spec import StepSpec
+from bench.spec import HEAD_ONLY, StepSpec
 from bench.torch_impl import models as model_modules
 from bench.torch_impl.device import resolve_device, use_fp32
 from bench.torch_impl.directions import Units, materialize
 from bench.torch_impl.estimators import implementation
 from bench.torch_impl.estimators.backprop import backprop_gradient
 from bench.torch_impl.loss import identity
+from bench.torch_impl.models.common import head_rows
 from bench.torch_impl.parallel import World, like_param, local, sharded
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -131,6 +132,11 @@ class Trainer:
         # as the optimizer's is: part of a trial's excess memory, not of its baseline
         self.state = None
         self.step_count = 0
+        # At the head scopes on one device the trunk is frozen: evaluation runs it once per held-out batch and keeps
+        # the one row the head reads (the family's HEAD_TOKEN, a few KiB a batch), so looking costs the head alone
+        alone = world is None or world.parallel == "none"
+        head = getattr(neutral, "HEAD_TOKEN", None) if s.trainable in HEAD_ONLY and alone else None
+        self.head_token, self._head_inputs = head, {}
 
     # -- data ------------------------------------------------------------------------------------------------
     def to_device(self, micro_batches):
@@ -211,13 +217,29 @@ class Trainer:
         try:
             with torch.inference_mode():
                 for b in micro_batches:
-                    logits = self.model(**{k: v for k, v in b.items() if k != "labels"}).logits.float()  # (B, C)
+                    logits = self._eval_logits(b).float()  # (B, C)
                     loss_sum += float(F.cross_entropy(logits, b["labels"], reduction="sum"))
                     correct += int((logits.argmax(-1) == b["labels"]).sum())
                     n += len(b["labels"])
         finally:
             self.model.train(was_training)
         return loss_sum / n, correct / n
+
+    def _eval_logits(self, b) -> torch.Tensor:
+        """A held-out batch's logits: the whole model, or at the head scopes the head on the trunk's row kept from
+        the batch's first evaluation (the same arithmetic on the same row: the trunk's weights never change)."""
+        if self.head_token is None:
+            return self.model(**{k: v for k, v in b.items() if k != "labels"}).logits
+        kept = self._head_inputs.get(id(b))
+        if kept is None or kept[0] is not b:  # keyed by the batch itself: it stays alive as long as its entry
+            kept = self._head_inputs[id(b)] = (b, *self._head_inputs_of(b))
+        with self.autocast():
+            return self.family.head_logits(self.model, kept[1], kept[2], self.params)
+
+    def _head_inputs_of(self, b) -> tuple[torch.Tensor, dict]:
+        with self.autocast():
+            hidden = self.family.features(self.model, b)
+        return head_rows(self.head_token, hidden, b, self.model.config.pad_token_id)
 
     def gradient_check(self, micro_batches) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """(the estimator's gradient, the exact gradient by reverse mode), tensor by tensor as numpy, on the

@@ -359,3 +359,15 @@ def last_token(input_ids: jax.Array, pad_token_id: int) -> jax.Array:
     non-pad token ((arange * (ids != pad)).argmax; row 0 where all are pad). Mirror of torch_impl's last_token."""
     positions = jnp.arange(input_ids.shape[-1], dtype=jnp.int32)
     return jnp.argmax(positions * (input_ids != pad_token_id), axis=-1)
+
+
+def head_rows(token: str, hidden: jax.Array, batch: dict, pad_token_id: int) -> tuple[jax.Array, dict]:
+    """The one row of the trunk's output (B, T, H) a head reads, (B, 1, H), and the batch keys the head reads as
+    they point at it: "first" (BERT's pooler, nothing of the batch) or "last" (a decoder's score at the last token
+    that is not padding: that token's id alone, which is then the last of one). What evaluation keeps of a frozen
+    trunk's pass (Trainer.evaluate). Mirror of torch_impl's head_rows."""
+    if token == "first":
+        return hidden[:, :1], {}
+    ids = batch["input_ids"]
+    rows, last = jnp.arange(ids.shape[0]), last_token(ids, pad_token_id)
+    return hidden[rows, last][:, None], {"input_ids": ids[rows, last][:, None]}

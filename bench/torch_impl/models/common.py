@@ -105,3 +105,15 @@ def last_token(input_ids: torch.Tensor, pad_token_id: int) -> torch.Tensor:
     non-pad token ((arange * (ids != pad)).argmax; row 0 where all are pad). Mirror of jax_impl's last_token."""
     positions = torch.arange(input_ids.shape[-1], device=input_ids.device)
     return (positions * (input_ids != pad_token_id)).argmax(-1)
+
+
+def head_rows(token: str, hidden: torch.Tensor, batch: dict, pad_token_id: int) -> tuple[torch.Tensor, dict]:
+    """The one row of the trunk's output (B, T, H) a head reads, (B, 1, H), its own storage, and the batch keys the
+    head reads as they point at it: "first" (BERT's pooler, nothing of the batch) or "last" (a decoder's score at
+    the last token that is not padding: that token's id alone, which is then the last of one). What evaluation
+    keeps of a frozen trunk's pass (Trainer.evaluate). Mirror of jax_impl's head_rows."""
+    if token == "first":
+        return hidden[:, :1].clone(), {}
+    ids = batch["input_ids"]
+    rows, last = torch.arange(ids.shape[0], device=ids.device), last_token(ids, pad_token_id)
+    return hidden[rows, last][:, None].clone(), {"input_ids": ids[rows, last][:, None]}
