@@ -94,8 +94,8 @@ EASIER = (0.75, 0.875)
 
 
 def with_levels(row: dict) -> dict:
-    """The row, with a levels_to_target cell replayed from its history where it recorded none (`levels_replayed`
-    set); as it is where it has one, no target, or no kept history with its metric."""
+    """The row, with a levels_to_target cell replayed from its history where it recorded none; as it is where it
+    has one, no target, or no kept history with its metric."""
     metric, value = row.get("target_metric"), num(row, "target_value")
     if row.get("levels_to_target") or metric not in ("eval_accuracy", "eval_loss") or value is None:
         return row
@@ -105,7 +105,7 @@ def with_levels(row: dict) -> dict:
     easier = [round(value * f if metric == "eval_accuracy" else value / f, 6) for f in EASIER]
     hold = int(num(row, "target_hold") or TARGET_DEFAULTS["target_hold"])
     cell = replay_levels(evaluations, easier, metric, hold, int(num(row, "warmup_steps") or 0))
-    return {**row, "levels_to_target": cell, "levels_replayed": True}
+    return {**row, "levels_to_target": cell}
 
 
 # the costs a lower (or higher) level of the target is priced in: those that follow from its steps alone
