@@ -329,12 +329,16 @@ class Trainer:
             if self.head_token is None:
                 loss, right = self._eval_batch(self.params, self.frozen, b)
             else:
-                kept = self._head_inputs.get(id(b))
-                if kept is None or kept[0] is not b:  # keyed by the batch itself: it stays alive with its entry
-                    kept = self._head_inputs[id(b)] = (b, *self._head_inputs_of(b))
-                loss, right = self._eval_head(self.params, self.frozen, kept[1], kept[2], b["labels"])
+                loss, right = self._eval_head(self.params, self.frozen, *self._kept(b), b["labels"])
             loss_sum, correct, n = loss_sum + float(loss), correct + int(right), n + int(b["labels"].shape[0])
         return loss_sum / n, correct / n
+
+    def _kept(self, b) -> tuple[jax.Array, dict]:
+        """The head's inputs of held-out batch `b`, from its first evaluation on: (rows, batch keys)."""
+        kept = self._head_inputs.get(id(b))
+        if kept is None or kept[0] is not b:  # keyed by the batch itself: it stays alive as long as its entry
+            kept = self._head_inputs[id(b)] = (b, *self._head_inputs_of(b))
+        return kept[1], kept[2]
 
     def _head_inputs_of(self, b) -> tuple[jax.Array, dict]:
         self._eval_programs()

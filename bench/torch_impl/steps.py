@@ -230,11 +230,16 @@ class Trainer:
         the batch's first evaluation (the same arithmetic on the same row: the trunk's weights never change)."""
         if self.head_token is None:
             return self.model(**{k: v for k, v in b.items() if k != "labels"}).logits
+        rows, keys = self._kept(b)
+        with self.autocast():
+            return self.family.head_logits(self.model, rows, keys, self.params)
+
+    def _kept(self, b) -> tuple[torch.Tensor, dict]:
+        """The head's inputs of held-out batch `b`, from its first evaluation on: (rows, batch keys)."""
         kept = self._head_inputs.get(id(b))
         if kept is None or kept[0] is not b:  # keyed by the batch itself: it stays alive as long as its entry
             kept = self._head_inputs[id(b)] = (b, *self._head_inputs_of(b))
-        with self.autocast():
-            return self.family.head_logits(self.model, kept[1], kept[2], self.params)
+        return kept[1], kept[2]
 
     def _head_inputs_of(self, b) -> tuple[torch.Tensor, dict]:
         with self.autocast():

@@ -7,6 +7,7 @@ said."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -211,8 +212,6 @@ def test_rows_without_levels_get_them_replayed_from_their_kept_evaluations(tmp_p
     """Rows that recorded no easier levels (target.levels unset) but kept their histories: 0.75 and 0.875 of the
     target (0.6, 0.7 of 0.8) replayed, so the profile has three levels a problem; a row without a history is as it was,
     and one with its own cell keeps it."""
-    import json
-
     (tmp_path / "history").mkdir()
     rows = []
     for r in profile_rows():

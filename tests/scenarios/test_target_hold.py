@@ -5,6 +5,7 @@ estimator declares them (passes_to_target); and their refusals, in one line befo
 from __future__ import annotations
 
 import functools
+import random
 from dataclasses import replace
 
 import pytest
@@ -104,8 +105,6 @@ def test_levels_are_recorded_on_the_way_by_the_same_rule_easiest_first():
 def test_levels_replayed_from_a_history_are_those_the_trial_would_have_recorded(seed):
     """A row that recorded no levels gets them from its kept evaluations (one entry per timed step, None between):
     the cell Target writes for the same evaluations, up to where the trial ended."""
-    import random
-
     rng = random.Random(seed)
     t = target(hold=3, levels=[0.3, 0.4])
     accuracies = []

@@ -53,7 +53,7 @@ class Target:
 
     def met(self, evaluation: tuple[float, float], value: float) -> bool:
         loss, accuracy = evaluation
-        return accuracy >= value if self.metric == "eval_accuracy" else loss <= value
+        return meets(self.metric, accuracy if self.metric == "eval_accuracy" else loss, value)
 
     def check(self, evaluation: tuple[float, float], step: int, wall_s: float) -> bool:
         """Whether the trial ends at this evaluation (`wall_s`: the clock's training seconds so far): the target
@@ -94,6 +94,11 @@ class Target:
         return cell((*self.levels, self.main), self.count)
 
 
+def meets(metric: str, measured: float, value: float) -> bool:
+    """An accuracy at or above its value, a loss at or below."""
+    return measured >= value if metric == "eval_accuracy" else measured <= value
+
+
 def cell(held: tuple[Held, ...], count) -> str:
     return ";".join(f"{h.value:g}:{count(h.reached[0]) if h.reached else ''}" for h in held)
 
@@ -103,12 +108,11 @@ def replay_levels(evaluations: list[float | None], values: list[float], metric: 
     evaluation history (one entry per timed step, None where it did not evaluate), by the rule Target applies.
     Exact for any level at or below a reached target: the trial ran until the target held, and each easier level
     held by then; a level past the target is known only as far as the trial ran."""
-    better = (lambda v, x: v >= x) if metric == "eval_accuracy" else (lambda v, x: v <= x)
     held = tuple(Held(x, hold) for x in values)
     for step, v in enumerate(evaluations):
         if v is not None:
             for h in held:
-                h.see(better(v, h.value), step, 0.0)
+                h.see(meets(metric, v, h.value), step, 0.0)
     return cell(held, lambda step: warmup + step + 1)
 
 

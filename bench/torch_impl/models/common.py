@@ -116,4 +116,4 @@ def head_rows(token: str, hidden: torch.Tensor, batch: dict, pad_token_id: int) 
         return hidden[:, :1].clone(), {}
     ids = batch["input_ids"]
     rows, last = torch.arange(ids.shape[0], device=ids.device), last_token(ids, pad_token_id)
-    return hidden[rows, last][:, None].clone(), {"input_ids": ids[rows, last][:, None]}
+    return hidden[rows, last][:, None], {"input_ids": ids[rows, last][:, None]}  # indexing copies: no view
