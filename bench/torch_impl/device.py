@@ -52,8 +52,10 @@ def limit_memory(device: torch.device, budget_mb: float | None) -> None:
     """budget_mb on CUDA: the caching allocator refuses to hold more (an OutOfMemoryError: status oom); on the CPU
     the runner enforces it on the process's RSS instead."""
     if budget_mb is not None and device.type == "cuda":
-        total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, budget_mb * MiB / total), device)
+        # set_per_process_memory_fraction needs an index: a bare "cuda" is the current device
+        index = torch.cuda.current_device() if device.index is None else device.index
+        total = torch.cuda.get_device_properties(index).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, budget_mb * MiB / total), index)
 
 
 def memory_trackers(device: torch.device) -> list[MemoryTracker]:

@@ -208,6 +208,23 @@ def test_torch_cuda_tracker_sees_allocation():
 
 
 @pytest.mark.cuda
+def test_torch_limit_memory_takes_a_bare_cuda_device():
+    """A trial's device is "cuda" with no index; torch's memory fraction wants one (the first shapes lease failed
+    every torch trial on it), and the limit must then refuse an allocation past the budget."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    from bench.torch_impl.device import limit_memory
+
+    limit_memory(torch.device("cuda"), 1024)
+    try:
+        with pytest.raises(torch.cuda.OutOfMemoryError):
+            torch.empty(2048 * MiB // 4, device="cuda")
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+
+
+@pytest.mark.cuda
 def test_nvml_tracker_sees_this_process():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
