@@ -118,7 +118,11 @@ RESULTS_TRACKED = "benchmarks"
 
 def git_sha() -> str:
     """The checkout's commit (12 hex, "-dirty" with uncommitted changes to tracked files outside
-    RESULTS_TRACKED); $BENCH_GIT_SHA where git has no answer (no .git, no git), else ""."""
+    RESULTS_TRACKED), else "". $BENCH_GIT_SHA, where set, wins: a tree copied to a GPU host may carry another
+    checkout's .git (the device's copy had the last landed commit's), and the commit recorded beside the wheels is
+    the one the tree was copied from."""
+    if recorded := os.environ.get(GIT_SHA_ENV):
+        return recorded
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
@@ -133,7 +137,7 @@ def git_sha() -> str:
     except (OSError, subprocess.SubprocessError):
         sha, dirty = "", ""
     if not sha:
-        return os.environ.get(GIT_SHA_ENV, "")
+        return ""
     return f"{sha}-dirty" if dirty else sha
 
 

@@ -141,6 +141,17 @@ def test_a_failed_read_empties_the_cells_from_then_on():
     assert window.at == {4: None} and "energy_timed_j" not in window.columns(12, 2.0)
 
 
+def test_a_counter_that_did_not_move_in_the_window_leaves_the_cells_empty_and_says_so():
+    window = EnergyWindow(Scripted([100, 100]))  # a window shorter than the counter's update period
+    window.start()
+    window.stop()
+    cols = window.columns(2, timed_s=0.016)
+    assert (
+        "energy_per_step_j" not in cols
+        and cols["energy_method"] == "none: scripted did not advance in the 16 ms of timed steps"
+    )
+
+
 class Reads(Counter):
     """A counter that rises by 1 J at each read: what a trial's row says is then fixed by where it reads, not by how
     fast the host runs."""

@@ -324,7 +324,7 @@ def facts(out: Path, dry: bool, env: dict[str, str]) -> dict:
         "host": platform.node(),
         "cpu": cpu_name(),
         "python": platform.python_version(),
-        "git_sha": git_sha() or env.get(GIT_SHA_ENV, ""),
+        "git_sha": env.get(GIT_SHA_ENV) or git_sha(),
         "gpus": gpus,
         "nvidia_smi": "found" if query else "not found: no NVIDIA driver here",
         "driver_cuda": cuda.group(1) if cuda else None,
@@ -549,9 +549,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"--stream={folder}: inside --out, it would pack itself; accepted: a folder outside "
                 "it (the device tool's $OUT)"
             )
-        # a tree that travelled without .git: the commit `make gpu-wheels` recorded names every row (git_sha)
+        # the commit `make gpu-wheels` recorded names every row (git_sha): the tree travels without its own .git
+        # (a device's copy may hold another checkout's, whose HEAD is not this tree's)
         recorded = wheels.recorded_commit(Path(args.wheels))
-        if recorded and not git_sha():
+        if recorded:
             runner.env[GIT_SHA_ENV] = recorded
 
         def ended() -> None:

@@ -9,7 +9,7 @@ those, at the versions installed here (the ones the suite's tests pass with), fo
 x86_64, with the device tool's own pip flags; `install` puts them into a folder for PYTHONPATH, with no index and
 no dependencies (the image has them). The wheels travel with the working tree, whose copy is limited to 64 MiB.
 
-`fetch` also records the commit of this checkout beside the wheels (COMMIT_FILE): the tree travels without .git,
+`fetch` also records the commit of this checkout beside the wheels (COMMIT_FILE): the tree travels without its .git,
 and `make gpu-check` hands the record to every trial there (BENCH_GIT_SHA), so each row names the commit it ran.
 
 Run by its path, not as `-m bench...`: on the GPU host it runs before hydra is there, and importing any bench
