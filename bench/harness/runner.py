@@ -57,7 +57,7 @@ from bench.harness.scenario import (
     scenario_of,
     validate,
 )
-from bench.harness.signals import Abort, interrupts_raise
+from bench.harness.signals import Abort, hold_interrupts, interrupts_raise
 from bench.harness.sweep import worst
 from bench.measure.system import REPO
 from bench.measure.trackers import HostMemWatchdog
@@ -220,20 +220,21 @@ def spawn_trial(cfg: BenchConfig, scenario: Scenario, run_id: str, results_dir: 
             try:
                 for r in task.ranks:
                     log = stack.enter_context(open(log_path(r), "wb"))
-                    procs[r] = subprocess.Popen(
-                        [sys.executable, "-m", TRIAL_MODULE, str(payload), str(result(r))],
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        env={
-                            **os.environ,
-                            **trial_env(cfg, scenario),
-                            **rank_env(cfg, task, r),
-                            **child_env(),
-                            RUN_ID_ENV: run_id,
-                        },
-                        cwd=REPO,
-                        start_new_session=True,
-                    )
+                    with hold_interrupts():  # a Ctrl-C within Popen is raised once procs holds the child
+                        procs[r] = subprocess.Popen(
+                            [sys.executable, "-m", TRIAL_MODULE, str(payload), str(result(r))],
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            env={
+                                **os.environ,
+                                **trial_env(cfg, scenario),
+                                **rank_env(cfg, task, r),
+                                **child_env(),
+                                RUN_ID_ENV: run_id,
+                            },
+                            cwd=REPO,
+                            start_new_session=True,
+                        )
                 dogs = {
                     r: stack.enter_context(HostMemWatchdog(p.pid, limit, on_exceed=kill_all)) for r, p in procs.items()
                 }

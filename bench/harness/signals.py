@@ -38,6 +38,27 @@ class Abort(BaseException):
         self.line, self.code = line, code
 
 
+_held: list[int] | None = None  # the stop signals that arrived within hold_interrupts, else None
+
+
+@contextlib.contextmanager
+def hold_interrupts():
+    """Within: a stop signal is held, not raised, and delivered again on the way out, so the handler raises it
+    there. For starting a child: Interrupted raised inside subprocess.Popen, between its fork and its return,
+    leaves a child its parent has no handle on, which runs on after the parent has stopped what it knew of."""
+    global _held
+    if _held is not None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _held = []
+    try:
+        yield
+    finally:
+        held, _held = _held, None
+        if held:
+            os.kill(os.getpid(), held[0])  # the handler runs at the next bytecode: right after this block
+
+
 @contextlib.contextmanager
 def interrupts_raise(first=None):
     """Within: SIGINT, SIGTERM and SIGHUP raise Interrupted (main thread only; elsewhere a no-op), after calling
@@ -48,6 +69,9 @@ def interrupts_raise(first=None):
         return
 
     def handler(signum, frame):
+        if _held is not None:
+            _held.append(signum)
+            return
         if first is not None:
             for s in STOPS:
                 signal.signal(s, signal.SIG_IGN)
