@@ -201,14 +201,11 @@ class EnergyWindow:
             "power_limit_w": c.power_limit_w(),
         }
         total = self._total
-        if total is not None and total <= 0 and timed_s > 0:
-            # the counter did not move: it updates less often than the window lasted, so 0 J would be a wrong
-            # number, not a small one (an H200's NVML counter over 2 steps of 8 ms)
-            out["energy_method"] = f"none: {c.method} did not advance in the {timed_s * 1e3:.0f} ms of timed steps"[
-                :200
-            ]
-        elif total is not None and steps_timed and timed_s > 0:
-            out.update(energy_timed_j=total, energy_per_step_j=total / steps_timed, power_avg_w=total / timed_s)
+        if total is not None and steps_timed and timed_s > 0:
+            if total > 0:
+                out.update(energy_timed_j=total, energy_per_step_j=total / steps_timed, power_avg_w=total / timed_s)
+            else:  # the counter updates less often than the window lasted: 0 J would be wrong, not small
+                out["energy_method"] = f"none: {c.method} did not advance in the {timed_s * 1e3:.0f} ms of timed steps"
         return out
 
     def to_target(self, step: int, timed_through_s: float, seconds_to_target: float) -> float | None:

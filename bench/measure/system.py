@@ -9,6 +9,7 @@ import os
 import platform
 import shutil
 import subprocess
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
@@ -116,12 +117,11 @@ GIT_SHA_ENV = "BENCH_GIT_SHA"
 RESULTS_TRACKED = "benchmarks"
 
 
-def git_sha() -> str:
+def git_sha(environ: Mapping[str, str] = os.environ) -> str:
     """The checkout's commit (12 hex, "-dirty" with uncommitted changes to tracked files outside
-    RESULTS_TRACKED), else "". $BENCH_GIT_SHA, where set, wins: a tree copied to a GPU host may carry another
-    checkout's .git (the device's copy had the last landed commit's), and the commit recorded beside the wheels is
-    the one the tree was copied from."""
-    if recorded := os.environ.get(GIT_SHA_ENV):
+    RESULTS_TRACKED), else "". BENCH_GIT_SHA in `environ`, where set, wins: a tree copied to a GPU host may carry
+    another checkout's .git, and the commit recorded beside the wheels is the one the tree was copied from."""
+    if recorded := environ.get(GIT_SHA_ENV):
         return recorded
     try:
         sha = subprocess.run(

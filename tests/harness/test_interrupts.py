@@ -148,14 +148,18 @@ def test_an_interrupt_while_a_trial_starts_stops_that_trial_too(tmp_path, monkey
         proc = real_popen(*args, **kwargs)
         started.append(proc)
         os.kill(os.getpid(), signal.SIGINT)  # arrives before Popen's caller has the child
-        time.sleep(0.2)
         return proc
 
     monkeypatch.setattr(runner.subprocess, "Popen", popen_then_interrupt)
     cfg = composed("framework=torch", *FAST, "logger=none", "steps=1000000", f"results_dir={tmp_path}")
-    with pytest.raises(Interrupted), interrupts_raise():
-        runner.spawn_trial(cfg, SCENARIOS["model"], "interrupted", tmp_path, Task((0,), 1, "127.0.0.1", 0))
-    assert len(started) == 1 and started[0].poll() is not None  # stopped and reaped, not left running
+    try:
+        with pytest.raises(Interrupted), interrupts_raise():
+            runner.spawn_trial(cfg, SCENARIOS["model"], "interrupted", tmp_path, Task((0,), 1, "127.0.0.1", 0))
+        assert len(started) == 1 and started[0].poll() is not None  # stopped and reaped, not left running
+    finally:
+        for proc in started:  # a failure here must not leave the trial running
+            proc.kill()
+            proc.wait()
 
 
 LEAK = "from joblib.externals.loky.backend import resource_tracker; resource_tracker.register({path!r}, 'file')"

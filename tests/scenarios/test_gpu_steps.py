@@ -275,6 +275,7 @@ def test_git_sha_falls_back_to_the_recorded_commit(tmp_path, monkeypatch):
     assert system.git_sha() == "c0ffee123456-dirty"
     monkeypatch.setattr(system, "REPO", REPO)  # a .git whose HEAD is another: the recorded commit still wins
     assert system.git_sha() == "c0ffee123456-dirty"
+    assert system.git_sha({system.GIT_SHA_ENV: "abc123def456"}) == "abc123def456"  # a child's environment (facts)
     monkeypatch.undo()
     assert wheels.this_commit() == system.git_sha()  # what `make gpu-wheels` records: bench's own answer
     assert wheels.record_commit(tmp_path, "abc123def456").startswith("commit abc123def456 recorded in")

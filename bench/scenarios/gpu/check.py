@@ -324,7 +324,7 @@ def facts(out: Path, dry: bool, env: dict[str, str]) -> dict:
         "host": platform.node(),
         "cpu": cpu_name(),
         "python": platform.python_version(),
-        "git_sha": env.get(GIT_SHA_ENV) or git_sha(),
+        "git_sha": git_sha(env),
         "gpus": gpus,
         "nvidia_smi": "found" if query else "not found: no NVIDIA driver here",
         "driver_cuda": cuda.group(1) if cuda else None,
