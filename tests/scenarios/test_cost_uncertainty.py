@@ -15,7 +15,7 @@ import pytest
 
 from bench.scenarios.model.report.cost import framework_table, matched_memory, profile_table, seeds_note
 from bench.scenarios.model.report.cost_curve import curve_table
-from bench.scenarios.model.report.cost_stats import INF, cost_groups, levels, performance_profile, problems
+from bench.scenarios.model.report.cost_stats import INF, cost_groups, levels, performance_profile, problems, value
 from bench.scenarios.model.report.cost_uncertainty import fit_seeds, memory_band, ratio_interval, ties
 from tests.scenarios.test_cost_report import cost_row, only, table_of
 
@@ -164,8 +164,35 @@ def test_the_profiles_problems_are_scopes_frameworks_and_levels_of_the_target():
     assert profile["backprop"] == [1, 1, 1, 1] and profile["mezo"] == [0, 7 / 8, 7 / 8, 7 / 8]
     table = profile_table(found)
     assert "| mezo | steps (of 8) | 0% | 88% | 88% | 88% |" in table  # 8 problems: no warning
-    # wall time is known at the target's own level only: 4 problems, and the table says what one is worth
+    # rows that kept no step times know their wall at the target's own level only: 4 problems, and the table says
+    # what one is worth
     assert "| mezo | wall s (of 4, under 8: a fraction moves 25% a problem) | 0% | 75% | 75% | 75% |" in table
+
+
+def test_a_lower_levels_time_is_read_from_the_trials_kept_step_times(tmp_path):
+    """With each trial's step times kept (history/), the wall to a lower level is the compilation and the steps
+    through its count, so wall time has the steps' 8 problems: at 0.3 backprop's 41 steps of 0.1 s after a 2 s
+    compile, MeZO's 61; JAX's MeZO at bias missed the target and still held 0.3 at 61."""
+    (tmp_path / "history").mkdir()
+    rows = []
+    for r in profile_rows():
+        r = r | {"_source": str(tmp_path / "runs.csv"), "compile_time_s": 2.0}
+        times = {"step_time_s": [0.1] * int(r["steps_to_target"] or 1001)}
+        (tmp_path / "history" / f"{r['run_id']}.json").write_text(json.dumps(times))
+        rows.append(r)
+    found = cost_groups(rows)
+    costs = problems(found, "wall_to_target_s")
+    assert len(costs) == 8
+    low = next(p for p in costs if p[1:] == ("bias", "jax", 0.3))
+    assert costs[low] == pytest.approx({"backprop": 2.0 + 4.1, "mezo": 2.0 + 6.1})
+    assert costs[next(p for p in costs if p[1:] == ("bias", "jax", None))]["mezo"] == INF
+    seconds = problems(found, "seconds_to_target")
+    assert seconds[low] == pytest.approx({"backprop": 4.1, "mezo": 6.1})
+    assert "| mezo | wall s (of 8) | 0% | 88% | 88% | 88% |" in profile_table(found)
+    # a history shorter than the count prices nothing there (the level's cost is unknown, not missed)
+    short = tmp_path / "history" / f"{rows[0]['run_id']}.json"
+    short.write_text(json.dumps({"step_time_s": [0.1] * 10}))
+    assert value(rows[0], "wall_to_target_s", 0.3) is None
 
 
 def test_a_groups_cost_is_the_median_over_its_studies_of_each_ones_median():

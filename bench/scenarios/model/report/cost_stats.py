@@ -108,8 +108,10 @@ def with_levels(row: dict) -> dict:
     return {**row, "levels_to_target": cell}
 
 
-# the costs a lower (or higher) level of the target is priced in: those that follow from its steps alone
+# the costs a lower (or higher) level of the target is priced in: those that follow from its steps alone, and the
+# times read from the trial's kept step times (history/) through its count
 LEVEL_COSTS = ("steps_to_target", "passes_to_target", "forwards_to_target", "flops_to_target")
+TIMED_LEVEL_COSTS = ("seconds_to_target", "wall_to_target_s")
 
 
 def value(row: dict, column: str, level: float | None = None) -> float | None:
@@ -117,9 +119,11 @@ def value(row: dict, column: str, level: float | None = None) -> float | None:
     steps to the target; forwards_to_target: the same in forward passes of the model (flops_forward each), FLOP
     equivalents; passes_to_target: steps x the forward passes its estimator declares a step runs (rows from before
     the column: from the estimator and the row's settings). At another `level` of the target than the row's own,
-    the steps to it (levels()), and the costs derived from them."""
+    the steps to it (levels()), the costs derived from them, and its times (timed_through)."""
     steps, flops, forward = num(row, "steps_to_target"), num(row, "flops_per_step"), num(row, "flops_forward")
     other_level = level is not None and level != num(row, "target_value")
+    if other_level and column in TIMED_LEVEL_COSTS:
+        return timed_through(row, levels(row).get(level), column)
     if other_level:
         if column not in LEVEL_COSTS:
             return None  # a time or memory at another level is not recorded
@@ -135,6 +139,20 @@ def value(row: dict, column: str, level: float | None = None) -> float | None:
     if column == "forwards_to_target":
         return None if steps is None or flops is None or not forward else steps * flops / forward
     return num(row, column)
+
+
+def timed_through(row: dict, steps: float | None, column: str) -> float | None:
+    """A time to a level of the target from the trial's kept per-step times: the first `steps` steps' own seconds,
+    and for wall_to_target_s the compilation before them (the evaluations are in neither, as in the target's own
+    columns); None without a count or a history that long."""
+    times = (read_history(row) or {}).get("step_time_s")
+    if steps is None or not times or len(times) < steps:
+        return None
+    seconds = float(sum(times[: int(steps)]))
+    if column == "seconds_to_target":
+        return seconds
+    compiled = num(row, "compile_time_s")
+    return None if compiled is None else compiled + seconds
 
 
 def ran_dropout(row: dict) -> float:
@@ -466,8 +484,8 @@ TAUS = (1, 2, 4, 10)  # AlgoPerf's profile is a curve over tau; a table reads it
 
 def target_levels(g: Group, column: str) -> list[float | None]:
     """The levels of the target a group's cost in `column` is known at: its own (None), then the others its seeds'
-    rows recorded (levels_to_target) where the cost follows from steps alone."""
-    if column not in LEVEL_COSTS:
+    rows recorded (levels_to_target) where the cost follows from their steps (and kept step times)."""
+    if column not in LEVEL_COSTS + TIMED_LEVEL_COSTS:
         return [None]
     rows = g.seeds()
     own = {num(r, "target_value") for r in rows}
