@@ -28,6 +28,7 @@ from bench.estimators.jacfwd import JacfwdSettings
 from bench.estimators.jvp import JvpSettings, keeps_tangent
 from bench.estimators.mezo import MezoSettings
 from bench.jax_impl import directions as jdirections
+from bench.jax_impl.estimators import mezo as jax_mezo
 from bench.jax_impl.loss import dropout_key
 from bench.jax_impl.models.bert import from_hf, to_hf
 from bench.models.bert import is_trainable
@@ -403,14 +404,19 @@ def test_mezo_projection_is_its_finite_difference_and_theta_is_restored(framewor
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_mezo_step_restores_theta_inside_its_update(framework):
+@pytest.mark.parametrize(("framework", "programs"), [("torch", None), ("jax", 1), ("jax", 3)])
+def test_mezo_step_restores_theta_inside_its_update(framework, programs, monkeypatch):
     """The timed MeZO step leaves its last +eps z to the update, which draws z anyway (one draw fewer); over two
-    micro-batches and two steps with momentum it takes the steps of gradient() (theta restored) then apply()."""
+    micro-batches and two steps with momentum it takes the steps of gradient() (theta restored) then apply(). JAX:
+    the tiny model's state runs it as one program, a large one's as three (ONE_PROGRAM_BELOW lowered to say so)."""
+    if programs == 3:
+        monkeypatch.setattr(jax_mezo, "ONE_PROGRAM_BELOW", 0)
     opt = OptimizerSpec(name="sgd", lr=1e-2, momentum=0.9, weight_decay=0.01)
     fused, apart = (make(framework, "mezo", optimizer=opt, grad_accum=2) for _ in range(2))
     micro = fused.to_device(BATCH * 2)
     fused.compile(micro)  # the timed programs, as a trial compiles them
+    if programs:
+        assert len(fused.programs()) == programs
     for _ in range(2):
         loss = float(fused.step(micro))
         ref, g = apart.gradient(micro)

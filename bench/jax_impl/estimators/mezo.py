@@ -9,7 +9,10 @@ writes the move over them in place as torch's add_ does (a whole MeZO step in on
 perturbed copy: +1x parameters). Between directions and micro-batches a move alone puts theta back; the update
 takes the losses, forms the projections, restores the last +eps with the z_0 it draws anyway, and applies the
 optimizer: one direction on one micro-batch is three programs, and no arithmetic runs between them in Python.
-eps is an argument of every program, not a constant, so a trial at another eps compiles nothing new.
+Where the trained state is small (under ONE_PROGRAM_BELOW entries: BitFit, a probe, LoRA's adapters) on one device,
+the same bodies run as one program: the perturbed copies XLA then holds beside theta are a few of at most 4 MiB,
+and there the host's cost of each program call is much of the step (docs/speed.md). eps is an argument of every
+program, not a constant, so a trial at another eps compiles nothing new.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ import numpy as np
 from bench.jax_impl.directions import held_bytes, perturb, seeded_gradient, seeded_update, tangent_gradient
 from bench.jax_impl.estimators import Held
 from bench.jax_impl.loss import dropout_key
+from bench.spec import UNIT_FLOOR
+
+# Trained entries under which a step on one device is one program: the copies of theta it holds are what a unit
+# of the small tensors' shared draw holds already (UNIT_FLOOR's 4 MiB in float32)
+ONE_PROGRAM_BELOW = UNIT_FLOOR
 
 
 def memory(trainer, micro_batches, temp) -> Held:
@@ -48,8 +56,17 @@ def gradient(trainer, params, micro_batches, step, tangents=None):
     )
 
 
+def one_program(trainer) -> bool:
+    """Whether the step's three programs run as one: on one device, a trained state under ONE_PROGRAM_BELOW."""
+    return trainer.world is None and sum(x.size for x in jax.tree.leaves(trainer.params)) < ONE_PROGRAM_BELOW
+
+
 def prepare(trainer, shardings) -> None:
     sh = shardings
+    if one_program(trainer):
+        arguments = (sh.frozen, sh.params, sh.opt, sh.scalar, sh.scalar, sh.batch)
+        trainer._whole = trainer.jit(partial(whole, trainer), (1, 2), arguments, (sh.params, sh.opt, sh.scalar))
+        return
     trainer._move_loss = trainer.jit(
         partial(move_loss, trainer),
         (1,),
@@ -68,6 +85,8 @@ def prepare(trainer, shardings) -> None:
 def lower(trainer, micro_batches) -> dict:
     step, zero, params, q = np.int32(0), np.float32(0), trainer.params, trainer.estimator.settings_of(trainer.spec).q
     opt_state = jax.eval_shape(trainer.optimizer.init, params)
+    if one_program(trainer):
+        return {"_whole": trainer._whole.lower(trainer.frozen, params, opt_state, 0.0, step, micro_batches)}
     losses = [[(zero, zero)] * len(micro_batches)] * q
     lowered = {
         "_move_loss": trainer._move_loss.lower(trainer.frozen, params, 0.0, step, step, micro_batches[0]),
@@ -85,6 +104,8 @@ def restores(trainer) -> int:
 
 
 def programs(trainer) -> list[tuple]:
+    if one_program(trainer):
+        return [(trainer._whole, 1)]
     m, q = trainer.micro_batches, trainer.estimator.settings_of(trainer.spec).q
     moves = [(trainer._move, restores(trainer))] if restores(trainer) else []
     return [(trainer._move_loss, 2 * m * q), *moves, (trainer._update, 1)]
@@ -92,6 +113,10 @@ def programs(trainer) -> list[tuple]:
 
 def step(trainer, micro_batches):
     step, settings = np.int32(trainer.step_count), trainer.estimator.settings_of(trainer.spec)
+    if one_program(trainer):
+        args = (trainer.frozen, trainer.params, trainer.opt_state, settings.eps, step, micro_batches)
+        trainer.params, trainer.opt_state, total = trainer._whole(*args)
+        return total
     trainer.params, losses = spsa_passes(
         lambda p, scale, k, batch: trainer._move_loss(trainer.frozen, p, scale, step, np.int32(k), batch),
         lambda p, scale, k: trainer._move(p, scale, step, np.int32(k)),
@@ -128,6 +153,21 @@ def update(trainer, params, opt_state, losses, eps, step):
         trainer.optimizer, params, opt_state, projs / len(losses), s.seed, step, s.directions, trainer.gather, eps
     )
     return params, opt_state, total
+
+
+def whole(trainer, frozen, params, opt_state, eps, step, micro_batches):
+    """The step's programs as one, the same bodies in the same order: the passes (move_loss), the restoring moves
+    between them (move), then the update: (params, opt_state, the step's loss)."""
+    params, losses = spsa_passes(
+        lambda p, scale, k, batch: move_loss(trainer, frozen, p, scale, step, k, batch),
+        lambda p, scale, k: move(trainer, p, scale, step, k),
+        params,
+        micro_batches,
+        eps=eps,
+        q=trainer.estimator.settings_of(trainer.spec).q,
+        restore=False,
+    )
+    return update(trainer, params, opt_state, losses, eps, step)
 
 
 def spsa_passes(move_loss_fn, move_fn, params, micro_batches, *, eps, q: int = 1, restore=True):
