@@ -215,6 +215,25 @@ def test_a_groups_cost_is_the_median_over_its_studies_of_each_ones_median():
     assert one.studies() == [one] and one.cost("steps_to_target").median == 100  # rows without the column: one
 
 
+def test_a_study_whose_point_missed_at_its_confirming_seed_has_no_winner():
+    """As the sweeper decides: study 1's only point reached the target at its search seed and diverged at its
+    confirming one, so that study has no winner and no fresh seeds; the group is priced over study 0's five, which
+    are not "fewer than five", and the seeds cell says one study found none."""
+    rows = [
+        cost_row("mezo", 101, 10.0, lr=0.1, tune_study=0),
+        cost_row("mezo", 101, 10.0, lr=0.1, tune_study=0, tuning="confirm", seed=4),
+    ]
+    rows += [cost_row("mezo", 121, 10.0, lr=0.1, tune_study=0, tuning="repeat", seed=s) for s in (1, 2, 3, 5, 6)]
+    rows += [
+        cost_row("mezo", 61, 5.0, lr=1.0, tune_study=1, seed=1000),
+        cost_row("mezo", 61, 5.0, lr=1.0, tune_study=1, tuning="confirm", seed=1004, reached=False),
+    ]
+    (g,) = only(rows).values()
+    assert [s.winner["lr"] if s.winner else None for s in g.studies()] == [0.1, None]
+    assert g.cost("steps_to_target").median == 121 and seeds_note({("torch", "mezo"): g}) == ""
+    assert table_of({("torch", "mezo"): g})["mezo"][5] == "5 (2 studies, 1 without a winner)"
+
+
 def test_fewer_than_five_fresh_seeds_are_said_and_jax_is_priced_against_torch():
     rows = []
     for fw, seeds, wall in (("torch", (1, 2, 3), 10.0), ("jax", (1, 2, 3, 5, 6), 20.0)):

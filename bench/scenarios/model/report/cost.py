@@ -114,10 +114,12 @@ def ratio_cell(g: Group, ref: Group | None, column: str) -> str:
 
 
 def seeds_cell(g: Group) -> str:
-    """5, 5 (1 missed), or 15 over 3 studies (each its own search and seeds)"""
+    """5, 5 (1 missed), or 15 over 3 studies (each its own search and seeds), and how many found no winner"""
     seeds, studies = g.seeds(), len(g.studies())
     missed = sum(not reached_row(r) for r in seeds)
+    lost = sum(s.winner is None for s in g.studies()) if studies > 1 else 0
     notes = [f"{missed} missed"] * bool(missed) + [f"{studies} studies"] * (studies > 1)
+    notes += [f"{lost} without a winner"] * bool(lost)
     return f"{len(seeds)}" + (f" ({', '.join(notes)})" if notes else "")
 
 

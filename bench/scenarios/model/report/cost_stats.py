@@ -350,7 +350,8 @@ class Group:
                 for c in (r, *(c for c in self.confirms if point(c) == point(r)))
             )
             confirmed = {point(c) for c in self.confirms}
-            return best_of([r for r in reached if point(r) in confirmed], worst, lambda r: value(r, "lr"))
+            held = [r for r in reached if point(r) in confirmed and math.isfinite(worst(r))]  # as the sweeper's
+            return best_of(held, worst, lambda r: value(r, "lr"))
         return best_of(reached, lambda r: value(r, self.objective), lambda r: value(r, "lr"))
 
     def seeds(self) -> list[dict]:

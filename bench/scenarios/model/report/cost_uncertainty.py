@@ -137,12 +137,12 @@ def ties(budgets: list[float], band: float | None) -> list[list[float]]:
 
 def few_seeds(groups: list[Group], least: int = MIN_SEEDS) -> dict[Group, int]:
     """{group: its fresh seeds} for the winners priced over fewer than `least` (a study's fewest, where several
-    ran)."""
+    ran, among the studies that found a winner)."""
     out = {}
     for g in groups:
         if g.winner is None:
             continue
-        counts = [len(s.seeds()) for s in g.studies()]
+        counts = [len(s.seeds()) for s in g.studies() if s.winner is not None]
         if min(counts) < least:
             out[g] = min(counts)
     return out
