@@ -142,12 +142,17 @@ def value(row: dict, column: str, level: float | None = None) -> float | None:
 
 
 def timed_through(row: dict, steps: float | None, column: str) -> float | None:
-    """A time to a level of the target from the trial's kept per-step times: the first `steps` steps' own seconds,
-    and for wall_to_target_s the compilation before them (the evaluations are in neither, as in the target's own
-    columns); None without a count or a history that long."""
+    """A time to a level of the target from the trial's kept per-step times: the row's own time to the target less
+    the steps it took after the level's count (so a level held at the target's step costs the target's time), or
+    where the trial missed the target, the first `steps` steps' seconds and for wall_to_target_s the compilation
+    before them (the evaluations are in neither, as in the target's own columns); None without a count or a history
+    that long."""
     times = (read_history(row) or {}).get("step_time_s")
     if steps is None or not times or len(times) < steps:
         return None
+    own, main = num(row, column), num(row, "steps_to_target")
+    if reached_row(row) and own is not None and main is not None and steps <= main <= len(times):
+        return own - float(sum(times[int(steps) : int(main)]))
     seconds = float(sum(times[: int(steps)]))
     if column == "seconds_to_target":
         return seconds
