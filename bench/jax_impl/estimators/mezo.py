@@ -63,7 +63,8 @@ def one_program(trainer) -> bool:
 
 def prepare(trainer, shardings) -> None:
     sh = shardings
-    if one_program(trainer):
+    trainer._one_program = one_program(trainer)  # decided once: the timed step reads it
+    if trainer._one_program:
         arguments = (sh.frozen, sh.params, sh.opt, sh.scalar, sh.scalar, sh.batch)
         trainer._whole = trainer.jit(partial(whole, trainer), (1, 2), arguments, (sh.params, sh.opt, sh.scalar))
         return
@@ -85,7 +86,7 @@ def prepare(trainer, shardings) -> None:
 def lower(trainer, micro_batches) -> dict:
     step, zero, params, q = np.int32(0), np.float32(0), trainer.params, trainer.estimator.settings_of(trainer.spec).q
     opt_state = jax.eval_shape(trainer.optimizer.init, params)
-    if one_program(trainer):
+    if trainer._one_program:
         return {"_whole": trainer._whole.lower(trainer.frozen, params, opt_state, 0.0, step, micro_batches)}
     losses = [[(zero, zero)] * len(micro_batches)] * q
     lowered = {
@@ -104,7 +105,7 @@ def restores(trainer) -> int:
 
 
 def programs(trainer) -> list[tuple]:
-    if one_program(trainer):
+    if trainer._one_program:
         return [(trainer._whole, 1)]
     m, q = trainer.micro_batches, trainer.estimator.settings_of(trainer.spec).q
     moves = [(trainer._move, restores(trainer))] if restores(trainer) else []
@@ -113,7 +114,7 @@ def programs(trainer) -> list[tuple]:
 
 def step(trainer, micro_batches):
     step, settings = np.int32(trainer.step_count), trainer.estimator.settings_of(trainer.spec)
-    if one_program(trainer):
+    if trainer._one_program:
         args = (trainer.frozen, trainer.params, trainer.opt_state, settings.eps, step, micro_batches)
         trainer.params, trainer.opt_state, total = trainer._whole(*args)
         return total

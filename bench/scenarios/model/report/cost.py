@@ -562,8 +562,8 @@ class CostSection(Section):
                 "As AlgoPerf scores submissions: a problem is a (context, target, trained scope, framework, level "
                 "of the target: each level the rows' `levels_to_target` recorded, or for rows that recorded none, "
                 "0.75 and 0.875 of an accuracy target replayed from their kept evaluations by the same hold rule; "
-                "priced in steps and what follows from them, and in time from each trial's kept step times: the "
-                "compilation and the steps through its count); per cost, the share "
+                "priced in steps and what follows from them, and in time from each trial's kept step times: its "
+                "time to the target less the steps after the level's count); per cost, the share "
                 "of the problems some mode reached "
                 "on which each mode reached that level within τ times the best mode's cost there (medians over "
                 f"{seeds} fresh seeds per winner). τ = 1: how often it was the cheapest.",
