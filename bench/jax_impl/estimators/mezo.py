@@ -58,7 +58,7 @@ def gradient(trainer, params, micro_batches, step, tangents=None):
 
 def one_program(trainer) -> bool:
     """Whether the step's three programs run as one: on one device, a trained state under ONE_PROGRAM_BELOW."""
-    return trainer.world is None and sum(x.size for x in jax.tree.leaves(trainer.params)) < ONE_PROGRAM_BELOW
+    return trainer.world is None and trainer.n_trainable < ONE_PROGRAM_BELOW
 
 
 def prepare(trainer, shardings) -> None:

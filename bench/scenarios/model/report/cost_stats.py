@@ -109,7 +109,7 @@ def with_levels(row: dict) -> dict:
 
 
 # the costs a lower (or higher) level of the target is priced in: those that follow from its steps alone, and the
-# times read from the trial's kept step times (history/) through its count
+# times that follow from them and the trial's kept step times (history/: timed_through)
 LEVEL_COSTS = ("steps_to_target", "passes_to_target", "forwards_to_target", "flops_to_target")
 TIMED_LEVEL_COSTS = ("seconds_to_target", "wall_to_target_s")
 
