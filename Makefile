@@ -15,7 +15,10 @@ STAMP     := $(VENV)/.bench-installed
 # make test in one process (as CI runs it); TEST_WORKERS=N: N pytest-xdist workers, a whole file each at a time
 # (a file's module fixtures are built once). docs/testing.md says what 2 workers gain and risk on 2 cores.
 TEST_WORKERS ?= 0
-PYTEST    := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+# make test-fast, the inner loop, on two workers: its tests are mostly single-threaded config composition, which two
+# processes halve (FAST_WORKERS=0: one process, as make test)
+FAST_WORKERS ?= 2
+PYTEST    := $(PY) -m pytest -q --dist loadfile
 # make gpu-wheels: the wheels a lent GPU machine lacks, into .whl/ (ignored by git; it travels with the tree).
 # make gpu-check there (docs/gpu.md): the image's python3 (torch, jax with CUDA) with those wheels installed into
 # GPU_SITE; GPU_CHECK_DRY=1 runs it tiny on this CPU, in .venv.
@@ -39,10 +42,10 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)  ## create/refresh .venv (CPU torch here; JAX_CUDA=cuda12|cuda13 on GPU hosts)
 
 test: $(STAMP)  ## run the whole test suite (CPU; CUDA tests skip without a GPU); TEST_WORKERS=2: two workers
-	$(PYTEST)
+	$(PYTEST) -n $(TEST_WORKERS)
 
-test-fast: $(STAMP)  ## the inner loop (~3 min): the tests not marked slow (none over ~2 s)
-	$(PYTEST) -m "not slow"
+test-fast: $(STAMP)  ## the inner loop (~2 min, two workers): the tests not marked slow (none over ~2 s)
+	$(PYTEST) -n $(FAST_WORKERS) -m "not slow"
 
 bench: $(STAMP)  ## default comparison: both frameworks x every mode, prints the table, writes results/
 	$(PY) -m bench -m +experiment=default_bench $(if $(HAS_GPU),model=bert_base,)

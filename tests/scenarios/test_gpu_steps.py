@@ -375,7 +375,11 @@ def test_a_kept_rung_is_what_the_shape_step_would_run_again():
 SUPERSEDED = {("torch", "jvp", "func")}
 
 
-@pytest.mark.parametrize("kept", sorted(KEPT.glob("*.csv")), ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "kept",
+    [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_COMMANDS else p for p in sorted(KEPT.glob("*.csv"))],
+    ids=lambda p: p.stem,
+)
 def test_the_rows_earlier_leases_kept_are_what_the_step_would_run_again(kept):
     """A lease skips a cell only while the step's command still hashes to its kept row: a key added with no
     ADDED_KEYS default, a changed override, and the next lease measures every kept cell again unnoticed."""
