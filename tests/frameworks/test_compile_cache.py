@@ -14,7 +14,7 @@ from bench.config import model_preset
 from bench.estimators.hizoo import HizooSettings
 from bench.estimators.lozo import LozoSettings
 from bench.estimators.mezo import MezoSettings
-from bench.jax_impl.estimators import mezo as jax_mezo
+from bench.jax_impl import estimators as jax_estimators
 from bench.jax_impl.steps import make_trainer
 from bench.spec import OptimizerSpec, StepSpec
 from bench.weights import build_weights
@@ -57,17 +57,26 @@ def test_another_learning_rate_or_eps_lowers_to_the_same_programs(mode, a, b):
 
 
 @pytest.mark.slow
-def test_mezo_as_three_programs_lowers_another_eps_to_the_same_programs(monkeypatch):
-    """BitFit's tiny state runs MeZO's step as one program (above); a large one as three, eps an argument of each."""
-    monkeypatch.setattr(jax_mezo, "ONE_PROGRAM_BELOW", 0)
-    first, second = lowered("mezo", SGD, MezoSettings(eps=1e-3)), lowered("mezo", SGD, MezoSettings(eps=1e-2))
-    assert {"_move_loss", "_update"} <= set(first) and first == second
+@pytest.mark.parametrize(
+    ("mode", "a", "b"),
+    [
+        ("mezo", MezoSettings(eps=1e-3), MezoSettings(eps=1e-2)),
+        ("hizoo", HizooSettings(eps=1e-3, alpha=1e-6), HizooSettings(eps=1e-2, alpha=1e-3)),
+        ("lozo", LozoSettings(eps=1e-3), LozoSettings(eps=1e-2)),
+    ],
+)
+def test_a_split_step_as_several_programs_lowers_another_eps_to_the_same_programs(mode, a, b, monkeypatch):
+    """BitFit's tiny state runs a split step as one program (above); a large one as several, eps an argument of
+    each."""
+    monkeypatch.setattr(jax_estimators, "ONE_PROGRAM_BELOW", 0)
+    first, second = lowered(mode, SGD, a), lowered(mode, SGD, b)
+    assert {"_move_loss", "_update"} <= set(first) and "_whole" not in first and first == second
 
 
 def test_momentum_on_or_off_is_another_program(monkeypatch):
     """What changes the program stays static: SGD's momentum buffer exists or not (and the comparison above is not
     blind to a difference)."""
-    monkeypatch.setattr(jax_mezo, "ONE_PROGRAM_BELOW", 0)  # the three programs: the update's changes, not the pass's
+    monkeypatch.setattr(jax_estimators, "ONE_PROGRAM_BELOW", 0)  # three programs: the update changes, not the pass
     plain = lowered("mezo", OptimizerSpec(lr=1e-3), MezoSettings())
     heavy = lowered("mezo", OptimizerSpec(lr=1e-3, momentum=0.9), MezoSettings())
     assert plain["_update"] != heavy["_update"] and plain["_move_loss"] == heavy["_move_loss"]

@@ -19,7 +19,7 @@ from flax import nnx
 
 from bench.config import model_preset
 from bench.jax_impl import directions, flops
-from bench.jax_impl.estimators import mezo as jax_mezo
+from bench.jax_impl import estimators as jax_estimators
 from bench.jax_impl.models.bert import build_model, export_weights, from_hf, is_trained, layer_names, to_hf
 from bench.jax_impl.models.common import layer_stacks
 from bench.jax_impl.steps import make_optimizer, make_trainer
@@ -260,7 +260,7 @@ def test_a_forward_gradient_and_mezo_hold_no_more_with_more_layers(monkeypatch):
     grow with depth: a stack's direction exists one layer at a time in every program. (Handed to jax.jvp whole, a
     stacked tangent would add a layer's tangent, 0.8 MB here, per layer: the scan's inputs exist before it runs.)"""
     monkeypatch.setattr(directions, "WHOLE", BY_LAYER)  # a wide model's stacks (these would be drawn whole)
-    monkeypatch.setattr(jax_mezo, "ONE_PROGRAM_BELOW", 0)  # and its MeZO step, three programs
+    monkeypatch.setattr(jax_estimators, "ONE_PROGRAM_BELOW", 0)  # and its MeZO step, three programs
     temps = {}
     for layers in (2, 6):  # a whole tangent would add 4 x 0.8 MB at 6 layers
         for mode in ("jvp", "mezo"):

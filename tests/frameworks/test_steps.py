@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import weakref
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ from bench.estimators.jacfwd import JacfwdSettings
 from bench.estimators.jvp import JvpSettings, keeps_tangent
 from bench.estimators.mezo import MezoSettings
 from bench.jax_impl import directions as jdirections
-from bench.jax_impl.estimators import mezo as jax_mezo
+from bench.jax_impl import estimators as jax_estimators
 from bench.jax_impl.loss import dropout_key
 from bench.jax_impl.models.bert import from_hf, to_hf
 from bench.models.bert import is_trainable
@@ -410,7 +411,7 @@ def test_mezo_step_restores_theta_inside_its_update(framework, programs, monkeyp
     micro-batches and two steps with momentum it takes the steps of gradient() (theta restored) then apply(). JAX:
     the tiny model's state runs it as one program, a large one's as three (ONE_PROGRAM_BELOW lowered to say so)."""
     if programs == 3:
-        monkeypatch.setattr(jax_mezo, "ONE_PROGRAM_BELOW", 0)
+        monkeypatch.setattr(jax_estimators, "ONE_PROGRAM_BELOW", 0)
     opt = OptimizerSpec(name="sgd", lr=1e-2, momentum=0.9, weight_decay=0.01)
     fused, apart = (make(framework, "mezo", optimizer=opt, grad_accum=2) for _ in range(2))
     micro = fused.to_device(BATCH * 2)
@@ -425,6 +426,30 @@ def test_mezo_step_restores_theta_inside_its_update(framework, programs, monkeyp
     a, b = params_hf(framework, fused), params_hf(framework, apart)
     for n in a:  # theta - eps z + eps z then the update, in one expression or two: float32 rounding apart
         np.testing.assert_allclose(a[n], b[n], rtol=1e-6, atol=1e-7, err_msg=n)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["hizoo", "lozo"])
+def test_a_small_state_runs_hizoos_and_lozos_programs_as_one_taking_the_same_steps(mode, monkeypatch):
+    """As MeZO's: the tiny model's state runs the split step's bodies as one program, a large one's as several
+    (ONE_PROGRAM_BELOW lowered to say so); over two micro-batches and two steps with momentum both take the same
+    steps and keep the same state (HiZOO's Hessian estimate)."""
+    opt = OptimizerSpec(name="sgd", lr=1e-2, momentum=0.9, weight_decay=0.01)
+    one = make("jax", mode, optimizer=opt, grad_accum=2)
+    monkeypatch.setattr(jax_estimators, "ONE_PROGRAM_BELOW", 0)
+    split = make("jax", mode, optimizer=opt, grad_accum=2)
+    micro = one.to_device(BATCH * 2)
+    for t in (one, split):
+        t.compile(micro)
+    assert len(one.programs()) == 1 and len(split.programs()) == {"hizoo": 4, "lozo": 3}[mode]
+    for _ in range(2):
+        assert float(one.step(micro)) == pytest.approx(float(split.step(micro)), rel=1e-6)
+    a, b = params_hf("jax", one), params_hf("jax", split)
+    for n in a:
+        np.testing.assert_allclose(a[n], b[n], rtol=1e-6, atol=1e-7, err_msg=n)
+    for x, y in zip(jax.tree.leaves(one.state or ()), jax.tree.leaves(split.state or ()), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-6, err_msg=mode)
+    assert (one.state is None) == (mode == "lozo")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -34,6 +34,12 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from bench import estimators
+from bench.spec import UNIT_FLOOR
+
+# Trained entries under which a split step (MeZO's, HiZOO's, LOZO's) on one device runs its programs' bodies as one
+# program: the perturbed copies of theta XLA then holds are what a unit of the small tensors' shared draw holds
+# already (UNIT_FLOOR's 4 MiB in float32), and at that size the host's cost of each program call is much of the step
+ONE_PROGRAM_BELOW = UNIT_FLOOR
 
 
 @dataclass(frozen=True)
@@ -56,3 +62,8 @@ def implementation(name: str) -> ModuleType:
     if any(hasattr(module, f) for f in estimators.SPLIT_STEP):
         estimators.check_module(name, "jax", module, estimators.SPLIT_STEP)
     return module
+
+
+def one_program(trainer) -> bool:
+    """Whether a split step's programs run as one: on one device, a trained state under ONE_PROGRAM_BELOW."""
+    return trainer.world is None and trainer.n_trainable < ONE_PROGRAM_BELOW

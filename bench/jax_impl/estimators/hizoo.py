@@ -6,7 +6,8 @@ The timed step runs separate programs, as MeZO's: the loss at theta, then each p
 after it, the parameters donated (XLA writes theta +- eps z / sqrt(H) over them, in place as torch's add_), and an
 update that takes the losses, redraws z, puts the last +eps back, updates H (donated, so in place too) and applies
 g; eps and alpha are its arguments, not constants. Unlike MeZO's update, which draws a stack's z one layer at a
-time, it draws z whole: one parameter-sized temporary more inside the update program.
+time, it draws z whole: one parameter-sized temporary more inside the update program. Where the trained state is
+small (ONE_PROGRAM_BELOW, as MeZO's), the same bodies run as one program.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 import optax
 
 from bench.jax_impl.directions import held_bytes, perturb, sample_tangent
-from bench.jax_impl.estimators import Held
+from bench.jax_impl.estimators import Held, one_program
 from bench.jax_impl.loss import dropout_key
 
 
@@ -55,6 +56,12 @@ def gradient(trainer, params, micro_batches, step, tangents=None):
 
 def prepare(trainer, shardings) -> None:
     sh = shardings
+    trainer._one_program = one_program(trainer)  # decided once: the timed step reads it
+    if trainer._one_program:
+        arguments = (sh.frozen, sh.params, sh.opt, sh.params, sh.scalar, sh.scalar, sh.scalar, sh.batch)
+        outputs = (sh.params, sh.opt, sh.params, sh.scalar)
+        trainer._whole = trainer.jit(partial(whole, trainer), (1, 2, 3), arguments, outputs)
+        return
     trainer._loss = trainer.jit(partial(loss, trainer), (), (sh.frozen, sh.params, sh.scalar, sh.batch), sh.scalar)
     trainer._move_loss = trainer.jit(
         partial(move_loss, trainer),
@@ -74,7 +81,11 @@ def prepare(trainer, shardings) -> None:
 def lower(trainer, micro_batches) -> dict:
     step, zero, params, m = np.int32(0), np.float32(0), trainer.params, len(micro_batches)
     opt_state = jax.eval_shape(trainer.optimizer.init, params)
-    lowered = {  # H has the parameters' shapes
+    if trainer._one_program:  # H has the parameters' shapes
+        return {
+            "_whole": trainer._whole.lower(trainer.frozen, params, opt_state, params, 0.0, 0.0, step, micro_batches)
+        }
+    lowered = {
         "_loss": trainer._loss.lower(trainer.frozen, params, step, micro_batches[0]),
         "_move_loss": trainer._move_loss.lower(trainer.frozen, params, params, 0.0, step, micro_batches[0]),
         "_update": trainer._update.lower(params, opt_state, params, [(zero, zero, zero)] * m, 0.0, 0.0, step),
@@ -85,6 +96,8 @@ def lower(trainer, micro_batches) -> dict:
 
 
 def programs(trainer) -> list[tuple]:
+    if trainer._one_program:
+        return [(trainer._whole, 1)]
     m = trainer.micro_batches
     moves = [(trainer._move, m - 1)] if m > 1 else []
     return [(trainer._loss, m), (trainer._move_loss, 2 * m), *moves, (trainer._update, 1)]
@@ -92,6 +105,10 @@ def programs(trainer) -> list[tuple]:
 
 def step(trainer, micro_batches):
     step, settings = np.int32(trainer.step_count), trainer.estimator.settings_of(trainer.spec)
+    if trainer._one_program:
+        args = (trainer.frozen, trainer.params, trainer.opt_state, trainer.state, settings.eps, settings.alpha, step)
+        trainer.params, trainer.opt_state, trainer.state, total = trainer._whole(*args, micro_batches)
+        return total
     trainer.params, losses = hizoo_passes(
         lambda p, batch: trainer._loss(trainer.frozen, p, step, batch),
         lambda p, scale, batch: trainer._move_loss(trainer.frozen, p, trainer.state, scale, step, batch),
@@ -135,6 +152,21 @@ def update(trainer, params, opt_state, hessian, losses, eps, alpha, step):
     hessian, g = hessian_scaled(hessian, z, proj, curvature, alpha)
     updates, opt_state = trainer.optimizer.update(g, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, hessian, total
+
+
+def whole(trainer, frozen, params, opt_state, hessian, eps, alpha, step, micro_batches):
+    """The step's programs as one, the same bodies in the same order: the passes (loss, move_loss), the restoring
+    moves between micro-batches (move), then the update: (params, opt_state, H, the step's loss L0)."""
+    params, losses = hizoo_passes(
+        lambda p, batch: loss(trainer, frozen, p, step, batch),
+        lambda p, scale, batch: move_loss(trainer, frozen, p, hessian, scale, step, batch),
+        lambda p, scale: move(trainer, p, hessian, scale, step),
+        params,
+        micro_batches,
+        eps=eps,
+        restore=False,
+    )
+    return update(trainer, params, opt_state, hessian, losses, eps, alpha, step)
 
 
 def hizoo_passes(loss_fn, move_loss_fn, move_fn, params, micro_batches, *, eps, restore=True):

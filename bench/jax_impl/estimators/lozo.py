@@ -8,7 +8,8 @@ JAX kernel is (in, out), the transpose of torch's weight, so its V runs along it
 
 The timed step runs MeZO's programs (each perturbation fused with the loss after it, the parameters donated; a
 move alone between micro-batches; the update, which restores the last +eps and takes eps as an argument); the
-update builds the estimate whole, where MeZO's regenerates it a stack's layer at a time.
+update builds the estimate whole, where MeZO's regenerates it a stack's layer at a time. Where the trained state is
+small (ONE_PROGRAM_BELOW, as MeZO's), the same bodies run as one program.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import optax
 
 from bench.jax_impl.directions import PRNG_IMPL, layer_direction
-from bench.jax_impl.estimators import Held
+from bench.jax_impl.estimators import Held, one_program
 from bench.jax_impl.estimators.mezo import evaluated, spsa_passes, spsa_projections
 from bench.jax_impl.loss import dropout_key
 from bench.jax_impl.models.common import stack_of
@@ -65,6 +66,11 @@ def lozo_gradient(
 
 def prepare(trainer, shardings) -> None:
     sh = shardings
+    trainer._one_program = one_program(trainer)  # decided once: the timed step reads it
+    if trainer._one_program:
+        arguments = (sh.frozen, sh.params, sh.opt, sh.scalar, sh.scalar, sh.batch)
+        trainer._whole = trainer.jit(partial(whole, trainer), (1, 2), arguments, (sh.params, sh.opt, sh.scalar))
+        return
     trainer._move_loss = trainer.jit(
         partial(move_loss, trainer),
         (1,),
@@ -83,6 +89,8 @@ def prepare(trainer, shardings) -> None:
 def lower(trainer, micro_batches) -> dict:
     step, zero, params, m = np.int32(0), np.float32(0), trainer.params, len(micro_batches)
     opt_state = jax.eval_shape(trainer.optimizer.init, params)
+    if trainer._one_program:
+        return {"_whole": trainer._whole.lower(trainer.frozen, params, opt_state, 0.0, step, micro_batches)}
     lowered = {
         "_move_loss": trainer._move_loss.lower(trainer.frozen, params, 0.0, step, micro_batches[0]),
         "_update": trainer._update.lower(params, opt_state, [[(zero, zero)] * m], 0.0, step),
@@ -93,12 +101,18 @@ def lower(trainer, micro_batches) -> dict:
 
 
 def programs(trainer) -> list[tuple]:
+    if trainer._one_program:
+        return [(trainer._whole, 1)]
     m = trainer.micro_batches
     return [(trainer._move_loss, 2 * m), *([(trainer._move, m - 1)] if m > 1 else []), (trainer._update, 1)]
 
 
 def step(trainer, micro_batches):
     step, eps = np.int32(trainer.step_count), trainer.estimator.settings_of(trainer.spec).eps
+    if trainer._one_program:
+        args = (trainer.frozen, trainer.params, trainer.opt_state, eps, step, micro_batches)
+        trainer.params, trainer.opt_state, total = trainer._whole(*args)
+        return total
     trainer.params, losses = spsa_passes(
         lambda p, scale, k, batch: trainer._move_loss(trainer.frozen, p, scale, step, batch),
         lambda p, scale, k: trainer._move(p, scale, step),
@@ -135,6 +149,20 @@ def update(trainer, params, opt_state, losses, eps, step):
     params = jax.tree.map(lambda x, z: x + eps * z, params, z)
     updates, opt_state = trainer.optimizer.update(jax.tree.map(lambda z: projs[0] * z, z), opt_state, params)
     return optax.apply_updates(params, updates), opt_state, total
+
+
+def whole(trainer, frozen, params, opt_state, eps, step, micro_batches):
+    """The step's programs as one, the same bodies in the same order: the passes (move_loss), the restoring moves
+    between micro-batches (move), then the update: (params, opt_state, the step's loss)."""
+    params, losses = spsa_passes(
+        lambda p, scale, k, batch: move_loss(trainer, frozen, p, scale, step, batch),
+        lambda p, scale, k: move(trainer, p, scale, step),
+        params,
+        micro_batches,
+        eps=eps,
+        restore=False,
+    )
+    return update(trainer, params, opt_state, losses, eps, step)
 
 
 def low_rank_directions(params, *, rank: int, interval: int, seed: int, step, kind: str = "gaussian"):

@@ -24,13 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench.jax_impl.directions import held_bytes, perturb, seeded_gradient, seeded_update, tangent_gradient
-from bench.jax_impl.estimators import Held
+from bench.jax_impl.estimators import Held, one_program
 from bench.jax_impl.loss import dropout_key
-from bench.spec import UNIT_FLOOR
-
-# Trained entries under which a step on one device is one program: the copies of theta it holds are what a unit
-# of the small tensors' shared draw holds already (UNIT_FLOOR's 4 MiB in float32)
-ONE_PROGRAM_BELOW = UNIT_FLOOR
 
 
 def memory(trainer, micro_batches, temp) -> Held:
@@ -54,11 +49,6 @@ def gradient(trainer, params, micro_batches, step, tangents=None):
         kind=s.directions,
         tangents=tangents,
     )
-
-
-def one_program(trainer) -> bool:
-    """Whether the step's three programs run as one: on one device, a trained state under ONE_PROGRAM_BELOW."""
-    return trainer.world is None and trainer.n_trainable < ONE_PROGRAM_BELOW
 
 
 def prepare(trainer, shardings) -> None:
