@@ -81,7 +81,8 @@ def prepare(trainer, shardings) -> None:
 def lower(trainer, micro_batches) -> dict:
     step, zero, params, m = np.int32(0), np.float32(0), trainer.params, len(micro_batches)
     opt_state = jax.eval_shape(trainer.optimizer.init, params)
-    if trainer._one_program:  # H has the parameters' shapes
+    # H has the parameters' shapes
+    if trainer._one_program:
         return {
             "_whole": trainer._whole.lower(trainer.frozen, params, opt_state, params, 0.0, 0.0, step, micro_batches)
         }
